@@ -1,0 +1,59 @@
+# Each target is one `python -m pipeline.<stage>` line. CONFIG picks pipeline/configs/<name>.yaml,
+# ARGS adds key=value overrides, e.g.  make train CONFIG=xlmr-large ARGS="train.folds=[0]"
+CONFIG ?= sample
+ARGS ?=
+GPUS ?= 1
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+RUN = $(PY) -m
+# GPUS>1 launches one process per device through torchrun (DDP); see README "More than one GPU"
+ifneq ($(GPUS),1)
+RUN = $(VENV)/bin/torchrun --standalone --nproc_per_node=$(GPUS) -m
+endif
+
+.DEFAULT_GOAL := help
+.PHONY: help data train predict cv bench kernel kernel-output test lint clean venv
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@echo "  CONFIG=$(CONFIG) (pipeline/configs/*.yaml)  ARGS=\"key.sub=value ...\"  GPUS=N (torchrun)"
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv from requirements.txt (redone when it changes)
+
+data: $(STAMP) ## acquire the competition, build input/prepared/<name>/folds.csv and the token cache
+	$(PY) -m pipeline.data --config $(CONFIG) $(ARGS)
+
+train: $(STAMP) ## train every fold (GPUS=N for DDP); writes models/<name>/
+	$(RUN) pipeline.train --config $(CONFIG) $(ARGS)
+
+predict: $(STAMP) ## fold models on test, ensembled into submissions/submission.csv
+	$(PY) -m pipeline.predict --config $(CONFIG) $(ARGS)
+
+cv: $(STAMP) ## fold and per-language AUC of what has been trained so far
+	$(PY) -m pipeline.metrics --config $(CONFIG) $(ARGS)
+
+bench: $(STAMP) ## peak memory and speed of each memory technique, side by side with HF Trainer
+	$(PY) -m pipeline.bench --config $(CONFIG) $(ARGS)
+
+kernel: $(STAMP) ## pack the pipeline into a Kaggle dataset and push a GPU notebook
+	$(PY) -m pipeline.kernel --config $(CONFIG) $(ARGS)
+
+kernel-output: $(STAMP) ## download a finished Kaggle notebook's output into models/ and submissions/
+	$(PY) -m pipeline.kernel --config $(CONFIG) --output $(ARGS)
+
+test: $(STAMP) ## run the test suite (no network)
+	$(PY) -m pytest -q
+
+lint: $(STAMP) ## ruff
+	$(PY) -m ruff check pipeline tests
+
+clean: ## remove generated data, models and submissions (keeps .venv)
+	find input models submissions -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

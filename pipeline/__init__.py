@@ -1,0 +1,1 @@
+"""Jigsaw Multilingual Toxic Comment Classification pipeline."""

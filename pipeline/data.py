@@ -1,0 +1,378 @@
+"""Stage `make data`: acquire the competition's files, check them, build the fold table, cache tokens.
+
+Reads   the source named by `data.source`: the built-in sample, a folder, or Kaggle.
+Writes  input/<raw>/*.csv                  raw files as the source gives them (sample and kaggle; never edited)
+        input/prepared/<name>/folds.csv    one row per comment: id, text, lang, toxic, source, fold
+        input/prepared/<name>/test.csv     id, text, lang
+        input/prepared/<name>/data.json    summary, provenance and the signature that makes reruns free
+        input/prepared/<name>/config.yaml  the resolved config
+        input/cache/<key>/                 token ids (see pipeline.tokens)
+
+Validation rows get folds 0..k-1 (stratified on language x label); rows used only for training get
+fold -1. The same config and files give the same table, byte for byte.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import StratifiedKFold
+
+from pipeline import config as config_mod
+from pipeline import sample
+from pipeline.config import Config
+from pipeline.errors import PipelineError, run_stage
+from pipeline.io import atomic_dir, file_digest, read_json, write_csv, write_json
+
+TRAIN = "jigsaw-toxic-comment-train.csv"
+BIAS = "jigsaw-unintended-bias-train.csv"
+VALID = "validation.csv"
+TEST = "test.csv"
+SUBMISSION = "sample_submission.csv"
+REQUIRED = (TRAIN, VALID, TEST, SUBMISSION)
+TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
+
+
+class DataError(PipelineError, ValueError):
+    """A problem with the user's input files; the message is one line that names the file."""
+
+
+# ---------------------------------------------------------------- where things live
+
+
+def raw_dir(cfg: Config) -> Path:
+    """Where the raw competition files are read from."""
+    d = cfg.data
+    if d.source == "dir":
+        if not d.dir:
+            raise DataError("data.source=dir needs data.dir=PATH (a folder with the competition's files)")
+        return Path(d.dir).expanduser()
+    if d.source == "kaggle":
+        return Path(cfg.input_dir) / d.competition
+    name = "sample" if d.sample_scale == 1.0 else f"sample-x{d.sample_scale:g}"
+    return Path(cfg.input_dir) / name
+
+
+def prepared_dir(cfg: Config) -> Path:
+    return Path(cfg.input_dir) / "prepared" / cfg.name
+
+
+# ---------------------------------------------------------------- acquire
+
+
+def acquire(cfg: Config, api=None) -> Path:
+    """Make the raw files present and return their folder. A source that fails never falls back to another."""
+    d = cfg.data
+    raw = raw_dir(cfg)
+    if d.source == "sample":
+        if not all((raw / f).exists() for f in sample.FILES):
+            sample.write(raw, seed=0, scale=d.sample_scale)
+    elif d.source == "kaggle":
+        from pipeline import kaggle_io
+
+        api = api or kaggle_io.get_api()
+        if not all((raw / f).exists() for f in REQUIRED):
+            kaggle_io.download_competition(d.competition, raw, api=api)
+        for slug in d.datasets:
+            dest = Path(cfg.input_dir) / slug.split("/")[-1]
+            if not dest.exists():
+                kaggle_io.download_dataset(slug, dest, api=api)
+    elif not raw.is_dir():
+        raise DataError(f"{raw}: no such folder (data.dir)")
+    missing = [f for f in REQUIRED if not (raw / f).is_file()]
+    if missing:
+        raise DataError(f"{raw / missing[0]}: missing file (the folder needs {', '.join(REQUIRED)})")
+    return raw
+
+
+def find_extra(cfg: Config, raw: Path, name: str) -> Path:
+    """An extra training file: a path, or a file name in the raw folder or a downloaded dataset's folder."""
+    candidates = [Path(name), raw / name]
+    candidates += [Path(cfg.input_dir) / slug.split("/")[-1] / name for slug in cfg.data.datasets]
+    for p in candidates:
+        if p.is_file():
+            return p
+    raise DataError(f"{name}: extra training file not found (looked in {', '.join(str(c.parent) for c in candidates)})")
+
+
+# ---------------------------------------------------------------- read and check
+
+
+def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), usecols: bool = True) -> pd.DataFrame:
+    """Read a CSV with a real parser, all as text; check columns and labels. Errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: missing file")
+    try:
+        header = pd.read_csv(path, nrows=0, encoding="utf-8").columns.tolist()
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: empty file") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    except (pd.errors.ParserError, ValueError) as e:
+        raise DataError(f"{path}: not a readable CSV ({str(e).strip().splitlines()[-1]})") from None
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise DataError(f"{path}: missing column {missing[0]} (has: {', '.join(map(str, header))})")
+    try:
+        # every column as text and no NA guessing: a comment that reads "null" stays "null"
+        frame = pd.read_csv(
+            path,
+            dtype=str,
+            keep_default_na=False,
+            usecols=columns if usecols else None,
+            encoding="utf-8",
+        )
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    except (pd.errors.ParserError, ValueError) as e:
+        raise DataError(f"{path}: not a readable CSV ({str(e).strip().splitlines()[-1]})") from None
+    for col in labels:
+        values = pd.to_numeric(frame[col].str.strip(), errors="coerce")
+        bad = values.isna() | (values < 0) | (values > 1)
+        if bad.any():
+            row = int(np.argmax(bad.to_numpy()))
+            raise DataError(
+                f"{path}: column {col} has {int(bad.sum())} value(s) that are not numbers in [0, 1] "
+                f"(first at data row {row + 1}: {frame[col].iloc[row]!r})"
+            )
+        frame[col] = values
+    return frame
+
+
+def check_unique(frame: pd.DataFrame, col: str, path: Path) -> None:
+    dup = frame[col].duplicated()
+    if dup.any():
+        raise DataError(f"{path}: {int(dup.sum())} duplicate {col}(s), e.g. {frame[col][dup].iloc[0]!r}")
+
+
+def check_lang(frame: pd.DataFrame, path: Path) -> None:
+    empty = frame["lang"].str.strip() == ""
+    if empty.any():
+        raise DataError(f"{path}: empty lang at data row {int(np.argmax(empty.to_numpy())) + 1}")
+
+
+# ---------------------------------------------------------------- build the table
+
+
+def assign_folds(strata: pd.Series, k: int, seed: int) -> np.ndarray:
+    """Fold 0..k-1 for each row, from a seeded StratifiedKFold on the given strata."""
+    folds = np.full(len(strata), -1, dtype=np.int64)
+    splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    for fold, (_, idx) in enumerate(splitter.split(np.zeros(len(strata)), strata.to_numpy())):
+        folds[idx] = fold
+    return folds
+
+
+def english_rows(frame: pd.DataFrame, negatives: int, seed: int) -> pd.DataFrame:
+    """All toxic rows plus a seeded sample of `negatives` clean ones, in file order."""
+    toxic = frame["toxic"] >= 0.5
+    clean = np.flatnonzero(~toxic.to_numpy())
+    rng = np.random.default_rng(seed)
+    keep = rng.choice(clean, size=min(negatives, len(clean)), replace=False)
+    mask = toxic.to_numpy().copy()
+    mask[keep] = True
+    return frame[mask]
+
+
+def build_tables(cfg: Config, raw: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(training table, test table) from the raw files."""
+    d = cfg.data
+    parts = []
+
+    path = raw / TRAIN
+    en = english_rows(read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",)), d.english_negatives, d.seed)
+    parts.append(
+        pd.DataFrame(
+            {
+                "id": en["id"],
+                "text": en["comment_text"],
+                "lang": "en",
+                "toxic": en["toxic"],
+                "source": path.stem,
+                "fold": -1,
+            }
+        )
+    )
+
+    if d.bias_rows > 0:
+        path = raw / BIAS
+        bias = read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
+        bias = bias.sample(n=min(d.bias_rows, len(bias)), random_state=d.seed).sort_index()
+        parts.append(
+            pd.DataFrame(
+                {
+                    "id": bias["id"],
+                    "text": bias["comment_text"],
+                    "lang": "en",
+                    "toxic": bias["toxic"],
+                    "source": path.stem,
+                    "fold": -1,
+                }
+            )
+        )
+
+    for name in d.extra_files:
+        path = find_extra(cfg, raw, name)
+        extra = read_csv(path, ["comment_text", "lang", "toxic"], labels=("toxic",))
+        check_lang(extra, path)
+        parts.append(
+            pd.DataFrame(
+                {
+                    "id": [f"{path.stem}-{i}" for i in range(len(extra))],
+                    "text": extra["comment_text"].to_numpy(),
+                    "lang": extra["lang"].to_numpy(),
+                    "toxic": extra["toxic"].to_numpy(),
+                    "source": path.stem,
+                    "fold": -1,
+                }
+            )
+        )
+
+    path = raw / VALID
+    valid = read_csv(path, ["id", "comment_text", "lang", "toxic"], labels=("toxic",))
+    check_unique(valid, "id", path)
+    check_lang(valid, path)
+    if len(valid) < d.folds:
+        raise DataError(f"{path}: {len(valid)} rows cannot make {d.folds} folds")
+    strata = valid["lang"] + "_" + (valid["toxic"] >= 0.5).astype(int).astype(str)
+    if strata.value_counts().min() < d.folds:
+        strata = valid["lang"]  # a tiny stratum cannot be spread over k folds; stratify on language alone
+    parts.append(
+        pd.DataFrame(
+            {
+                "id": valid["id"],
+                "text": valid["comment_text"],
+                "lang": valid["lang"],
+                "toxic": valid["toxic"],
+                "source": path.stem,
+                "fold": assign_folds(strata, d.folds, d.seed),
+            }
+        )
+    )
+
+    table = pd.concat(parts, ignore_index=True)
+    # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
+    table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
+    table["fold"] = table["fold"].astype(np.int64)
+
+    path = raw / TEST
+    test = read_csv(path, ["id", "content", "lang"])
+    check_unique(test, "id", path)
+    check_lang(test, path)
+    sub_path = raw / SUBMISSION
+    sub = read_csv(sub_path, ["id", "toxic"], usecols=False)
+    check_unique(sub, "id", sub_path)
+    if set(sub["id"]) != set(test["id"]):
+        n = len(set(sub["id"]) ^ set(test["id"]))
+        raise DataError(f"{sub_path}: ids differ from {path.name}'s ({n} id(s) in only one of them)")
+    test = pd.DataFrame({"id": test["id"], "text": test["content"], "lang": test["lang"]})
+    return table[TABLE_COLUMNS], test
+
+
+def summarize(table: pd.DataFrame, test: pd.DataFrame) -> dict:
+    by = table.groupby(["source", "lang"]).agg(rows=("toxic", "size"), toxic=("toxic", "mean"))
+    return {
+        "rows": len(table),
+        "test_rows": len(test),
+        "toxic_rate": round(float(table["toxic"].mean()), 4),
+        "by_source_lang": [
+            {"source": s, "lang": lang, "rows": int(r.rows), "toxic_rate": round(float(r.toxic), 4)}
+            for (s, lang), r in by.iterrows()
+        ],
+        "folds": {int(k): int(v) for k, v in table["fold"].value_counts().sort_index().items()},
+        "test_langs": {str(k): int(v) for k, v in test["lang"].value_counts().sort_index().items()},
+    }
+
+
+def signature(cfg: Config, raw: Path) -> dict:
+    """What the table depends on: the data settings and each raw file's size and modification time."""
+    files = sorted(p for p in raw.iterdir() if p.suffix == ".csv")
+    files += [find_extra(cfg, raw, n) for n in cfg.data.extra_files if not (raw / n).exists()]
+    return {
+        "data": cfg.to_dict()["data"],
+        "files": {str(p.resolve()): [p.stat().st_size, p.stat().st_mtime_ns] for p in files},
+    }
+
+
+def prepare(cfg: Config, api=None, log=print) -> dict:
+    """Acquire, build and write the tables, unless the same inputs already made them. Returns data.json."""
+    raw = acquire(cfg, api=api)
+    out = prepared_dir(cfg)
+    sig = signature(cfg, raw)
+    meta_path = out / "data.json"
+    if meta_path.exists() and (out / "folds.csv").exists():
+        meta = read_json(meta_path)
+        if meta.get("signature") == sig and file_digest(out / "folds.csv") == meta.get("table_digest"):
+            log(f"data: {out}/folds.csv is up to date")
+            return meta
+    table, test = build_tables(cfg, raw)
+    tok_dir = out / "tokenizer"
+    with atomic_dir(out) as tmp:
+        if tok_dir.exists():  # a trained tokenizer is kept; pipeline.tokens retrains it if the texts changed
+            tok_dir.rename(tmp / "tokenizer")
+        write_csv(tmp / "folds.csv", table)
+        write_csv(tmp / "test.csv", test)
+        meta = {
+            "raw": str(raw.resolve()),
+            "signature": sig,
+            "table_digest": file_digest(tmp / "folds.csv"),
+            "test_digest": file_digest(tmp / "test.csv"),
+            "summary": summarize(table, test),
+        }
+        write_json(tmp / "data.json", meta)
+        config_mod.save(cfg, tmp / "config.yaml")
+    return meta
+
+
+def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The prepared tables and data.json, for the stages after this one."""
+    out = prepared_dir(cfg)
+    if not (out / "data.json").exists():
+        raise DataError(f"{out}: no prepared data; run `make data CONFIG=...` with the same config first")
+    meta = read_json(out / "data.json")
+    if meta["signature"]["data"] != cfg.to_dict()["data"]:
+        raise DataError(f"{out}: built with other data settings; rerun `make data` with this config")
+    dtypes = {"id": str, "text": str, "lang": str, "source": str}
+    table = pd.read_csv(out / "folds.csv", dtype=dtypes, keep_default_na=False)
+    test = pd.read_csv(out / "test.csv", dtype=dtypes, keep_default_na=False)
+    return table, test, meta
+
+
+def report(meta: dict, cache: dict, seconds: float) -> str:
+    s = meta["summary"]
+    parts = ", ".join(
+        f"{r['source']}/{r['lang']} {r['rows']} ({r['toxic_rate']:.1%} toxic)" for r in s["by_source_lang"]
+    )
+    folds = ", ".join(f"{k}: {v}" for k, v in s["folds"].items())
+    langs = ", ".join(f"{k} {v}" for k, v in s["test_langs"].items())
+    return (
+        f"data: {s['rows']} training rows, {s['toxic_rate']:.1%} toxic: {parts}. "
+        f"Rows per fold {{{folds}}} (-1: training only). Test: {s['test_rows']} rows ({langs}). "
+        f"Token cache {cache['key']} ({cache['status']}, {cache['tokens']:,} tokens). {seconds:.1f} s."
+    )
+
+
+def main(argv=None) -> int:
+    args = config_mod.parser("Acquire the competition's files, build the fold table and the token cache.").parse_args(
+        argv
+    )
+
+    def stage() -> None:
+        from pipeline import tokens
+
+        start = time.perf_counter()
+        cfg = config_mod.from_args(args)
+        meta = prepare(cfg)
+        cache = tokens.prepare(cfg)
+        print(report(meta, cache, time.perf_counter() - start))
+
+    return run_stage(stage)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""Mistakes a user can fix are printed as one line that says what to do, never as a stack trace."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+
+class PipelineError(Exception):
+    """A problem with the user's input, settings or environment; the message is one clear line."""
+
+
+def run_stage(stage: Callable[[], None]) -> int:
+    """Run a stage's body; a PipelineError becomes `error: ...` on stderr and exit status 2."""
+    try:
+        stage()
+    except PipelineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,360 @@
+"""The one module that talks to Kaggle: credentials, API errors in plain words, and downloads.
+
+Everything else in the pipeline calls these functions and never imports `kaggle` itself, so that:
+
+* `import kaggle` runs only when a Kaggle call is really made. The package authenticates (and may
+  print help or hit the network) at import time, and creates its config folder as a side effect.
+* every failure the user can fix reaches them as one `KaggleError` with a one-line message that says
+  what to do, and never contains a secret.
+
+Facts about kaggle 2.2.5 this module relies on (read from its source):
+
+* `KaggleApi.authenticate()` tries, in order: an access token (`KAGGLE_API_TOKEN`, whose value may
+  also be a path to a token file, then `~/.kaggle/access_token` or `access_token.txt`, which the SDK
+  validates online), a legacy key (`username` + `key` from `<config dir>/kaggle.json`, overridden by
+  `KAGGLE_USERNAME` / `KAGGLE_KEY`), OAuth (`~/.kaggle/credentials.json` from `kaggle auth login`).
+  When all fail it prints help and calls `exit(1)`, i.e. raises `SystemExit`.
+* The config dir is `$KAGGLE_CONFIG_DIR`, else `~/.kaggle`, else on Linux when that is missing
+  `$XDG_CONFIG_HOME/kaggle` (default `~/.config/kaggle`). The token files are always under `~/.kaggle`.
+* API failures are `requests.exceptions.HTTPError` whose `.response.status_code` holds the status
+  (kagglesdk raises it from `raise_for_status()` or from a JSON body with `code >= 400`);
+  network failures are `requests.exceptions.ConnectionError` / `Timeout`.
+* `competition_download_files(competition, path, force, quiet, unzip)` writes
+  `<path>/<competition>.zip`; `dataset_download_files(dataset, path, force, quiet, unzip, licenses)`
+  writes `<path>/<dataset-slug>.zip`. Both default to `quiet=True`.
+
+Later calls (dataset create/version, kernel push, kernel output) belong here too: each wraps its API
+call in `except Exception as exc: raise explain(exc, "<kind> <ref>") from exc`, like `_fetch` below.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import zipfile
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.errors import PipelineError
+
+if TYPE_CHECKING:  # only for type checkers: importing kaggle at run time authenticates
+    from kaggle.api.kaggle_api_extended import KaggleApi
+
+log = logging.getLogger(__name__)
+
+TOKEN_SETTINGS_URL = "https://www.kaggle.com/settings"
+
+
+class KaggleError(PipelineError, RuntimeError):
+    """A Kaggle failure the user can fix; the message (one line, no secrets) says how.
+
+    A PipelineError too, so that `errors.run_stage` prints it as one line instead of a traceback.
+    """
+
+
+def credentials_hint() -> str:
+    """Return the one-line message listing the ways to give Kaggle credentials."""
+    return (
+        "Give Kaggle credentials in one of four ways: set KAGGLE_API_TOKEN=<token>; "
+        "or save the token to ~/.kaggle/access_token; "
+        "or set KAGGLE_USERNAME and KAGGLE_KEY; "
+        'or save {"username": ..., "key": ...} to ~/.kaggle/kaggle.json '
+        "(the folder can be changed with KAGGLE_CONFIG_DIR). "
+        f'Create a token at {TOKEN_SETTINGS_URL}, section "API".'
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _config_dir(env: Mapping[str, str], home: Path) -> Path:
+    # Mirrors KaggleApi.config_dir (computed in the class body of kaggle_api_extended.py).
+    if env.get("KAGGLE_CONFIG_DIR"):
+        return Path(env["KAGGLE_CONFIG_DIR"])
+    legacy = home / ".kaggle"
+    if sys.platform.startswith("linux") and not legacy.exists():
+        return Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "kaggle"
+    return legacy
+
+
+def _kaggle_json(env: Mapping[str, str], home: Path) -> dict[str, Any]:
+    text = _read_text(_config_dir(env, home) / "kaggle.json")
+    try:
+        data = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _token_env(env: Mapping[str, str]) -> str:
+    value = env.get("KAGGLE_API_TOKEN", "")
+    # kagglesdk treats a KAGGLE_API_TOKEN that names an existing file as the path to the token.
+    if value and Path(value).exists():
+        return _read_text(Path(value))
+    return value
+
+
+def has_credentials(env: Mapping[str, str] | None = None, home: Path | None = None) -> bool:
+    """Tell whether any Kaggle credentials are present, without importing kaggle or going online.
+
+    `env` defaults to `os.environ` and `home` to `Path.home()`, both read at call time (a default of
+    `Path.home()` in the signature would freeze the home of the moment the module was imported).
+    Presence only: whether Kaggle accepts them is known at the first API call.
+    """
+    env = os.environ if env is None else env
+    home = Path.home() if home is None else home
+    if _token_env(env):
+        return True
+    kaggle_dir = home / ".kaggle"  # token files are looked up here whatever KAGGLE_CONFIG_DIR says
+    if _read_text(kaggle_dir / "access_token") or _read_text(kaggle_dir / "access_token.txt"):
+        return True
+    # KaggleApi reads kaggle.json first, then lets every KAGGLE_* variable override its keys, so a
+    # username in the file plus KAGGLE_KEY in the environment is a valid pair.
+    config = _kaggle_json(env, home)
+    username = env.get("KAGGLE_USERNAME") or config.get("username")
+    key = env.get("KAGGLE_KEY") or config.get("key")
+    if username and key:
+        return True
+    # OAuth credentials saved by `kaggle auth login`; authenticate() accepts them too.
+    oauth = _read_text(kaggle_dir / "credentials.json")
+    try:
+        return bool(oauth and json.loads(oauth).get("refresh_token"))
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
+def _secrets() -> list[str]:
+    """Secret values known to this process, so that messages can be scrubbed of them."""
+    home = Path.home()
+    values = [
+        os.environ.get("KAGGLE_KEY", ""),
+        os.environ.get("KAGGLE_API_TOKEN", ""),
+        _token_env(os.environ),
+    ]
+    values += [_read_text(home / ".kaggle" / name) for name in ("access_token", "access_token.txt")]
+    values.append(str(_kaggle_json(os.environ, home).get("key") or ""))
+    # Short values could match ordinary words; real keys and tokens are long.
+    return sorted({v for v in values if len(v) >= 8}, key=len, reverse=True)
+
+
+def _clean(text: str) -> str:
+    """Make `text` safe for a KaggleError: one line, no secret values."""
+    for secret in _secrets():
+        text = text.replace(secret, "***")
+    return " ".join(text.split())
+
+
+def get_api() -> KaggleApi:
+    """Return an authenticated `KaggleApi`, or raise `KaggleError` saying how to fix the setup."""
+    if not has_credentials():
+        raise KaggleError(f"No Kaggle credentials found. {credentials_hint()}")
+    try:
+        # Lazy on purpose: `import kaggle` (which this import triggers) authenticates at import time.
+        from kaggle.api.kaggle_api_extended import KaggleApi
+    except ImportError as exc:
+        raise KaggleError(
+            f"Cannot import the kaggle package ({_clean(f'{type(exc).__name__}: {exc}')}): "
+            "run `pip install -r requirements.txt`."
+        ) from exc
+    except Exception as exc:  # e.g. OSError: the class body creates the config folder
+        raise KaggleError(f"Cannot load the kaggle package ({_clean(str(exc))}). {credentials_hint()}") from exc
+    api = KaggleApi()
+    try:
+        api.authenticate()
+    except SystemExit as exc:
+        # authenticate() prints its own help and calls exit(1) when no credential works.
+        raise KaggleError(f"Kaggle did not accept the credentials found. {credentials_hint()}") from exc
+    except Exception as exc:
+        # Token validation goes online: network and HTTP errors get the same words as API calls.
+        raise explain(exc, "Kaggle authentication") from exc
+    return api
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)  # requests.HTTPError; may be None (IAP token errors)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    try:
+        import requests
+    except ImportError:
+        return False
+    # requests' ConnectionError is not the builtin one; kaggle's retries re-raise these.
+    return isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout))
+
+
+def explain(exc: BaseException, what: str) -> KaggleError:
+    """Turn an exception from a Kaggle API call into a `KaggleError` whose message says what to do.
+
+    `what` names the target as "<kind> <ref>", e.g. "competition jigsaw-multilingual-toxic-comment-
+    classification", "dataset owner/slug", "kernel owner/slug"; the kind picks the 403 advice.
+    The caller raises the result `from exc`, which keeps the original traceback for debugging.
+    """
+    if isinstance(exc, KaggleError):
+        return exc
+    status = _status(exc)
+    kind, _, ref = what.partition(" ")
+    if status == 401:
+        return KaggleError(f"{what}: Kaggle rejected the credentials (401): wrong or expired. {credentials_hint()}")
+    if status == 403:
+        if kind == "competition":
+            return KaggleError(
+                f"{what}: access denied (403). Accept the competition's rules on its Kaggle page: "
+                f"https://www.kaggle.com/competitions/{ref}/rules"
+            )
+        return KaggleError(
+            f"{what}: access denied (403): your account lacks access to this {kind} (private, or owned by someone else)"
+        )
+    if status == 404:
+        return KaggleError(f"{what}: not found (404): check the name")
+    if status == 409:
+        return KaggleError(f"{what}: conflict (409): a version or slug already exists / is being processed")
+    if status is not None:
+        return KaggleError(f"{what}: Kaggle answered {status}: {_clean(str(exc))}")
+    if _is_network_error(exc):
+        return KaggleError(f"{what}: cannot reach Kaggle: check your internet connection")
+    return KaggleError(f"{what}: {type(exc).__name__}: {_clean(str(exc))}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Downloads
+
+
+def download_competition(competition: str, dest: Path, api: KaggleApi | None = None) -> list[Path]:
+    """Download and unzip all files of `competition` into `dest`; return the files in `dest`.
+
+    Files already in `dest` are never overwritten; only missing ones are added.
+    """
+    api = get_api() if api is None else api
+    return _fetch(
+        lambda path: api.competition_download_files(competition, path=path, quiet=False),
+        f"competition {competition}",
+        Path(dest),
+    )
+
+
+def download_dataset(slug: str, dest: Path, api: KaggleApi | None = None) -> list[Path]:
+    """Download and unzip all files of dataset `slug` ("owner/name") into `dest`; return the files.
+
+    Files already in `dest` are never overwritten; only missing ones are added.
+    """
+    api = get_api() if api is None else api
+    return _fetch(
+        lambda path: api.dataset_download_files(slug, path=path, quiet=False),
+        f"dataset {slug}",
+        Path(dest),
+    )
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def _fetch(download: Callable[[str], object], what: str, dest: Path) -> list[Path]:
+    """Run `download(folder)` in a temporary folder beside `dest`, unzip, then move into `dest`.
+
+    The temporary folder is on the same filesystem as `dest`, so the final moves are renames: a crash
+    leaves either no file or a complete one in `dest`, never half of one.
+    """
+    if dest.exists() and not dest.is_dir():
+        raise KaggleError(f"{what}: {dest} exists and is not a folder")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)  # a leftover of an earlier run that had this pid
+    raw, files = tmp / "download", tmp / "files"
+    raw.mkdir(parents=True)
+    files.mkdir()
+    try:
+        try:
+            download(str(raw))
+        except Exception as exc:
+            raise explain(exc, what) from exc
+        for item in sorted(raw.iterdir()):
+            if item.is_file() and item.suffix.lower() == ".zip":
+                _unzip(item, files, what)
+            else:
+                os.replace(item, files / item.name)  # Kaggle may serve a lone file unzipped
+        _unzip_nested(files, what)
+        if not _files(files):
+            raise KaggleError(f"{what}: the download contained no files")
+        _install(files, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _files(dest)
+
+
+def _unzip(archive: Path, into: Path, what: str) -> None:
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for member in zf.infolist():
+                target = into / member.filename
+                if not member.is_dir() and target.exists():
+                    # Kaggle bundles sometimes hold both train.csv and train.csv.zip: same data twice.
+                    if target.stat().st_size == member.file_size:
+                        continue
+                    raise KaggleError(f"{what}: {archive.name} holds a different {member.filename}")
+                # extract() drops '..' and absolute prefixes from member names: nothing escapes `into`.
+                zf.extract(member, into)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        # BadZipFile covers a truncated download and a CRC mismatch found while extracting.
+        raise KaggleError(f"{what}: {archive.name} is not a valid zip ({exc}); download it again") from exc
+
+
+def _unzip_nested(root: Path, what: str) -> None:
+    """Extract every .zip under `root` next to itself and delete it, until none is left."""
+    while zips := [p for p in _files(root) if p.suffix.lower() == ".zip"]:
+        for archive in zips:
+            _unzip(archive, archive.parent, what)
+            archive.unlink()
+
+
+def _install(files: Path, dest: Path) -> None:
+    """Move the tree `files` into `dest`: one rename when `dest` is new, else add missing files only."""
+    if not dest.exists() or not any(dest.iterdir()):
+        if dest.exists():
+            dest.rmdir()  # rename() onto a folder needs it absent (or empty, on POSIX only)
+        os.replace(files, dest)
+        return
+    added: list[Path] = []
+    created: list[Path] = []
+    try:
+        for src in _files(files):
+            target = dest / src.relative_to(files)
+            if target.exists():
+                # Raw files are never edited: a file already there wins, even if it differs.
+                log.info("%s already exists, kept as it is", target)
+                continue
+            for parent in reversed(target.relative_to(dest).parents[:-1]):
+                if not (dest / parent).exists():
+                    (dest / parent).mkdir()
+                    created.append(dest / parent)
+            os.replace(src, target)
+            added.append(target)
+    except BaseException:
+        # Undo the moves so that `dest` is exactly as it was.
+        for target in added:
+            target.unlink(missing_ok=True)
+        for folder in reversed(created):
+            folder.rmdir()
+        raise

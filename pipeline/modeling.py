@@ -1,0 +1,124 @@
+"""The model and its tokenizer: a hub name, a local folder, or a tiny XLM-R built from a config.
+
+The tiny model (config `model.name=tiny`) needs no download: its tokenizer is a SentencePiece-style
+unigram model trained here on the competition's texts and saved as an ordinary transformers folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerFast
+
+from pipeline.config import Config
+from pipeline.errors import PipelineError
+from pipeline.io import atomic_dir
+
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # XLM-R's ids: <s>=0 <pad>=1 </s>=2 <unk>=3
+
+
+class ModelError(PipelineError):
+    pass
+
+
+def train_tokenizer(texts, vocab_size: int, dest: Path, note: dict | None = None) -> Path:
+    """Train a unigram (SentencePiece-style) tokenizer with XLM-R's special tokens and save it to `dest`."""
+    from tokenizers import SentencePieceUnigramTokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    tok = SentencePieceUnigramTokenizer()
+    tok.train_from_iterator(
+        texts, vocab_size=vocab_size, special_tokens=SPECIALS, unk_token="<unk>", show_progress=False
+    )
+    # <s> text </s>, as XLM-R frames every sequence
+    tok.post_processor = TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+    )
+    with atomic_dir(dest) as tmp:
+        fast.save_pretrained(tmp)
+        (tmp / "trained_on.json").write_text(json.dumps(note or {}))
+    return dest
+
+
+def load_tokenizer(source: str | Path):
+    """A fast tokenizer from a folder or the hub; offline failures say what to do."""
+    try:
+        tok = AutoTokenizer.from_pretrained(str(source), use_fast=True)
+    except (OSError, ValueError) as e:
+        raise ModelError(
+            f"cannot load the tokenizer {source!r}: not a folder and not in the Hugging Face cache "
+            f"(no network?). Point model.name to a local folder that holds it. ({str(e).splitlines()[0]})"
+        ) from None
+    if not tok.is_fast:
+        raise ModelError(f"{source}: the pipeline needs a fast tokenizer (tokenizer.json)")
+    return tok
+
+
+def tiny_config(cfg: Config, vocab_size: int, pad_id: int):
+    from transformers import XLMRobertaConfig
+
+    t = cfg.model.tiny
+    return XLMRobertaConfig(
+        vocab_size=vocab_size,
+        hidden_size=t.hidden,
+        num_hidden_layers=t.layers,
+        num_attention_heads=t.heads,
+        intermediate_size=t.intermediate,
+        max_position_embeddings=cfg.model.max_length + pad_id + 1,  # positions start after the pad id
+        hidden_dropout_prob=cfg.model.dropout,
+        attention_probs_dropout_prob=cfg.model.dropout,
+        pad_token_id=pad_id,
+        bos_token_id=0,
+        eos_token_id=2,
+        num_labels=1,
+    )
+
+
+def build_model(cfg: Config, tokenizer, source: str | Path | None = None):
+    """A sequence classifier with one logit: from `source` (a trained fold), the hub name, or tiny."""
+    from transformers import XLMRobertaForSequenceClassification
+
+    name = source or cfg.model.name
+    if name == "tiny":
+        return XLMRobertaForSequenceClassification(tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id))
+    kwargs = {"num_labels": 1}
+    if source is None:
+        kwargs.update(hidden_dropout_prob=cfg.model.dropout, attention_probs_dropout_prob=cfg.model.dropout)
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(str(name), **kwargs)
+    except OSError as e:
+        raise ModelError(
+            f"cannot load the model {str(name)!r}: not a folder and not in the Hugging Face cache "
+            f"(no network?). Point model.name to a local folder. ({str(e).splitlines()[0]})"
+        ) from None
+
+
+def enable_checkpointing(model) -> None:
+    """Gradient checkpointing through the model's own switch, non-reentrant (works under DDP).
+
+    transformers >= 4.35 (and 5.x) take gradient_checkpointing_kwargs; older 4.x only the bare call,
+    which there defaults to the reentrant variant, so we refuse rather than silently use it.
+    """
+    try:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    except TypeError:
+        raise ModelError("gradient checkpointing needs transformers >= 4.35 (non-reentrant)") from None
+    # the encoder never uses a KV cache, but decoder-style configs would warn and disable it themselves
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

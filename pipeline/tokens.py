@@ -1,0 +1,211 @@
+"""Tokenize once, cache, load as memory-mapped arrays (run by `make data`, read by train and predict).
+
+Writes  input/prepared/<name>/tokenizer/    the tiny model's tokenizer, trained on the texts (tiny only)
+        input/cache/<key>/{train,test}_ids.npy      every row's token ids, concatenated (int32)
+        input/cache/<key>/{train,test}_offsets.npy  row i is ids[offsets[i]:offsets[i+1]] (int64)
+        input/cache/<key>/meta.json                 key, sizes, digests, throughput
+
+Ids are stored unpadded; batches are padded at collate time to their own longest row. The key covers
+the tokenizer's files, max length and the tables' content: a changed input rebuilds, an unchanged one
+is a cache hit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from pipeline import config as config_mod
+from pipeline import data as data_mod
+from pipeline import modeling
+from pipeline.config import Config
+from pipeline.errors import PipelineError, run_stage
+from pipeline.io import atomic_dir, check_free_space, file_digest, read_json, write_json
+
+SPLITS = ("train", "test")
+CHUNK = 2048
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """Variable-length rows of token ids over two flat arrays."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @classmethod
+    def from_lists(cls, rows: list[list[int]]) -> Ragged:
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(r) for r in rows])
+        ids = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(offsets[-1]))
+        return cls(ids, offsets)
+
+
+def cache_root(cfg: Config) -> Path:
+    return Path(cfg.input_dir) / "cache"
+
+
+def tokenizer_source(cfg: Config) -> Path | str:
+    """The tiny model's trained tokenizer folder, else the model's name or folder."""
+    if cfg.model.name == "tiny":
+        return data_mod.prepared_dir(cfg) / "tokenizer"
+    return cfg.model.name
+
+
+def ensure_tokenizer(cfg: Config, table, test, meta: dict):
+    """Load the tokenizer; for the tiny model, (re)train it when the texts it was trained on changed."""
+    source = tokenizer_source(cfg)
+    if cfg.model.name == "tiny":
+        note = {"table_digest": meta["table_digest"], "test_digest": meta["test_digest"], "vocab": cfg.model.tiny.vocab}
+        stamp = Path(source) / "trained_on.json"
+        if not stamp.exists() or read_json(stamp) != note:
+            texts = list(table["text"]) + list(test["text"])
+            modeling.train_tokenizer(texts, cfg.model.tiny.vocab, Path(source), note)
+    return modeling.load_tokenizer(source)
+
+
+def tokenizer_digest(source: Path | str, tokenizer) -> str:
+    """Digest of the tokenizer's files (a folder), or of its serialized form (a hub name)."""
+    h = hashlib.sha256()
+    if Path(source).is_dir():
+        for p in sorted(Path(source).iterdir()):
+            if p.is_file() and p.name != "trained_on.json":
+                h.update(p.name.encode())
+                h.update(file_digest(p).encode())
+    else:
+        h.update(tokenizer.backend_tokenizer.to_str().encode())
+    return h.hexdigest()
+
+
+def cache_key(tok_digest: str, max_length: int, table_digest: str, test_digest: str) -> str:
+    parts = [tok_digest, str(max_length), table_digest, test_digest]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def tokenize(tokenizer, texts: list[str], max_length: int, desc: str = "tokenize") -> Ragged:
+    """Batched fast tokenization, with special tokens, truncated to max_length; no padding."""
+    rows: list[list[int]] = []
+    for start in tqdm(range(0, len(texts), CHUNK), desc=desc, unit="chunk", disable=len(texts) < 4 * CHUNK):
+        enc = tokenizer(
+            texts[start : start + CHUNK],
+            truncation=True,
+            max_length=max_length,
+            add_special_tokens=True,
+            return_attention_mask=False,
+        )
+        rows.extend(enc["input_ids"])
+    return Ragged.from_lists(rows)
+
+
+def check_cache(folder: Path, deep: bool = True) -> dict | None:
+    """meta.json if every array is present with the size (and, if deep, the digest) it records; else None."""
+    try:
+        meta = read_json(folder / "meta.json")
+        for name, info in meta["files"].items():
+            p = folder / name
+            if p.stat().st_size != info["bytes"] or (deep and file_digest(p) != info["sha256"]):
+                return None
+        return meta
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def prepare(cfg: Config, log=print) -> dict:
+    """Build the token cache for the prepared tables unless a valid one with the same key exists."""
+    table, test, meta = data_mod.load_table(cfg)
+    tokenizer = ensure_tokenizer(cfg, table, test, meta)
+    source = tokenizer_source(cfg)
+    key = cache_key(
+        tokenizer_digest(source, tokenizer), cfg.model.max_length, meta["table_digest"], meta["test_digest"]
+    )
+    folder = cache_root(cfg) / key
+    pointer = data_mod.prepared_dir(cfg) / "tokens.json"
+    if folder.exists():
+        cached = check_cache(folder)
+        if cached is not None:
+            write_json(pointer, {"key": key})
+            return {**cached, "status": "hit"}
+        log(f"tokens: {folder} fails its own check (size or digest); rebuilding it")
+    texts = {"train": list(table["text"]), "test": list(test["text"])}
+    chars = sum(len(t) for ts in texts.values() for t in ts)
+    check_free_space(folder.parent, chars * 2 + (1 << 20), "the token cache")
+    start = time.perf_counter()
+    with atomic_dir(folder) as tmp:
+        files, tokens = {}, 0
+        for split in SPLITS:
+            ragged = tokenize(tokenizer, texts[split], cfg.model.max_length, desc=f"tokenize {split}")
+            tokens += len(ragged.ids)
+            for part, arr in (("ids", ragged.ids), ("offsets", ragged.offsets)):
+                name = f"{split}_{part}.npy"
+                np.save(tmp / name, arr)
+                files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": file_digest(tmp / name)}
+        seconds = time.perf_counter() - start
+        rows = len(texts["train"]) + len(texts["test"])
+        out = {
+            "key": key,
+            "tokenizer": str(source),
+            "max_length": cfg.model.max_length,
+            "vocab_size": len(tokenizer),
+            "pad_id": tokenizer.pad_token_id,
+            "table_digest": meta["table_digest"],
+            "test_digest": meta["test_digest"],
+            "rows": {"train": len(texts["train"]), "test": len(texts["test"])},
+            "tokens": tokens,
+            "seconds": round(seconds, 3),
+            "comments_per_second": round(rows / max(seconds, 1e-9)),
+            "files": files,
+        }
+        write_json(tmp / "meta.json", out)
+    write_json(pointer, {"key": key})
+    return {**out, "status": "built"}
+
+
+def load(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:
+    """The cached splits as memory-mapped arrays, checked against the prepared tables they belong to."""
+    pointer = data_mod.prepared_dir(cfg) / "tokens.json"
+    if not pointer.exists():
+        raise PipelineError(f"no token cache for {pointer.parent}; run `make data` with this config first")
+    folder = cache_root(cfg) / read_json(pointer)["key"]
+    cmeta = check_cache(folder, deep=False)
+    if cmeta is None:
+        raise PipelineError(f"{folder}: token cache is missing or damaged; run `make data` again")
+    if cmeta["table_digest"] != meta["table_digest"] or cmeta["max_length"] != cfg.model.max_length:
+        raise PipelineError(f"{folder}: token cache is for other tables or settings; run `make data` again")
+    splits = {
+        s: Ragged(np.load(folder / f"{s}_ids.npy", mmap_mode="r"), np.load(folder / f"{s}_offsets.npy", mmap_mode="r"))
+        for s in SPLITS
+    }
+    return splits, cmeta
+
+
+def main(argv=None) -> int:
+    args = config_mod.parser("Tokenize the prepared tables once and cache the ids.").parse_args(argv)
+
+    def stage() -> None:
+        info = prepare(config_mod.from_args(args))
+        print(
+            f"tokens: cache {info['key']} ({info['status']}), {info['tokens']:,} tokens, "
+            f"{info['comments_per_second']:,} comments/s when built"
+        )
+
+    return run_stage(stage)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
