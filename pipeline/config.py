@@ -73,6 +73,8 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     eval_batch: int = 64
     seed: int = 42
+    save_every_steps: int = 0  # also save a resume state every N optimizer steps (0: at epoch ends only)
+    max_bad_steps: int = 20  # consecutive non-finite optimizer steps before the fold stops
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,9 @@ def _coerce(value, tp, key: str):
     if origin is tuple:
         item_tp = typing.get_args(tp)[0]
         if isinstance(value, str):
-            value = [v for v in value.split(",") if v] if value else []
+            items = [v.strip() for v in value.split(",") if v.strip()]
+            # `0,2` on the command line is a list too: non-text items are parsed as YAML, like a whole override
+            value = items if item_tp is str else [yaml.safe_load(v) for v in items]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         return tuple(_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value))

@@ -108,16 +108,20 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None):
 def enable_checkpointing(model) -> None:
     """Gradient checkpointing through the model's own switch, non-reentrant (works under DDP).
 
-    transformers >= 4.35 (and 5.x) take gradient_checkpointing_kwargs; older 4.x only the bare call,
-    which there defaults to the reentrant variant, so we refuse rather than silently use it.
+    transformers 5.x names it activation_checkpointing_enable (the old name is deprecated); 4.x >= 4.35
+    has gradient_checkpointing_enable(gradient_checkpointing_kwargs=...). Older 4.x only has the bare
+    call, which defaults to the reentrant variant, so we refuse rather than silently use it.
     """
-    try:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    except TypeError:
-        raise ModelError("gradient checkpointing needs transformers >= 4.35 (non-reentrant)") from None
-    # the encoder never uses a KV cache, but decoder-style configs would warn and disable it themselves
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        try:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        except TypeError:
+            raise ModelError("gradient checkpointing needs transformers >= 4.35 (non-reentrant)") from None
     if hasattr(model.config, "use_cache"):
-        model.config.use_cache = False
+        model.config.use_cache = False  # a decoder's KV cache and checkpointing do not mix
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -1,0 +1,83 @@
+"""Rank, world size and device from torchrun's environment; one process per device.
+
+`torchrun --nproc_per_node=N -m pipeline.train` sets RANK, WORLD_SIZE and LOCAL_RANK; a plain
+`python -m pipeline.train` has none of them and runs as rank 0 of a world of 1. The same code runs on
+one node or many: the rendezvous is torchrun's business, not ours.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device(f"cuda:{local_rank}")
+    return device
+
+
+def setup(device_name: str = "auto") -> Dist:
+    """Join the process group torchrun prepared (NCCL on CUDA, gloo on CPU), or run alone."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(device_name, local_rank)
+    if world > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        # a generous timeout: rank 0 may spend minutes writing files while the others wait at a barrier
+        dist.init_process_group(backend=backend, timeout=timedelta(minutes=60))
+    return Dist(rank, world, local_rank, device)
+
+
+def teardown(d: Dist) -> None:
+    if d.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(d: Dist) -> None:
+    if d.enabled:
+        dist.barrier()
+
+
+def gather_objects(d: Dist, obj) -> list:
+    """Every rank's `obj`, in rank order (a list of one where there is one process)."""
+    if not d.enabled:
+        return [obj]
+    out = [None] * d.world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def any_rank(d: Dist, flag: bool) -> bool:
+    """True on every rank if it is true on any: ranks decide together, so none waits alone at a collective."""
+    if not d.enabled:
+        return flag
+    t = torch.tensor([int(flag)], device=d.device if d.device.type == "cuda" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())

@@ -1,0 +1,309 @@
+"""One epoch of training and one pass of prediction. The three memory techniques live here.
+
+- Mixed precision: the forward runs under torch.autocast (bf16 or fp16); the loss is computed in
+  fp32 from the logits with BCE-with-logits. fp16 needs a GradScaler; bf16 and fp32 do not.
+- Gradient accumulation: micro-batches are grouped into windows of `accumulation`; each micro-batch's
+  summed loss is divided by the number of examples in the whole window (on all ranks), so the window's
+  gradient is exactly that of one big batch, the last shorter window included. One optimizer step
+  (and one scheduler step) per window; under DDP only the window's last micro-batch all-reduces.
+- Gradient checkpointing: switched on in pipeline.modeling; it acts only in train mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from pipeline.config import TrainConfig
+from pipeline.errors import PipelineError
+from pipeline.tokens import Ragged
+
+PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class NonFiniteError(PipelineError):
+    pass
+
+
+# ---------------------------------------------------------------- precision, optimizer
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """`auto`: bf16 where the device supports it, else fp16 on CUDA; fp16 never on CPU."""
+    if name == "auto":
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "bf16"
+    if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise PipelineError("train.precision=bf16: this GPU has no bf16; use fp16 or auto")
+    return name
+
+
+def autocast(precision: str, device: torch.device):
+    dtype = PRECISIONS[precision]
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def make_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
+    # only fp16 underflows: its gradients need scaling up before backward and down before the step
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW without decay on biases and LayerNorm weights; fused where the device has it, or 8-bit."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.optimizer == "adamw8bit":
+        if device.type != "cuda":
+            raise PipelineError("train.optimizer=adamw8bit runs only on a CUDA GPU (bitsandbytes); use adamw here")
+        try:
+            import bitsandbytes as bnb
+        except ImportError as e:
+            raise PipelineError(f"train.optimizer=adamw8bit needs bitsandbytes ({e})") from None
+        return bnb.optim.AdamW8bit(groups, lr=cfg.lr)
+    return torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, warmup: float, total_steps: int):
+    """Linear warm-up then linear decay to zero, counted in optimizer steps (not micro-batches)."""
+    warm = max(1, int(round(warmup * total_steps))) if warmup > 0 else 0
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# ---------------------------------------------------------------- batches
+
+
+def length_grouped_batches(
+    lengths: np.ndarray, batch_size: int, seed: int, epoch: int, world: int = 1, shuffle: bool = True
+) -> list[np.ndarray]:
+    """Micro-batches of similar length (little padding), in a new random order each epoch.
+
+    Rows are shuffled, cut into chunks of 50 batches, sorted by length inside each chunk and batched;
+    the batches are then shuffled. The list is padded (by repeating its first batches) to a multiple
+    of `world` so that every rank gets the same number of micro-batches and none waits at an all-reduce.
+    """
+    n = len(lengths)
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    chunk = batch_size * 50
+    batches = []
+    for start in range(0, n, chunk):
+        part = order[start : start + chunk]
+        part = part[np.argsort(-lengths[part], kind="stable")]
+        batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    if len(batches) % world:
+        batches += batches[: world - len(batches) % world]
+    return batches
+
+
+def micro_steps(batches: list[np.ndarray], world: int) -> list[list[np.ndarray]]:
+    """Micro-step k is batches[k*world : (k+1)*world]: rank r takes the r-th of them."""
+    return [batches[k : k + world] for k in range(0, len(batches), world)]
+
+
+def accumulation_windows(n_micro: int, accumulation: int) -> list[range]:
+    """Micro-step indices of each optimizer step: full windows, then one shorter window if any are left."""
+    return [range(s, min(s + accumulation, n_micro)) for s in range(0, n_micro, accumulation)]
+
+
+def collate(
+    data: Ragged, idx: np.ndarray, pad_id: int, multiple: int = 1, labels: np.ndarray | None = None
+) -> dict[str, torch.Tensor]:
+    """Pad a batch to its own longest row (rounded up to `multiple`: tensor cores like multiples of 8)."""
+    rows = [data[i] for i in idx]
+    width = max(len(r) for r in rows)
+    width = -(-width // multiple) * multiple
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+        mask[i, : len(r)] = 1
+    out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    if labels is not None:
+        out["labels"] = torch.from_numpy(labels[idx].astype(np.float32))
+    return out
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+# ---------------------------------------------------------------- memory
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak allocated GPU memory on CUDA; on CPU the process's peak resident memory (it never resets)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------- training
+
+
+@dataclass
+class StepState:
+    """Where the epoch is; a resume state carries it so that a restart skips finished windows."""
+
+    window: int = 0  # windows (optimizer steps) done in this epoch
+    loss_sum: float = 0.0  # summed per-example loss over the examples seen this epoch
+    examples: int = 0
+    bad_steps: int = 0  # consecutive optimizer steps skipped for non-finite gradients
+    skipped: int = 0  # all skipped steps this epoch
+
+
+def train_epoch(
+    model: torch.nn.Module,
+    steps: list[list[np.ndarray]],
+    data: Ragged,
+    labels: np.ndarray,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    scaler: torch.amp.GradScaler,
+    cfg: TrainConfig,
+    precision: str,
+    device: torch.device,
+    *,
+    pad_id: int,
+    rank: int = 0,
+    world: int = 1,
+    state: StepState | None = None,
+    after_window: Callable[[StepState], bool] | None = None,
+    progress: bool = True,
+    desc: str = "train",
+    max_bad_steps: int = 20,
+) -> StepState:
+    """Train over the micro-steps, one optimizer step per accumulation window.
+
+    `after_window(state)` runs after each optimizer step; it returns True to stop early (an interrupt),
+    leaving `state.window` at the number of windows completed.
+    """
+    model.train()
+    state = state or StepState()
+    multiple = 8 if precision != "fp32" else 1
+    windows = accumulation_windows(len(steps), cfg.accumulation)
+    ddp = world > 1
+    bar = tqdm(
+        total=len(windows),
+        initial=state.window,
+        desc=desc,
+        unit="step",
+        disable=not progress,
+        dynamic_ncols=True,
+        leave=False,
+    )
+    start, seen = time.perf_counter(), 0
+    for w in range(state.window, len(windows)):
+        window = windows[w]
+        # examples in this whole window on all ranks: every rank knows the plan, so no communication
+        n_window = sum(len(b) for k in window for b in steps[k])
+        for j, k in enumerate(window):
+            batch = to_device(collate(data, steps[k][rank], pad_id, multiple, labels), device)
+            last = j == len(window) - 1
+            # DDP all-reduces in backward; inside no_sync it only accumulates locally, so the gradients
+            # cross the network once per window (forward and backward both inside the context)
+            sync = model.no_sync() if ddp and not last else contextlib.nullcontext()
+            with sync:
+                with autocast(precision, device):
+                    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                # fp32 loss from logits (never sigmoid then BCE: it saturates and underflows in half precision)
+                loss_sum = F.binary_cross_entropy_with_logits(
+                    logits.float().squeeze(-1), batch["labels"], reduction="sum"
+                )
+                # sum / examples in the window makes the window's gradient the mean over all its examples;
+                # x world undoes DDP's averaging over ranks, which would otherwise divide a second time
+                scaler.scale(loss_sum * (world / n_window)).backward()
+            state.loss_sum += float(loss_sum.detach())
+            state.examples += len(steps[k][rank])
+            seen += len(steps[k][rank])
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        finite = bool(torch.isfinite(norm))
+        if scaler.is_enabled():
+            scale = scaler.get_scale()
+            scaler.step(optimizer)  # skips the update by itself when fp16 gradients overflowed
+            scaler.update()
+            stepped = scaler.get_scale() >= scale  # the scale shrinks exactly when the step was skipped
+        else:
+            if finite:
+                optimizer.step()
+            stepped = finite
+        optimizer.zero_grad(set_to_none=True)
+        if stepped:
+            scheduler.step()  # the schedule counts optimizer steps that happened
+            state.bad_steps = 0
+        else:
+            state.bad_steps += 1
+            state.skipped += 1
+            if state.bad_steps >= max_bad_steps:
+                raise NonFiniteError(
+                    f"{desc}: non-finite loss or gradients for {state.bad_steps} optimizer steps in a row "
+                    f"(at step {w + 1} of {len(windows)}). Try train.precision=bf16, a lower train.lr, "
+                    f"or a smaller train.max_grad_norm; the last good state is kept"
+                )
+        state.window = w + 1
+        if progress:
+            bar.update(1)
+            bar.set_postfix(
+                loss=f"{state.loss_sum / max(state.examples, 1):.4f}",
+                ex_s=f"{seen / (time.perf_counter() - start):.0f}",
+            )
+        if after_window is not None and after_window(state):
+            break
+    bar.close()
+    return state
+
+
+@torch.no_grad()
+def predict(
+    model: torch.nn.Module,
+    data: Ragged,
+    idx: np.ndarray,
+    batch_size: int,
+    precision: str,
+    device: torch.device,
+    pad_id: int,
+    progress: bool = False,
+    desc: str = "predict",
+) -> np.ndarray:
+    """Probabilities for rows `idx` (in that order), batched by length for speed."""
+    model.eval()
+    idx = np.asarray(idx)
+    out = np.empty(len(idx), dtype=np.float64)
+    order = np.argsort(-data.lengths[idx], kind="stable")
+    multiple = 8 if precision != "fp32" else 1
+    for s in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
+        pos = order[s : s + batch_size]
+        batch = to_device(collate(data, idx[pos], pad_id, multiple), device)
+        with autocast(precision, device):
+            logits = model(**batch).logits
+        out[pos] = torch.sigmoid(logits.float().squeeze(-1)).cpu().numpy()
+    return out
+
+
+def optimizer_steps(n_examples: int, cfg: TrainConfig, world: int, epochs: int) -> int:
+    micro = math.ceil(math.ceil(n_examples / cfg.micro_batch) / world)
+    return epochs * math.ceil(micro / cfg.accumulation)
