@@ -14,7 +14,7 @@ RUN = $(VENV)/bin/torchrun --standalone --nproc_per_node=$(GPUS) -m
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help data train predict cv bench kernel kernel-output test lint clean venv
+.PHONY: help data train predict cv baseline bench kernel kernel-output test lint clean venv
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ predict: $(STAMP) ## fold models on test, ensembled into submissions/submission.
 
 cv: $(STAMP) ## fold and per-language AUC of what has been trained so far
 	$(PY) -m pipeline.metrics --config $(CONFIG) $(ARGS)
+
+baseline: $(STAMP) ## TF-IDF + logistic regression on the same folds, side by side with the trained model
+	$(PY) -m pipeline.baseline --config $(CONFIG) $(ARGS)
 
 bench: $(STAMP) ## peak memory and speed of each memory technique, side by side with HF Trainer
 	$(PY) -m pipeline.bench --config $(CONFIG) $(ARGS)

@@ -1,0 +1,146 @@
+"""DDP on CPU (gloo, 2 processes): accumulation under no_sync equals one process with twice the window."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from pipeline import loop
+from pipeline.config import TrainConfig
+from pipeline.tokens import Ragged
+
+MICRO, ACCUM = 3, 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tiny_model(seed: int = 0):
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
+    torch.manual_seed(seed)
+    cfg = XLMRobertaConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=40,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pad_token_id=1,
+        num_labels=1,
+    )
+    return XLMRobertaForSequenceClassification(cfg)
+
+
+def toy_data(n: int = 29, seed: int = 1) -> tuple[Ragged, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rows = [[0, *rng.integers(4, 50, size=rng.integers(2, 12)).tolist(), 2] for _ in range(n)]
+    return Ragged.from_lists(rows), rng.integers(0, 2, size=n).astype(np.float32)
+
+
+def train_once(model, steps, rank: int, world: int, accumulation: int):
+    """One epoch over `steps` with plain SGD (so weights move by exactly lr x gradient)."""
+    data, labels = toy_data()
+    cfg = TrainConfig(accumulation=accumulation, max_grad_norm=1e9, lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    scaler = loop.make_scaler("fp32", torch.device("cpu"))
+    return loop.train_epoch(
+        model,
+        steps,
+        data,
+        labels,
+        optimizer,
+        scheduler,
+        scaler,
+        cfg,
+        "fp32",
+        torch.device("cpu"),
+        pad_id=1,
+        rank=rank,
+        world=world,
+        progress=False,
+    )
+
+
+def plan(world: int) -> list[list[np.ndarray]]:
+    data, _ = toy_data()
+    batches = loop.length_grouped_batches(data.lengths, MICRO, seed=0, epoch=0, world=1)
+    batches = batches[: (len(batches) // 2) * 2]  # an even count: both plans see the same rows
+    return loop.micro_steps(batches, world)
+
+
+def _worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from pipeline.modeling import enable_checkpointing
+
+        results = {}
+        for checkpointing in (False, True):
+            model = tiny_model()
+            if checkpointing:
+                enable_checkpointing(model)  # before DDP wraps the model
+            net = DDP(model)
+            calls = []
+
+            def counting_hook(state, bucket, calls=calls):
+                calls.append(bucket.index())  # one call per bucket per synchronised backward
+                return allreduce_hook(state, bucket)
+
+            net.register_comm_hook(None, counting_hook)
+            steps = plan(world)
+            train_once(net, steps, rank, world, ACCUM)
+            results[checkpointing] = {
+                "state": model.state_dict(),
+                "bucket0_calls": calls.count(0),
+                "windows": len(loop.accumulation_windows(len(steps), ACCUM)),
+            }
+        if rank == 0:
+            torch.save(results, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ddp_results(tmp_path_factory) -> dict:
+    """One 2-process gloo run (spawning is the slow part), with and without checkpointing."""
+    out = tmp_path_factory.mktemp("ddp") / "ddp.pt"
+    mp.spawn(_worker, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    return torch.load(out, weights_only=False)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_two_ranks_equal_one_process_with_double_accumulation(ddp_results: dict, checkpointing: bool):
+    ddp = ddp_results[checkpointing]
+    single = tiny_model()
+    if checkpointing:
+        from pipeline.modeling import enable_checkpointing
+
+        enable_checkpointing(single)
+    train_once(single, plan(1), rank=0, world=1, accumulation=2 * ACCUM)
+
+    start = tiny_model().state_dict()
+    moved = False
+    for name, value in single.state_dict().items():
+        torch.testing.assert_close(ddp["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+        moved |= not torch.equal(value, start[name])
+    assert moved, "training did not change the weights"
+    # gradients crossed between ranks once per accumulation window, not once per micro-batch
+    assert ddp["bucket0_calls"] == ddp["windows"]
+    assert ddp["windows"] < len(plan(2))
