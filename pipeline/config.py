@@ -54,6 +54,7 @@ class ModelConfig:
     name: str = "tiny"  # "tiny", a hub name (xlm-roberta-large) or a local folder
     max_length: int = 128
     dropout: float = 0.1
+    trim_vocab: bool = False  # keep only the embedding rows of tokens the competition's texts use
     tiny: TinyConfig = field(default_factory=TinyConfig)
 
 
@@ -75,11 +76,44 @@ class TrainConfig:
     seed: int = 42
     save_every_steps: int = 0  # also save a resume state every N optimizer steps (0: at epoch ends only)
     max_bad_steps: int = 20  # consecutive non-finite optimizer steps before the fold stops
+    max_memory_gb: float = 0.0  # > 0: pick the largest micro-batch that fits (same effective batch)
 
 
 @dataclass(frozen=True)
 class PredictConfig:
     ensemble: str = "mean"  # mean | rank
+
+
+@dataclass(frozen=True)
+class KaggleConfig:
+    """`make kernel`: the pipeline run in a Kaggle GPU notebook (see pipeline/kernel.py)."""
+
+    dry_run: bool = False  # write the kernel folder and code bundle, push nothing
+    dir: str = "kernel"  # where the kernel folder, code bundle and downloaded output are written
+    user: str = ""  # Kaggle user name; "" means the authenticated one (KAGGLE_USERNAME, kaggle.json, token)
+    kernel_slug: str = ""  # "" means jigsaw-<name>
+    title: str = ""  # "" means a title whose slug is kernel_slug (Kaggle derives the URL from the title)
+    dataset_slug: str = ""  # the code bundle's dataset; "" means <kernel_slug>-code
+    kernel_type: str = "script"  # script | notebook
+    is_private: bool = True
+    enable_gpu: bool = True
+    model_source: str = ""  # weights for model.name: a dataset owner/slug, or a Kaggle Model owner/model/fw/inst/ver
+    model_subdir: str = ""  # folder inside model_source holding config.json ("" means found by search)
+    timeout: int = 0  # session limit in seconds passed to kernels_push (0: Kaggle's default)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """`make bench`: the memory and speed table (random weights and token ids, no download)."""
+
+    model: str = "xlm-roberta-base"  # xlm-roberta-base | xlm-roberta-large (architecture only)
+    seq_len: int = 128  # the issue's 256 takes about an hour on 2 busy CPU cores; a GPU runs 256
+    effective_batch: int = 32
+    micro_batch: int = 4  # the accumulation rows: micro_batch x (effective_batch / micro_batch)
+    steps: int = 1  # timed optimizer steps per row, after an untimed warm-up
+    trainer: bool = True  # also run each row with Hugging Face Trainer
+    vocab_used: int = 60000  # distinct token ids in the data (what trimming keeps); see bench.py
+    max_memory_gb: float = 11.0  # the cap of the auto-fit row
 
 
 @dataclass(frozen=True)
@@ -92,6 +126,8 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     predict: PredictConfig = field(default_factory=PredictConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    kaggle: KaggleConfig = field(default_factory=KaggleConfig)
 
     def to_dict(self) -> dict:
         return _plain(dataclasses.asdict(self))
@@ -109,6 +145,7 @@ CHOICES = {
     "train.precision": ("fp32", "fp16", "bf16", "auto"),
     "train.optimizer": ("adamw", "adamw8bit"),
     "predict.ensemble": ("mean", "rank"),
+    "kaggle.kernel_type": ("script", "notebook"),
 }
 
 

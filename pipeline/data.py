@@ -14,6 +14,7 @@ fold -1. The same config and files give the same table, byte for byte.
 
 from __future__ import annotations
 
+import codecs
 import sys
 import time
 from pathlib import Path
@@ -102,6 +103,25 @@ def find_extra(cfg: Config, raw: Path, name: str) -> Path:
 # ---------------------------------------------------------------- read and check
 
 
+def not_utf8(path: Path) -> DataError:
+    """The first byte of `path` that is not UTF-8, at its offset in the file (pandas' offset is in its buffer)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            pending = len(decoder.getstate()[0])  # bytes of a character split across blocks
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as e:
+                at = offset - pending + e.start
+                byte = e.object[e.start]
+                return DataError(f"{path}: not UTF-8 text (byte {byte:#04x} at offset {at}); save it as UTF-8")
+            if not block:
+                return DataError(f"{path}: not UTF-8 text; save it as UTF-8")
+            offset += len(block)
+
+
 def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), usecols: bool = True) -> pd.DataFrame:
     """Read a CSV with a real parser, all as text; check columns and labels. Errors name the file."""
     path = Path(path)
@@ -111,8 +131,8 @@ def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), useco
         header = pd.read_csv(path, nrows=0, encoding="utf-8").columns.tolist()
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: empty file") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     except (pd.errors.ParserError, ValueError) as e:
         raise DataError(f"{path}: not a readable CSV ({str(e).strip().splitlines()[-1]})") from None
     missing = [c for c in columns if c not in header]
@@ -127,8 +147,8 @@ def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), useco
             usecols=columns if usecols else None,
             encoding="utf-8",
         )
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     except (pd.errors.ParserError, ValueError) as e:
         raise DataError(f"{path}: not a readable CSV ({str(e).strip().splitlines()[-1]})") from None
     for col in labels:
@@ -284,7 +304,8 @@ def summarize(table: pd.DataFrame, test: pd.DataFrame) -> dict:
             {"source": s, "lang": lang, "rows": int(r.rows), "toxic_rate": round(float(r.toxic), 4)}
             for (s, lang), r in by.iterrows()
         ],
-        "folds": {int(k): int(v) for k, v in table["fold"].value_counts().sort_index().items()},
+        # keys as text: data.json gives them back so, and a rerun returns what a build returned
+        "folds": {str(int(k)): int(v) for k, v in table["fold"].value_counts().sort_index().items()},
         "test_langs": {str(k): int(v) for k, v in test["lang"].value_counts().sort_index().items()},
     }
 

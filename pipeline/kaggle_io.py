@@ -358,3 +358,187 @@ def _install(files: Path, dest: Path) -> None:
         for folder in reversed(created):
             folder.rmdir()
         raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Uploads and kernels (`make kernel`, `make kernel-output`)
+#
+# kaggle 2.2.5 facts used below (read from kaggle_api_extended.py):
+#
+# * `dataset_create_new(folder, public, quiet, convert_to_csv, dir_mode, ignore_patterns)` and
+#   `dataset_create_version(folder, version_notes, quiet, convert_to_csv, delete_old_versions, dir_mode,
+#   ignore_patterns)` read `<folder>/dataset-metadata.json` and upload every other entry of the folder;
+#   with dir_mode="zip" a subfolder is uploaded as `<name>.zip` holding the folder's contents (paths
+#   relative to the folder itself), otherwise subfolders are skipped. Both return an
+#   ApiCreateDatasetResponse whose `status` is "ok" or whose `error` says what went wrong (create_new
+#   returns such an error, not an exception, when the slug is taken).
+# * `dataset_status(ref)` returns "ready", "pending", ... and raises HTTPError 404 for no such dataset.
+# * `kernels_push(folder, timeout=None, acc=None, no_run=False)` reads `<folder>/kernel-metadata.json`
+#   and returns an ApiSaveKernelResponse: `url`, `version_number`, `error`, `invalid_dataset_sources`,
+#   `invalid_competition_sources`, `invalid_kernel_sources`, `invalid_model_sources`.
+# * `kernels_status(ref)` returns `.status` (a KernelWorkerStatus enum: QUEUED, RUNNING, COMPLETE, ERROR,
+#   CANCEL_REQUESTED, CANCEL_ACKNOWLEDGED, NEW_SCRIPT) and `.failure_message`.
+# * `kernels_output(ref, path, file_pattern=None, force=False, quiet=True, ...)` writes each output file
+#   at `<path>/<its name relative to /kaggle/working>` (`file_pattern` is a regex searched in that name)
+#   plus `<path>/<slug>.log`, and returns (files, next_page_token). Both kernel calls turn a 401/403
+#   into a ValueError "Cannot access kernel ... (Permission 'kernels.get' was denied) ...".
+
+CONFIG_NAME_USER = "username"  # KaggleApi.CONFIG_NAME_USER
+
+
+def configured_username(env: Mapping[str, str] | None = None, home: Path | None = None) -> str:
+    """The Kaggle user name known without importing kaggle: KAGGLE_USERNAME, else kaggle.json's; or ""."""
+    env = os.environ if env is None else env
+    home = Path.home() if home is None else home
+    return str(env.get("KAGGLE_USERNAME") or _kaggle_json(env, home).get("username") or "")
+
+
+def authenticated_username(api: KaggleApi) -> str:
+    """The user name the API authenticated as ("" when the credentials do not carry one)."""
+    try:
+        return str(api.get_config_value(CONFIG_NAME_USER) or "")
+    except Exception:  # get_config_value only reads a dict, but a stranger api object may differ
+        return ""
+
+
+def _kernel_access(exc: BaseException, what: str) -> KaggleError:
+    # kernels_status / kernels_output replace a 401/403 by a ValueError with this wording.
+    if isinstance(exc, ValueError) and "was denied" in str(exc):
+        return KaggleError(
+            f"{what}: access denied (403): check the slug (kaggle.user / kaggle.kernel_slug) and that "
+            "the kernel belongs to the account whose credentials are in use"
+        )
+    return explain(exc, what)
+
+
+def dataset_exists(ref: str, api: KaggleApi) -> bool:
+    """Whether dataset `ref` (owner/slug) exists for this account; 404 means no, other failures raise."""
+    try:
+        api.dataset_status(ref)
+    except Exception as exc:
+        if _status(exc) == 404:
+            return False
+        raise explain(exc, f"dataset {ref}") from exc
+    return True
+
+
+def wait_dataset_ready(
+    ref: str, api: KaggleApi, timeout_s: float = 900, poll_s: float = 10, sleep: Callable[[float], None] | None = None
+) -> str:
+    """Poll `dataset_status(ref)` until Kaggle has processed the upload; return the last status.
+
+    A kernel pushed before its code dataset is ready would mount the previous version.
+    """
+    import time
+
+    sleep = time.sleep if sleep is None else sleep
+    waited = 0.0
+    while True:
+        try:
+            status = str(api.dataset_status(ref) or "").lower()
+        except Exception as exc:
+            raise explain(exc, f"dataset {ref}") from exc
+        if status == "ready":
+            return status
+        if status in ("error", "failed"):
+            raise KaggleError(f"dataset {ref}: Kaggle could not process the upload (status {status})")
+        if waited >= timeout_s:
+            raise KaggleError(
+                f"dataset {ref}: still {status or 'processing'} after {waited:.0f} s; "
+                "run `make kernel` again once https://www.kaggle.com/datasets/" + ref + " shows it ready"
+            )
+        sleep(poll_s)
+        waited += poll_s
+
+
+def upload_dataset(folder: Path, ref: str, notes: str, api: KaggleApi) -> tuple[str, str]:
+    """Create dataset `ref` from `folder` the first time, else add a new version. Returns (action, url).
+
+    Subfolders are uploaded zipped (dir_mode="zip"); Kaggle unpacks them on its side.
+    """
+    what = f"dataset {ref}"
+    exists = dataset_exists(ref, api)
+    error = _send_dataset(folder, notes, api, exists, what)
+    if error and "already in use" in error and not exists:
+        exists = True  # created meanwhile (create_new answers so instead of raising): add a version
+        error = _send_dataset(folder, notes, api, exists, what)
+    if error:
+        if "already in use" in error or "409" in error:
+            raise KaggleError(f"{what}: conflict (409): {_clean(error)}")
+        raise KaggleError(f"{what}: upload refused: {_clean(error)}")
+    return ("new version" if exists else "created"), f"https://www.kaggle.com/datasets/{ref}"
+
+
+def _send_dataset(folder: Path, notes: str, api: KaggleApi, exists: bool, what: str) -> str:
+    """One create/version call; returns Kaggle's error text, "" on success."""
+    try:
+        if exists:
+            result = api.dataset_create_version(str(folder), notes, quiet=True, dir_mode="zip")
+        else:
+            result = api.dataset_create_new(str(folder), public=False, quiet=True, dir_mode="zip")
+    except Exception as exc:
+        raise explain(exc, what) from exc
+    if result is None:
+        return "the upload returned nothing (see the output above)"
+    status, error = str(getattr(result, "status", "") or ""), str(getattr(result, "error", "") or "")
+    if status.lower() == "ok" and not error:
+        return ""
+    return error or f"status {status or 'unknown'}"
+
+
+def push_kernel(folder: Path, ref: str, api: KaggleApi, timeout_s: int = 0) -> tuple[str, int | None]:
+    """Push the kernel folder (kernel-metadata.json + code file) and start a run. Returns (url, version)."""
+    what = f"kernel {ref}"
+    try:
+        result = api.kernels_push(str(folder), timeout=str(timeout_s) if timeout_s else None)
+    except Exception as exc:
+        raise explain(exc, what) from exc
+    if result is None:
+        raise KaggleError(f"{what}: the push returned nothing (see the output above)")
+    error = str(getattr(result, "error", "") or "")
+    if error:
+        hint = " (another version may still be saving: wait for it, then push again)" if "409" in error else ""
+        raise KaggleError(f"{what}: push refused: {_clean(error)}{hint}")
+    invalid = []
+    for kind in ("dataset", "competition", "kernel", "model"):
+        bad = list(getattr(result, f"invalid_{kind}_sources", None) or [])
+        if bad:
+            invalid.append(f"{kind} sources {', '.join(map(str, bad))}")
+    if invalid:
+        raise KaggleError(
+            f"{what}: pushed, but Kaggle could not attach {'; '.join(invalid)} "
+            "(check the names, that the competition's rules are accepted and that you can see the datasets)"
+        )
+    url = str(getattr(result, "url", "") or f"https://www.kaggle.com/code/{ref}")
+    version = getattr(result, "version_number", None)
+    return url, version if isinstance(version, int) else None
+
+
+def kernel_status(ref: str, api: KaggleApi) -> tuple[str, str]:
+    """(status, failure message) of the kernel's latest run; status is lower case: complete, running, ..."""
+    try:
+        result = api.kernels_status(ref)
+    except Exception as exc:
+        raise _kernel_access(exc, f"kernel {ref}") from exc
+    status = getattr(result, "status", "")
+    name = getattr(status, "name", status)  # a KernelWorkerStatus enum in kagglesdk
+    return str(name).lower(), str(getattr(result, "failure_message", "") or "")
+
+
+def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: str | None = None) -> list[Path]:
+    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`, replaced whole.
+
+    The files land in a temporary folder first: a failed download leaves `dest` as it was.
+    """
+    from pipeline.io import atomic_dir
+
+    what = f"kernel {ref}"
+    dest = Path(dest)
+    with atomic_dir(dest) as tmp:
+        try:
+            api.kernels_output(ref, str(tmp), file_pattern=file_pattern, force=True, quiet=True)
+        except Exception as exc:
+            raise _kernel_access(exc, what) from exc
+        if not _files(tmp):
+            raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
+    return _files(dest)

@@ -81,6 +81,16 @@ class FakeKaggleApi:
         self.archive = archive
         self.error = error
         self.calls: list[tuple[str, dict]] = []
+        # uploads and kernels (see below): set these after construction
+        self.username = "tester"  # what get_config_value("username") answers after authenticate()
+        self.datasets: set[str] = set()  # dataset refs that exist
+        self.dataset_states: list[str] = []  # statuses dataset_status serves in turn, then "ready"
+        self.create_result: dict = {}  # overrides on the dataset create/version response
+        self.push_result: dict = {}  # overrides on the kernels_push response
+        self.kernel_state = "COMPLETE"  # a KernelWorkerStatus name
+        self.failure_message = ""
+        self.outputs: dict[str, bytes] = {}  # the kernel's output: name relative to /kaggle/working -> bytes
+        self.fail: dict[str, BaseException] = {}  # method name -> exception it raises
 
     def _serve(self, path: str | None, name: str) -> None:
         if self.error is not None:
@@ -123,6 +133,105 @@ class FakeKaggleApi:
         )
         # Real: outfile = os.path.join(path, dataset_slug + ".zip"), dataset being owner/slug[/version]
         self._serve(path, f"{dataset.split('/')[1]}.zip")
+
+    # --- uploads and kernels (pipeline.kernel); configured by the attributes set in __init__
+
+    def _record(self, name: str, **kwargs) -> None:
+        self.calls.append((name, kwargs))
+        failure = self.fail.get(name)
+        if failure is not None:
+            raise failure
+
+    def get_config_value(self, name: str):
+        return self.username if name == "username" else None
+
+    def dataset_status(self, dataset: str, format=None):
+        self._record("dataset_status", dataset=dataset)
+        if dataset not in self.datasets:
+            raise http_error(404, "Not Found")
+        return self.dataset_states.pop(0) if self.dataset_states else "ready"
+
+    def _uploaded(self, folder: str, dir_mode: str) -> list[str]:
+        """What the real upload_files sends: top-level files, folders zipped only with dir_mode zip/tar."""
+        sent = []
+        for entry in sorted(Path(folder).iterdir()):
+            if entry.name == "dataset-metadata.json":
+                continue
+            if entry.is_file():
+                sent.append(entry.name)
+            elif dir_mode in ("zip", "tar"):
+                sent.append(f"{entry.name}.{dir_mode}")
+        return sent
+
+    def _create_response(self, ref: str):
+        result = {"status": "ok", "error": None, "url": f"https://www.kaggle.com/datasets/{ref}", **self.create_result}
+        return types.SimpleNamespace(invalidTags=[], **result)
+
+    def dataset_create_new(
+        self, folder, public=False, quiet=False, convert_to_csv=True, dir_mode="skip", ignore_patterns=None
+    ):
+        ref = json.loads(Path(folder, "dataset-metadata.json").read_text())["id"]
+        self._record(
+            "dataset_create_new", folder=folder, public=public, dir_mode=dir_mode, sent=self._uploaded(folder, dir_mode)
+        )
+        self.datasets.add(ref)
+        return self._create_response(ref)
+
+    def dataset_create_version(
+        self,
+        folder,
+        version_notes,
+        quiet=False,
+        convert_to_csv=True,
+        delete_old_versions=False,
+        dir_mode="skip",
+        ignore_patterns=None,
+    ):
+        ref = json.loads(Path(folder, "dataset-metadata.json").read_text())["id"]
+        self._record(
+            "dataset_create_version",
+            folder=folder,
+            version_notes=version_notes,
+            dir_mode=dir_mode,
+            sent=self._uploaded(folder, dir_mode),
+        )
+        return self._create_response(ref)
+
+    def kernels_push(self, folder, timeout=None, acc=None, no_run=False):
+        meta = json.loads(Path(folder, "kernel-metadata.json").read_text())
+        self._record("kernels_push", folder=folder, timeout=timeout, metadata=meta)
+        result = {
+            "ref": f"/code/{meta['id']}",
+            "url": f"https://www.kaggle.com/code/{meta['id']}",
+            "version_number": 1,
+            "error": None,
+            "invalid_dataset_sources": [],
+            "invalid_competition_sources": [],
+            "invalid_kernel_sources": [],
+            "invalid_model_sources": [],
+            **self.push_result,
+        }
+        return types.SimpleNamespace(**result)
+
+    def kernels_status(self, kernel):
+        self._record("kernels_status", kernel=kernel)
+        return types.SimpleNamespace(
+            status=types.SimpleNamespace(name=self.kernel_state), failure_message=self.failure_message
+        )
+
+    def kernels_output(self, kernel, path, file_pattern=None, force=False, quiet=True, page_token=None, page_size=20):
+        import re
+
+        self._record("kernels_output", kernel=kernel, path=path, file_pattern=file_pattern, force=force)
+        files = []
+        for name, data in self.outputs.items():
+            if file_pattern is None or re.search(file_pattern, name):
+                Path(path, name).parent.mkdir(parents=True, exist_ok=True)
+                Path(path, name).write_bytes(data)
+                files.append(str(Path(path, name)))
+        log = Path(path, kernel.split("/")[1] + ".log")
+        log.write_text("[]")
+        return [*files, str(log)], None
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -179,7 +288,10 @@ def test_fake_matches_real_signatures(tmp_path: Path) -> None:
         import inspect, json
         from kaggle.api.kaggle_api_extended import KaggleApi
         print(json.dumps({name: list(inspect.signature(getattr(KaggleApi, name)).parameters)
-                          for name in ("competition_download_files", "dataset_download_files")}))
+                          for name in ("competition_download_files", "dataset_download_files",
+                                       "dataset_status", "dataset_create_new", "dataset_create_version",
+                                       "kernels_push", "kernels_status", "kernels_output",
+                                       "get_config_value")}))
         """,
         tmp_path,
     )

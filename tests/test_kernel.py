@@ -1,0 +1,539 @@
+"""Tests for pipeline.kernel (`make kernel`, `make kernel-output`). No test reaches the network.
+
+The kaggle API is replaced at the seam (pipeline.kaggle_io's functions take `api=`) by FakeKaggleApi,
+which records every call. The notebook's code file itself is run in a subprocess against a simulated
+Kaggle layout: temporary folders stand for /kaggle/input (the sample competition, the code bundle as
+Kaggle mounts it, a tiny model folder) and /kaggle/working, sockets are disabled, and the submission
+must appear at <working>/submission.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_kaggle_io import SENTINEL, FakeKaggleApi, http_error, run_python
+
+from pipeline import config, kaggle_io, kernel, sample
+from pipeline.kaggle_io import KaggleError
+from pipeline.kernel import KernelError
+
+COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
+REPO = Path(__file__).resolve().parents[1]
+# Small and fast: a 2-layer, 32-wide XLM-R, 2 folds, 1 epoch, short sequences.
+SMALL = (
+    "data.folds=2",
+    "train.epochs=1",
+    "train.micro_batch=32",
+    "train.accumulation=1",
+    "train.eval_batch=128",
+    "model.max_length=32",
+    "model.tiny.layers=2",
+    "model.tiny.hidden=32",
+    "model.tiny.heads=2",
+    "model.tiny.intermediate=64",
+    "model.tiny.vocab=1000",
+    "train.precision=fp32",  # bf16 autocast is slow on CPU; the GPU run keeps auto
+    "data.english_negatives=100",
+)
+LAYOUT_SCALE = 0.1  # the sample competition under the simulated /kaggle/input: 90 validation, 90 test rows
+
+
+def make_cfg(tmp_path: Path, *overrides: str, name: str = "sample") -> config.Config:
+    return config.load(
+        name,
+        [
+            f"kaggle.dir={tmp_path / 'kernel'}",
+            f"models_dir={tmp_path / 'models'}",
+            f"submissions_dir={tmp_path / 'submissions'}",
+            *overrides,
+        ],
+    )
+
+
+def dry(tmp_path: Path, *overrides: str) -> config.Config:
+    return make_cfg(tmp_path, "kaggle.dry_run=true", "kaggle.user=tester", *overrides)
+
+
+@pytest.fixture(autouse=True)
+def no_credentials(no_kaggle_env: Path) -> Path:
+    """Every test starts with no Kaggle credentials and an empty HOME."""
+    return no_kaggle_env
+
+
+# ---------------------------------------------------------------------------------------------
+# The module and the paths
+
+
+def test_import_is_light(tmp_path: Path) -> None:
+    result = run_python(
+        "import pipeline.kernel, sys; print(sorted(m for m in ('kaggle', 'torch') if m in sys.modules))", tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"  # nothing runs at import, kaggle is reached only through the seam
+
+
+def test_kaggle_paths_from_env_or_defaults() -> None:
+    assert kernel.kaggle_paths({}) == kernel.KagglePaths(Path("/kaggle/input"), Path("/kaggle/working"))
+    paths = kernel.kaggle_paths({"KAGGLE_INPUT_ROOT": "/a", "KAGGLE_WORKING_ROOT": "/b"})
+    assert paths == kernel.KagglePaths(Path("/a"), Path("/b"))
+    assert kernel.on_kaggle({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
+
+
+def test_find_mount_one_or_two_levels_down(tmp_path: Path) -> None:
+    (tmp_path / "datasets" / "owner" / "xlmr").mkdir(parents=True)
+    (tmp_path / COMPETITION).mkdir()
+    assert kernel.find_mount(tmp_path, COMPETITION) == tmp_path / COMPETITION
+    assert kernel.find_mount(tmp_path, "xlmr") == tmp_path / "datasets" / "owner" / "xlmr"
+    assert kernel.find_mount(tmp_path, "absent") is None
+
+
+def test_slugify_matches_python_slugify() -> None:
+    slugify = pytest.importorskip("slugify").slugify  # what kaggle's kernels_push compares the id with
+    for title in ("Jigsaw sample", "Jigsaw xlmr-large", "XLM-R large: 5 folds!", "  a  b--c "):
+        assert kernel.slugify(title) == slugify(title)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata checks
+
+
+def good_kernel(tmp_path: Path) -> tuple[dict, Path]:
+    cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlm-roberta-large")
+    plan = kernel.make_plan(cfg, "tester")
+    folder = tmp_path / "k"
+    meta = kernel.write_kernel(cfg, plan, folder)
+    return meta, folder
+
+
+def test_kernel_metadata_fields(tmp_path: Path) -> None:
+    meta, folder = good_kernel(tmp_path)
+    assert meta == {
+        "id": "tester/jigsaw-sample",
+        "title": "Jigsaw sample",
+        "code_file": "jigsaw-sample.py",
+        "language": "python",
+        "kernel_type": "script",
+        "is_private": True,
+        "enable_gpu": True,
+        "enable_tpu": False,
+        "enable_internet": False,
+        "dataset_sources": ["tester/jigsaw-sample-code", "someone/xlm-roberta-large"],
+        "competition_sources": [COMPETITION],
+        "kernel_sources": [],
+    }
+    assert json.loads((folder / "kernel-metadata.json").read_text()) == meta
+    kernel.check_kernel_metadata(meta, folder)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"id": None}, "missing field 'id'"),
+        ({"title": None}, "missing field 'title'"),
+        ({"code_file": None}, "missing field 'code_file'"),
+        ({"competition_sources": None}, "missing field 'competition_sources'"),
+        ({"enable_internet": None}, "missing field 'enable_internet'"),
+        ({"id": "jigsaw-sample"}, "is not <user>/<slug>"),
+        ({"id": "tester/Jigsaw Sample"}, "the slug must be"),
+        ({"id": "bad user/jigsaw-sample"}, "is not a Kaggle user name"),
+        ({"title": "Jigsaw other"}, "gives the slug 'jigsaw-other'"),
+        ({"language": "r"}, "language must be 'python'"),
+        ({"kernel_type": "rmarkdown"}, "kernel_type must be"),
+        ({"code_file": "missing.py"}, "not found"),
+        ({"code_file": "../x.py"}, "must be a file name"),
+        ({"code_file": "jigsaw-sample.ipynb"}, "must end in .py"),
+        ({"is_private": "true"}, "is_private must be true or false"),
+        ({"enable_gpu": 1}, "enable_gpu must be true or false"),
+        ({"enable_internet": True}, "enable_internet must be false"),
+        ({"competition_sources": []}, "competition_sources is empty"),
+        ({"competition_sources": COMPETITION}, "must be a list of strings"),
+        ({"dataset_sources": ["no-owner"]}, "dataset_sources: 'no-owner' is not <owner>/<dataset>"),
+        ({"dataset_sources": ["a/b", "a/b"]}, "lists a source twice"),
+        ({"model_sources": ["o/m/pytorch/large"]}, "model_sources: 'o/m/pytorch/large' is not"),
+        ({"enable_gpus": True}, "unknown field 'enable_gpus'"),
+    ],
+)
+def test_kernel_metadata_errors(tmp_path: Path, change: dict, message: str) -> None:
+    meta, folder = good_kernel(tmp_path)
+    for key, value in change.items():
+        if value is None:
+            del meta[key]
+        else:
+            meta[key] = value
+    with pytest.raises(KernelError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        kernel.check_kernel_metadata(meta, folder)
+    assert "kernel-metadata.json" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"licenses": None}, "missing field 'licenses'"),
+        ({"licenses": []}, "exactly one license"),
+        ({"licenses": [{"name": ""}]}, "needs a name"),
+        ({"id": "tester/abc"}, "6-50"),
+        ({"title": "abc"}, "title 'abc' must be 6-50"),
+        ({"id": "tester"}, "is not <user>/<slug>"),
+    ],
+)
+def test_dataset_metadata_errors(change: dict, message: str) -> None:
+    meta = kernel.dataset_metadata(kernel.make_plan(config.load("sample"), "tester"))
+    kernel.check_dataset_metadata(meta)
+    for key, value in change.items():
+        if value is None:
+            del meta[key]
+        else:
+            meta[key] = value
+    with pytest.raises(KernelError, match=message):
+        kernel.check_dataset_metadata(meta)
+
+
+def test_bad_metadata_is_caught_before_anything_is_sent(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    cfg = make_cfg(tmp_path, "kaggle.title=Another title")
+    with pytest.raises(KernelError, match="gives the slug 'another-title'"):
+        kernel.build_and_push(cfg, api=api)
+    assert api.calls == []  # no upload, no push
+
+
+def test_non_tiny_model_needs_a_model_source(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match="set kaggle.model_source"):
+        kernel.make_plan(dry(tmp_path, "model.name=xlm-roberta-large"), "tester")
+    with pytest.raises(KernelError, match="expected a dataset owner/slug"):
+        kernel.make_plan(dry(tmp_path, "model.name=x", "kaggle.model_source=a/b/c"), "tester")
+
+
+def test_kaggle_model_goes_to_model_sources(tmp_path: Path) -> None:
+    cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=owner/xlmr/transformers/large/2")
+    plan = kernel.make_plan(cfg, "tester")
+    assert plan.model_mount == "xlmr/transformers/large/2"
+    meta = kernel.write_kernel(cfg, plan, tmp_path / "k")
+    assert meta["model_sources"] == ["owner/xlmr/transformers/large/2"]
+    assert meta["dataset_sources"] == ["tester/jigsaw-sample-code"]
+
+
+def test_notebook_kernel_type_writes_an_ipynb(tmp_path: Path) -> None:
+    cfg = dry(tmp_path, "kaggle.kernel_type=notebook")
+    meta = kernel.write_kernel(cfg, kernel.make_plan(cfg, "tester"), tmp_path / "k")
+    nb = json.loads((tmp_path / "k" / meta["code_file"]).read_text())
+    assert meta["code_file"] == "jigsaw-sample.ipynb" and nb["nbformat"] == 4
+    assert "kernel.notebook_main(CONFIG)" in nb["cells"][0]["source"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The code bundle
+
+
+def test_bundle_holds_the_pipeline_and_configs_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    monkeypatch.setenv("KAGGLE_USERNAME", "tester")
+    cfg = make_cfg(tmp_path, "kaggle.dry_run=true")
+    result = kernel.build_and_push(cfg)
+    code = result["code_dir"]
+    names = sorted(str(p.relative_to(code)) for p in code.rglob("*") if p.is_file())
+    assert "dataset-metadata.json" in names and "kernel-config.yaml" in names
+    assert "pipeline/__init__.py" in names and "pipeline/kernel.py" in names and "pipeline/configs/sample.yaml" in names
+    for name in names:
+        assert name in ("dataset-metadata.json", "kernel-config.yaml") or (
+            name.startswith("pipeline/") and name.endswith((".py", ".yaml"))
+        ), name
+        assert not any(part in name.split("/") for part in ("input", "models", "submissions", ".venv", "__pycache__"))
+    for p in code.rglob("*"):
+        if p.is_file():
+            assert SENTINEL.encode() not in p.read_bytes()
+    assert result["bundle_bytes"] == sum(p.stat().st_size for p in code.rglob("*") if p.is_file())
+    assert result["bundle_bytes"] < 1 << 20
+    meta = json.loads((code / "dataset-metadata.json").read_text())
+    assert meta["id"] == "tester/jigsaw-sample-code" and meta["licenses"] == [{"name": "CC0-1.0"}]
+    assert config.load_file(code / "kernel-config.yaml") == cfg
+
+
+@pytest.mark.parametrize("bad", ["kaggle.json", "input/x.csv", "models/m/model.safetensors", "notes.txt"])
+def test_check_bundle_refuses_data_and_credentials(tmp_path: Path, bad: str) -> None:
+    folder = tmp_path / "bundle"
+    (folder / "pipeline").mkdir(parents=True)
+    (folder / "pipeline" / "a.py").write_text("x = 1\n")
+    kernel.check_bundle(folder)
+    (folder / bad).parent.mkdir(parents=True, exist_ok=True)
+    (folder / bad).write_text("{}")
+    with pytest.raises(KernelError, match="code bundle"):
+        kernel.check_bundle(folder)
+
+
+def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    folder = tmp_path / "bundle"
+    (folder / "pipeline").mkdir(parents=True)
+    (folder / "pipeline" / "a.py").write_text(f"KEY = {SENTINEL!r}\n")
+    with pytest.raises(KernelError, match="contains a Kaggle credential") as info:
+        kernel.check_bundle(folder)
+    assert SENTINEL not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pushing, through the fake API
+
+
+def test_dry_run_sends_nothing_and_says_what_would(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true"]) == 0
+    out = capsys.readouterr().out
+    assert "your-kaggle-name" in out  # no credentials: a placeholder user, said so
+    assert "nothing sent" in out and "kaggle kernels status your-kaggle-name/jigsaw-sample" in out
+    assert "kaggle kernels output" in out and "files," in out  # the bundle's size is printed
+    assert (tmp_path / "kernel" / "jigsaw-sample" / "notebook" / "kernel-metadata.json").is_file()
+
+
+def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    api = FakeKaggleApi()
+    api.dataset_states = ["pending"]  # created, then ready at the second poll
+    cfg = make_cfg(tmp_path)
+    sleeps = []
+    orig = kaggle_io.wait_dataset_ready
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kaggle_io, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
+        result = kernel.build_and_push(cfg, api=api)
+    names = [name for name, _ in api.calls]
+    assert names == ["dataset_status", "dataset_create_new", "dataset_status", "dataset_status", "kernels_push"]
+    create = api.calls[1][1]
+    assert create["dir_mode"] == "zip" and create["public"] is False
+    assert create["sent"] == ["kernel-config.yaml", "pipeline.zip"]  # subfolders travel zipped
+    push = api.calls[-1][1]
+    assert push["folder"] == str(result["kernel_dir"]) and push["metadata"]["id"] == "tester/jigsaw-sample"
+    assert push["metadata"]["enable_internet"] is False and push["metadata"]["enable_gpu"] is True
+    assert len(sleeps) == 1
+    out = capsys.readouterr().out
+    assert "https://www.kaggle.com/code/tester/jigsaw-sample" in out
+    assert "kaggle kernels status tester/jigsaw-sample" in out and "make kernel-output CONFIG=sample" in out
+
+
+def test_second_push_adds_a_version(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.datasets.add("tester/jigsaw-sample-code")
+    kernel.build_and_push(make_cfg(tmp_path, "kaggle.timeout=3600"), api=api)
+    names = [name for name, _ in api.calls]
+    assert names == ["dataset_status", "dataset_create_version", "dataset_status", "kernels_push"]
+    assert api.calls[1][1]["dir_mode"] == "zip"
+    assert api.calls[-1][1]["timeout"] == "3600"
+
+
+def test_user_comes_from_the_api_else_config(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.username = "alice"
+    assert kernel.build_and_push(make_cfg(tmp_path), api=api)["plan"].kernel_ref == "alice/jigsaw-sample"
+    api = FakeKaggleApi()
+    result = kernel.build_and_push(make_cfg(tmp_path, "kaggle.user=bob", "kaggle.kernel_slug=my-run"), api=api)
+    assert result["plan"].kernel_ref == "bob/my-run" and result["metadata"]["title"] == "My run"
+
+
+def test_push_without_credentials_says_how(tmp_path: Path) -> None:
+    with pytest.raises(KaggleError, match="No Kaggle credentials found") as info:
+        kernel.build_and_push(make_cfg(tmp_path))
+    assert kaggle_io.credentials_hint() in str(info.value)
+    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "expected"),
+    [
+        ("dataset_create_new", 403, "dataset tester/jigsaw-sample-code: access denied (403)"),
+        ("dataset_create_version", 409, "conflict (409)"),
+        ("kernels_push", 403, "kernel tester/jigsaw-sample: access denied (403)"),
+        ("kernels_push", 404, "kernel tester/jigsaw-sample: not found (404)"),
+        ("kernels_push", 409, "kernel tester/jigsaw-sample: conflict (409)"),
+        ("kernels_push", 401, "rejected the credentials (401)"),
+        ("dataset_status", 403, "dataset tester/jigsaw-sample-code: access denied (403)"),
+    ],
+)
+def test_api_errors_are_clear(tmp_path: Path, method: str, status: int, expected: str) -> None:
+    api = FakeKaggleApi()
+    if method == "dataset_create_version":
+        api.datasets.add("tester/jigsaw-sample-code")
+    api.fail[method] = http_error(status)
+    with pytest.raises(KaggleError) as info:
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_refusals_in_the_response_are_errors(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.create_result = {"status": "error", "error": "The requested slug is already in use by a dataset."}
+    api.datasets = set()
+    with pytest.raises(KaggleError, match="conflict"):
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+
+    api = FakeKaggleApi()
+    api.push_result = {"invalid_dataset_sources": ["someone/xlm-roberta-large"]}
+    cfg = make_cfg(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlm-roberta-large")
+    with pytest.raises(KaggleError, match="could not attach dataset sources someone/xlm-roberta-large"):
+        kernel.build_and_push(cfg, api=api)
+
+    api = FakeKaggleApi()
+    api.push_result = {"error": "Notebook not found"}
+    with pytest.raises(KaggleError, match="push refused: Notebook not found"):
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+
+
+# ---------------------------------------------------------------------------------------------
+# make kernel-output
+
+
+def test_output_is_downloaded_and_installed(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.5\n",
+        "sample.csv": b"id,toxic\n0,0.5\n",
+        "models/sample/fold0/model.safetensors": b"weights",
+        "models/sample/fold0/oof.csv": b"id,toxic\n",
+        "models/sample/cv.json": b"{}",
+        "input/cache/abc/train_ids.npy": b"big",  # not wanted back
+    }
+    cfg = make_cfg(tmp_path)
+    installed = kernel.fetch_output(cfg, api=api)
+    assert [name for name, _ in api.calls] == ["kernels_status", "kernels_output"]
+    assert (tmp_path / "models" / "sample" / "fold0" / "model.safetensors").read_bytes() == b"weights"
+    assert (tmp_path / "models" / "sample" / "cv.json").is_file()
+    assert (tmp_path / "submissions" / "submission.csv").is_file() and (
+        tmp_path / "submissions" / "sample.csv"
+    ).is_file()
+    assert not (tmp_path / "kernel" / "jigsaw-sample" / "output" / "input").exists()
+    assert (tmp_path / "kernel" / "jigsaw-sample" / "output" / "jigsaw-sample.log").is_file()
+    assert len(installed) == 4
+
+
+@pytest.mark.parametrize(("state", "expected"), [("RUNNING", "is running, not complete"), ("ERROR", "failed: OOM")])
+def test_output_of_an_unfinished_kernel_is_refused(tmp_path: Path, state: str, expected: str) -> None:
+    api = FakeKaggleApi()
+    api.kernel_state, api.failure_message = state, "OOM"
+    with pytest.raises(KernelError, match=expected):
+        kernel.fetch_output(make_cfg(tmp_path), api=api)
+    assert [name for name, _ in api.calls] == ["kernels_status"]
+
+
+def test_output_access_denied(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    # kaggle 2.2.5 turns a 401/403 on kernels_status into this ValueError
+    api.fail["kernels_status"] = ValueError("Cannot access kernel 'x' (Permission 'kernels.get' was denied).")
+    with pytest.raises(KaggleError, match=r"access denied \(403\)"):
+        kernel.fetch_output(make_cfg(tmp_path), api=api)
+
+
+# ---------------------------------------------------------------------------------------------
+# The notebook, run end to end on a simulated Kaggle layout
+
+NO_NETWORK = """
+import socket
+
+def _refuse(*args, **kwargs):
+    raise OSError("network disabled in this test")
+
+socket.socket.connect = _refuse
+socket.create_connection = _refuse
+socket.getaddrinfo = _refuse
+"""
+
+
+def kaggle_layout(tmp_path: Path) -> tuple[Path, Path]:
+    """<tmp>/kaggle/input with the sample competition, and an empty <tmp>/kaggle/working."""
+    root = tmp_path / "kaggle"
+    sample.write(root / "input" / COMPETITION, seed=0, scale=LAYOUT_SCALE)
+    (root / "working").mkdir(parents=True)
+    return root / "input", root / "working"
+
+
+def mount_code(code_dir: Path, input_root: Path, slug: str, unpacked: bool) -> None:
+    """The code bundle as Kaggle mounts it: pipeline/ unpacked, or left as the uploaded pipeline.zip."""
+    mount = input_root / slug
+    if unpacked:
+        shutil.copytree(code_dir, mount, ignore=shutil.ignore_patterns("dataset-metadata.json"))
+    else:
+        mount.mkdir()
+        shutil.copyfile(code_dir / "kernel-config.yaml", mount / "kernel-config.yaml")
+        shutil.make_archive(str(mount / "pipeline"), "zip", code_dir / "pipeline")  # what dir_mode="zip" sends
+
+
+def tiny_model_folder(dest: Path, competition: Path, cfg: config.Config) -> None:
+    """A saved XLM-R (2 layers, hidden 32) and its tokenizer, as a model dataset would hold them."""
+    from transformers import XLMRobertaForSequenceClassification
+
+    from pipeline import modeling
+
+    texts = []
+    for name, col in (("jigsaw-toxic-comment-train.csv", "comment_text"), ("test.csv", "content")):
+        texts += pd.read_csv(competition / name, dtype=str, keep_default_na=False)[col].tolist()
+    modeling.train_tokenizer(texts, 1000, dest)
+    tok = modeling.load_tokenizer(dest)
+    model = XLMRobertaForSequenceClassification(modeling.tiny_config(cfg, len(tok), tok.pad_token_id))
+    model.save_pretrained(dest)
+
+
+def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    guard = tmp_path / "guard"
+    guard.mkdir(exist_ok=True)
+    (guard / "sitecustomize.py").write_text(textwrap.dedent(NO_NETWORK))
+    home = tmp_path / "nb-home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "PYTHON"))}
+    env.update(
+        KAGGLE_INPUT_ROOT=str(input_root),
+        KAGGLE_WORKING_ROOT=str(working),
+        PYTHONPATH=str(guard),  # not the repository: the code must come from the mounted bundle
+        HOME=str(home),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        MPLBACKEND="Agg",
+    )
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=working, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def check_submission(working: Path, input_root: Path, result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sub = pd.read_csv(working / "submission.csv", dtype={"id": str})
+    expected = pd.read_csv(input_root / COMPETITION / "sample_submission.csv", dtype={"id": str})
+    assert sub["id"].tolist() == expected["id"].tolist()
+    assert sub["toxic"].between(0, 1).all()
+    assert (working / "kernel-run.yaml").is_file()
+    line = next(x for x in result.stdout.splitlines() if x.startswith("kernel: code from "))
+    assert str(REPO) not in line  # the bundle's code ran, not the repository's
+
+
+@pytest.mark.slow
+def test_sample_kernel_runs_end_to_end(tmp_path: Path) -> None:
+    """`make kernel ARGS="kaggle.dry_run=true"` on the sample: its kernel folder runs on a simulated Kaggle."""
+    input_root, working = kaggle_layout(tmp_path)
+    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", *SMALL]) == 0
+    root = tmp_path / "kernel" / "jigsaw-sample"
+    mount_code(root / "code", input_root, "jigsaw-sample-code", unpacked=True)
+    result = run_notebook(root / "notebook" / "jigsaw-sample.py", input_root, working, tmp_path)
+    check_submission(working, input_root, result)
+    assert (working / "models" / "sample" / "fold1" / "done.json").is_file()
+    assert f"kernel: code from {input_root / 'jigsaw-sample-code' / 'pipeline'};" in result.stdout
+    # the competition was read in place, never copied or edited
+    assert not (working / "input" / COMPETITION).exists()
+
+
+@pytest.mark.slow
+def test_kernel_with_a_model_folder_runs_end_to_end(tmp_path: Path) -> None:
+    """A non-tiny model.name loads the attached model folder; the bundle mounted as the uploaded zip."""
+    input_root, working = kaggle_layout(tmp_path)
+    overrides = [*SMALL, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlmr-tiny-test"]
+    cfg = dry(tmp_path, *overrides)
+    # a model dataset whose weights sit one folder down: found by their config.json
+    tiny_model_folder(input_root / "xlmr-tiny-test" / "xlm-roberta-tiny", input_root / COMPETITION, cfg)
+    result = kernel.build_and_push(cfg)
+    mount_code(result["code_dir"], input_root, "jigsaw-sample-code", unpacked=False)
+    out = run_notebook(result["kernel_dir"] / "jigsaw-sample.py", input_root, working, tmp_path)
+    check_submission(working, input_root, out)
+    run_cfg = config.load_file(working / "kernel-run.yaml")
+    assert run_cfg.model.name == str(input_root / "xlmr-tiny-test" / "xlm-roberta-tiny")
+    assert run_cfg.data.source == "dir" and run_cfg.data.dir == str(input_root / COMPETITION)
+    assert run_cfg.models_dir == str(working / "models") and run_cfg.submissions_dir == str(working)
