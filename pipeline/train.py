@@ -366,6 +366,7 @@ def run(cfg: Config) -> dict | None:
             for fold in folds:
                 if is_complete(exp / f"fold{fold}", digest):
                     if d.is_main:
+                        (exp / f"fold{fold}" / RESUME).unlink(missing_ok=True)  # killed after done.json
                         done = read_json(exp / f"fold{fold}" / "done.json")
                         print(f"fold {fold}: complete with these settings (AUC {done['auc']:.4f}); skipped")
                     continue
