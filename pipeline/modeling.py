@@ -24,20 +24,48 @@ class ModelError(PipelineError):
 
 
 def train_tokenizer(texts, vocab_size: int, dest: Path, note: dict | None = None) -> Path:
-    """Train a unigram (SentencePiece-style) tokenizer with XLM-R's special tokens and save it to `dest`."""
-    from tokenizers import SentencePieceUnigramTokenizer
+    """Train a SentencePiece unigram model with XLM-R's special tokens and save it as a transformers folder.
+
+    SentencePiece trains deterministically (the same texts give the same pieces and scores); the
+    pieces then become a fast `tokenizers` Unigram model, laid out like XLM-R's: <s> <pad> </s> <unk>,
+    the pieces, then <mask>.
+    """
+    import io
+
+    import sentencepiece as spm
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from tokenizers.processors import TemplateProcessing
 
-    tok = SentencePieceUnigramTokenizer()
-    tok.train_from_iterator(
-        texts, vocab_size=vocab_size, special_tokens=SPECIALS, unk_token="<unk>", show_progress=False
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=proto,
+        vocab_size=vocab_size - len(SPECIALS) + 1,  # its own <unk> gives way to the 5 specials
+        model_type="unigram",
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        num_threads=1,
+        unk_id=0,
+        bos_id=-1,
+        eos_id=-1,
+        max_sentence_length=1 << 16,
+        minloglevel=2,
     )
+    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(1, sp.get_piece_size())]  # 0 is sp's <unk>
+    vocab = [(t, 0.0) for t in SPECIALS[:4]] + pieces + [(SPECIALS[4], 0.0)]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=3, byte_fallback=False))
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.Nmt(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]
+    )
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
     # <s> text </s>, as XLM-R frames every sequence
     tok.post_processor = TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
     )
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok._tokenizer,
+        tokenizer_object=tok,
         bos_token="<s>",
         eos_token="</s>",
         sep_token="</s>",

@@ -76,17 +76,14 @@ def ensure_tokenizer(cfg: Config, table, test, meta: dict):
         stamp = Path(source) / "trained_on.json"
         if not stamp.exists() or read_json(stamp) != note:
             texts = list(table["text"]) + list(test["text"])
-            try:
-                modeling.train_tokenizer(texts, cfg.model.tiny.vocab, Path(source), note)
-            except Exception as e:  # tokenizers raises a bare Exception
-                # the unigram trainer needs a piece for every distinct character of the texts
-                if "not large enough" not in str(e):
-                    raise
-                n = len(set().union(*texts))
+            n = len(set().union(*texts))
+            # the unigram model needs a piece for every distinct character of the texts
+            if cfg.model.tiny.vocab < n + len(modeling.SPECIALS):
                 raise PipelineError(
                     f"model.tiny.vocab={cfg.model.tiny.vocab} is too small for the {n} distinct characters "
                     f"of the texts; set model.tiny.vocab above {n + len(modeling.SPECIALS)}"
-                ) from None
+                )
+            modeling.train_tokenizer(texts, cfg.model.tiny.vocab, Path(source), note)
     return modeling.load_tokenizer(source)
 
 

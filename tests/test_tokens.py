@@ -110,7 +110,8 @@ def test_key_changes_with_tokenizer_files(tmp_path: Path, built) -> None:
 
     _, smaller = prepare(tmp_path / "v", "model.tiny.vocab=300")  # another vocabulary: other files
     assert smaller["table_digest"] == info["table_digest"]
-    assert smaller["vocab_size"] == 300 and smaller["key"] != info["key"]
+    # the vocabulary size is an upper bound: SentencePiece stops early on a small corpus
+    assert smaller["vocab_size"] <= 300 < info["vocab_size"] and smaller["key"] != info["key"]
 
 
 def test_second_prepare_is_a_fast_hit(built) -> None:
