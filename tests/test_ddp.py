@@ -144,3 +144,53 @@ def test_two_ranks_equal_one_process_with_double_accumulation(ddp_results: dict,
     # gradients crossed between ranks once per accumulation window, not once per micro-batch
     assert ddp["bucket0_calls"] == ddp["windows"]
     assert ddp["windows"] < len(plan(2))
+
+
+# ---------------------------------------------------------------- end to end: torchrun, 2 CPU processes
+
+E2E = [
+    "data.sample_scale=0.5",
+    "data.folds=2",
+    "train.epochs=2",
+    "model.tiny.vocab=1000",
+    "model.max_length=48",
+    "train.micro_batch=16",
+]
+
+
+def _stage(args: list[str], base, launcher: list[str]) -> str:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    paths = [f"input_dir={base / 'input'}", f"models_dir={base / 'models'}", f"submissions_dir={base / 'subs'}"]
+    cmd = [*launcher, *args, *paths, *E2E] if launcher else [sys.executable, "-m", *args, *paths, *E2E]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout
+
+
+def test_torchrun_two_processes_match_one(tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=2", "-m"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    for base in (one, two):
+        _stage(["pipeline.data", "--config", "sample"], base, [])
+    # the same effective batch: 16 x 2 x 1 process = 16 x 1 x 2 processes
+    _stage(["pipeline.train", "--config", "sample", "train.accumulation=2"], one, [])
+    out = _stage(["pipeline.train", "--config", "sample", "train.accumulation=1"], two, torchrun)
+    assert "x world 2 = effective batch 32" in out
+    files = {
+        b: sorted(str(p.relative_to(b / "models")) for p in (b / "models").rglob("*") if p.is_file())
+        for b in (one, two)
+    }
+    assert files[one] == files[two]
+    cv = {b: json.loads((b / "models" / "sample" / "cv.json").read_text()) for b in (one, two)}
+    assert cv[one]["oof_auc"] > 0.6
+    assert abs(cv[one]["oof_auc"] - cv[two]["oof_auc"]) < 0.02
+    assert cv[one]["rows"] == cv[two]["rows"]  # every fold row scored exactly once under DDP too
+    done = json.loads((two / "models" / "sample" / "fold0" / "done.json").read_text())
+    assert done["world"] == 2 and done["effective_batch"] == 32
