@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from pipeline import config as config_mod
 from pipeline import sample
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import atomic_dir, file_digest, read_json, write_csv, write_json
+from pipeline.io import atomic_dir, check_free_space, file_digest, read_json, write_csv, write_json
 
 TRAIN = "jigsaw-toxic-comment-train.csv"
 BIAS = "jigsaw-unintended-bias-train.csv"
@@ -122,11 +123,26 @@ def not_utf8(path: Path) -> DataError:
             offset += len(block)
 
 
+def nul_byte(path: Path) -> int:
+    """Offset of the first NUL byte in `path`, or -1 (pandas' parser silently ends a field at one)."""
+    offset = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            at = block.find(b"\x00")
+            if at >= 0:
+                return offset + at
+            offset += len(block)
+    return -1
+
+
 def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), usecols: bool = True) -> pd.DataFrame:
     """Read a CSV with a real parser, all as text; check columns and labels. Errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: missing file")
+    nul = nul_byte(path)
+    if nul >= 0:
+        raise DataError(f"{path}: NUL byte at offset {nul} (UTF-16 or binary?); save it as UTF-8 text")
     try:
         header = pd.read_csv(path, nrows=0, encoding="utf-8").columns.tolist()
     except pd.errors.EmptyDataError:
@@ -139,16 +155,20 @@ def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), useco
     if missing:
         raise DataError(f"{path}: missing column {missing[0]} (has: {', '.join(map(str, header))})")
     try:
-        # every column as text and no NA guessing: a comment that reads "null" stays "null"
-        frame = pd.read_csv(
-            path,
-            dtype=str,
-            keep_default_na=False,
-            usecols=columns if usecols else None,
-            encoding="utf-8",
-        )
+        # every column as text and no NA guessing: a comment that reads "null" stays "null". Every column is
+        # parsed (usecols would let a row with an extra field, an unquoted comma, shift its values silently),
+        # in chunks that keep only the needed ones; index_col=False and the warning as an error stop pandas
+        # from turning a first row with an extra field into a silent index column
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            chunks = pd.read_csv(
+                path, dtype=str, keep_default_na=False, index_col=False, encoding="utf-8", chunksize=1 << 18
+            )
+            frame = pd.concat([c[columns] if usecols else c for c in chunks], ignore_index=True)
     except UnicodeDecodeError:
         raise not_utf8(path) from None
+    except pd.errors.ParserWarning:
+        raise DataError(f"{path}: not a readable CSV (the first data row has more fields than the header)") from None
     except (pd.errors.ParserError, ValueError) as e:
         raise DataError(f"{path}: not a readable CSV ({str(e).strip().splitlines()[-1]})") from None
     for col in labels:
@@ -332,6 +352,9 @@ def prepare(cfg: Config, api=None, log=print) -> dict:
             log(f"data: {out}/folds.csv is up to date")
             return meta
     table, test = build_tables(cfg, raw)
+    # the frames in memory (text plus per-value overhead) bound the CSVs they become
+    need = int(table.memory_usage(deep=True).sum() + test.memory_usage(deep=True).sum())
+    check_free_space(out.parent, need, "the prepared tables")
     tok_dir = out / "tokenizer"
     with atomic_dir(out) as tmp:
         if tok_dir.exists():  # a trained tokenizer is kept; pipeline.tokens retrains it if the texts changed

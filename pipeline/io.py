@@ -6,11 +6,18 @@ A kill at any moment leaves either the old file or the new one, never half of on
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
+
+from pipeline.errors import PipelineError
+
+
+class DiskFullError(PipelineError, OSError):
+    """Not enough free disk space for what a stage is about to write; one line, exit status 2."""
 
 
 def _tmp(path: Path) -> Path:
@@ -70,8 +77,16 @@ def read_json(path: Path | str):
 
 def write_csv(path: Path | str, frame) -> None:
     """A pandas frame as UTF-8 CSV, atomically (quotes and newlines in text survive a round trip)."""
+    # Python's minimal quoting quotes only the terminator's characters: a lone "\r" in a text would be left
+    # bare and split the row for every reader, so such a frame is written with every text quoted
+    texts = frame.select_dtypes(include=["object", "string"])
+    bare_cr = any("\r" in str(c) for c in frame.columns) or any(
+        texts[c].astype(str).str.contains("\r", regex=False).any() for c in texts.columns
+    )
     with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False, lineterminator="\n")
+        frame.to_csv(
+            tmp, index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC if bare_cr else csv.QUOTE_MINIMAL
+        )
 
 
 def file_digest(path: Path | str, chunk: int = 1 << 20) -> str:
@@ -90,7 +105,7 @@ def check_free_space(folder: Path | str, need_bytes: int, what: str) -> None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < need_bytes * 1.1 + (64 << 20):
-        raise OSError(
+        raise DiskFullError(
             f"not enough disk space for {what} in {folder}: need about {need_bytes / 2**30:.2f} GiB, "
             f"{free / 2**30:.2f} GiB free"
         )

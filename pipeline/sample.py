@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.io import atomic_dir, write_csv
+from pipeline.io import atomic_dir, check_free_space, write_csv
 
 NEUTRAL = {
     "en": "the article page source edit thanks please talk section wiki history link added reference "
@@ -125,7 +125,11 @@ def make_frames(seed: int = 0, scale: float = 1.0) -> dict[str, pd.DataFrame]:
 
 def write(dest: Path, seed: int = 0, scale: float = 1.0) -> list[Path]:
     """Write the sample competition into `dest` (a new folder, complete or absent)."""
+    frames = make_frames(seed, scale)
+    check_free_space(
+        Path(dest).parent, sum(int(f.memory_usage(deep=True).sum()) for f in frames.values()), "the sample"
+    )
     with atomic_dir(dest) as tmp:
-        for name, frame in make_frames(seed, scale).items():
+        for name, frame in frames.items():
             write_csv(tmp / name, frame)
     return [dest / name for name in FILES]
