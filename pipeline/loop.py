@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import resource
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,7 +72,9 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
         except ImportError as e:
             raise PipelineError(f"train.optimizer=adamw8bit needs bitsandbytes ({e})") from None
         return bnb.optim.AdamW8bit(groups, lr=cfg.lr)
-    return torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
+    # fused: one kernel per step, with no parameter-sized temporaries (the for-loop version makes two the
+    # size of the 250k-row embedding at once); torch has it for CUDA and CPU
+    return torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type in ("cuda", "cpu"))
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, warmup: float, total_steps: int):
@@ -173,6 +176,18 @@ class StepState:
     examples: int = 0
     bad_steps: int = 0  # consecutive optimizer steps skipped for non-finite gradients
     skipped: int = 0  # all skipped steps this epoch
+    halvings: int = 0  # times an out-of-memory error halved this epoch's micro-batches
+
+
+def halve_window(window: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """Each micro-step of a window cut into two of half the rows: the window keeps its rows, so its gradient."""
+    out = []
+    for ms in window:
+        if min(len(b) for b in ms) < 2:  # a one-row batch cannot be cut
+            out.append(ms)
+            continue
+        out += [[b[: (len(b) + 1) // 2] for b in ms], [b[(len(b) + 1) // 2 :] for b in ms]]
+    return out
 
 
 def train_epoch(
@@ -204,7 +219,10 @@ def train_epoch(
     model.train()
     state = state or StepState()
     multiple = 8 if precision != "fp32" else 1
-    windows = accumulation_windows(len(steps), cfg.accumulation)
+    # each window as its list of micro-steps; an out-of-memory error halves them from that window on
+    windows = [[steps[k] for k in win] for win in accumulation_windows(len(steps), cfg.accumulation)]
+    for _ in range(state.halvings):  # a resumed epoch replays the halvings it had made
+        windows = [halve_window(win) for win in windows]
     ddp = world > 1
     bar = tqdm(
         total=len(windows),
@@ -216,12 +234,14 @@ def train_epoch(
         leave=False,
     )
     start, seen = time.perf_counter(), 0
-    for w in range(state.window, len(windows)):
-        window = windows[w]
+
+    def run_window(window: list[list[np.ndarray]]) -> tuple[float, int]:
+        """Forward and backward over one window's micro-steps: (summed loss, examples) on this rank."""
+        loss_total, examples = 0.0, 0
         # examples in this whole window on all ranks: every rank knows the plan, so no communication
-        n_window = sum(len(b) for k in window for b in steps[k])
-        for j, k in enumerate(window):
-            batch = to_device(collate(data, steps[k][rank], pad_id, multiple, labels), device)
+        n_window = sum(len(b) for ms in window for b in ms)
+        for j, ms in enumerate(window):
+            batch = to_device(collate(data, ms[rank], pad_id, multiple, labels), device)
             last = j == len(window) - 1
             # DDP all-reduces in backward; inside no_sync it only accumulates locally, so the gradients
             # cross the network once per window (forward and backward both inside the context)
@@ -236,9 +256,34 @@ def train_epoch(
                 # sum / examples in the window makes the window's gradient the mean over all its examples;
                 # x world undoes DDP's averaging over ranks, which would otherwise divide a second time
                 scaler.scale(loss_sum * (world / n_window)).backward()
-            state.loss_sum += float(loss_sum.detach())
-            state.examples += len(steps[k][rank])
-            seen += len(steps[k][rank])
+            loss_total += float(loss_sum.detach())
+            examples += len(ms[rank])
+        return loss_total, examples
+
+    for w in range(state.window, len(windows)):
+        while True:
+            try:
+                loss_w, examples_w = run_window(windows[w])
+                break
+            except torch.OutOfMemoryError:
+                # one process alone can redo its window; under DDP the other ranks would wait forever
+                if ddp or all(len(b) < 2 for ms in windows[w] for b in ms):
+                    raise
+            # here, outside the except block, the failed window's tensors have been released
+            optimizer.zero_grad(set_to_none=True)  # drop the half-accumulated window
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            windows[w:] = [halve_window(win) for win in windows[w:]]
+            state.halvings += 1
+            micro = max(len(b) for ms in windows[w] for b in ms)
+            print(
+                f"{desc}: out of memory at step {w + 1}; micro-batches halved to {micro} rows and accumulation "
+                f"doubled (same effective batch); redoing the step",
+                file=sys.stderr,
+            )
+        state.loss_sum += loss_w
+        state.examples += examples_w
+        seen += examples_w
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         finite = bool(torch.isfinite(norm))
@@ -298,10 +343,26 @@ def predict(
     for s in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
         pos = order[s : s + batch_size]
         batch = to_device(collate(data, idx[pos], pad_id, multiple), device)
-        with autocast(precision, device):
-            logits = model(**batch).logits
-        out[pos] = torch.sigmoid(logits.float().squeeze(-1)).cpu().numpy()
+        logits = predict_logits(model, batch, precision, device)
+        out[pos] = torch.sigmoid(logits.squeeze(-1)).cpu().numpy()
     return out
+
+
+def predict_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: str, device: torch.device):
+    """fp32 logits: the encoder under autocast, the classification head outside it.
+
+    A bf16 logit keeps 8 bits of mantissa, so close scores round to the same value and tie; AUC sees only
+    the order, and a model whose scores are still close (early epochs) scores exactly 0.5.
+    """
+    head = getattr(model, "classifier", None)
+    # the RoBERTa family's head reads the first token of the last hidden state; other heads (BERT's reads
+    # the pooler's output) go through the model's own forward
+    if precision == "fp32" or not type(head).__name__.endswith("RobertaClassificationHead"):
+        with autocast(precision, device):
+            return model(**batch).logits.float()
+    with autocast(precision, device):
+        hidden = model.base_model(**batch)[0]  # what the model's own forward feeds its head
+    return head(hidden.float()).float()
 
 
 def optimizer_steps(n_examples: int, cfg: TrainConfig, world: int, epochs: int) -> int:

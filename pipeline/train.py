@@ -18,10 +18,12 @@ interrupted fold from its last saved state. Launch with torchrun for several GPU
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -33,10 +35,17 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, loop, metrics, modeling, tokens
+from pipeline import distributed, loop, memory, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import atomic_dir, atomic_path, atomic_write_text, read_json, write_csv, write_json
+from pipeline.io import (
+    atomic_path,
+    atomic_write_text,
+    check_free_space,
+    read_json,
+    write_csv,
+    write_json,
+)
 
 RESUME = "resume.pt"
 
@@ -175,13 +184,17 @@ def evaluate(
 
 
 def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
-    """save_pretrained (safetensors) into a temporary folder, then move each file into place."""
-    with atomic_dir(fold_dir.with_name(fold_dir.name + ".model")) as tmp:
+    """save_pretrained (safetensors) into a temporary folder, then rename each file into place."""
+    tmp = fold_dir / f".save-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         config_mod.save(cfg, tmp / "pipeline.yaml")
         for p in tmp.iterdir():
             os.replace(p, fold_dir / p.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def train_fold(
@@ -193,7 +206,9 @@ def train_fold(
     d: distributed.Dist,
     stop: StopFlag,
     digest: str,
+    keep: np.ndarray | None = None,
 ) -> dict:
+    """Train one fold; `keep`: the vocabulary ids to keep (model.trim_vocab), `data` already remapped to them."""
     t = cfg.train
     fold_dir = metrics.experiment_dir(cfg) / f"fold{fold}"
     if d.is_main:
@@ -207,9 +222,29 @@ def train_fold(
     pad_id = tokenizer.pad_token_id
 
     model = modeling.build_model(cfg, tokenizer)
+    if keep is not None:
+        trim.trim_model(model, keep)
+    # before any state is written: a resume state is ~16 bytes a parameter (fp32 weights + AdamW moments), the
+    # weights 4 more; every rank checks, so all of them stop together
+    check_free_space(
+        fold_dir.parent, modeling.count_parameters(model) * (16 + 4), f"fold {fold}'s resume state and weights"
+    )
+    if d.is_main:  # the map beside the weights lets predict remap test ids; an untrimmed run removes a stale one
+        vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
+        trim.save_map(fold_dir, vmap)
     if t.checkpointing:
         modeling.enable_checkpointing(model)  # before DDP wraps the model
     model.to(d.device)
+    if t.max_memory_gb > 0:
+        per_device = t.micro_batch * t.accumulation
+        micro, how = memory.fit_micro_batch(
+            model, per_device, cfg.model.max_length, t.max_memory_gb, precision, d.device, t.optimizer
+        )
+        micro = min(distributed.gather_objects(d, micro))  # every rank must run the same plan
+        t = dataclasses.replace(t, micro_batch=micro, accumulation=per_device // micro)
+        cfg = dataclasses.replace(cfg, train=t)  # the banner and the saved config show the fitted plan
+        if d.is_main:
+            print(f"auto-fit under {t.max_memory_gb:g} GB: micro-batch {micro} x accumulation {t.accumulation} ({how})")
     net = model
     if d.enabled:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -239,7 +274,7 @@ def train_fold(
         history, best = resume["history"], resume["best"]
         start_epoch, step = resume["epoch"], loop.StepState(**resume["step"])
         if step.window >= windows_per_epoch:  # saved at the end of an epoch
-            start_epoch, step = start_epoch + 1, loop.StepState()
+            start_epoch, step = start_epoch + 1, loop.StepState(halvings=step.halvings)
         if d.is_main:
             print(f"fold {fold}: resuming at epoch {start_epoch + 1}, step {step.window} of {windows_per_epoch}")
     if d.is_main:
@@ -318,9 +353,10 @@ def train_fold(
                 oof = valid[["id", "lang", "toxic", "fold"]].assign(pred=preds)
                 write_csv(fold_dir / "oof.csv", oof)
         best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
-        step = loop.StepState(window=windows_per_epoch)
+        halvings = step.halvings  # micro-batches halved after running out of memory stay halved
+        step = loop.StepState(window=windows_per_epoch, halvings=halvings)
         checkpoint(epoch, step)
-        step = loop.StepState()
+        step = loop.StepState(halvings=halvings)
 
     result = {
         "fold": fold,
@@ -352,6 +388,14 @@ def run(cfg: Config) -> dict | None:
         table, _, meta = data_mod.load_table(cfg)
         splits, _ = tokens.load(cfg, meta)
         tokenizer = modeling.load_tokenizer(tokens.tokenizer_source(cfg))
+        keep = None
+        if cfg.model.trim_vocab:
+            # the ids the competition's texts use (train, validation and test); the cache keeps the full ids
+            keep = trim.used_ids(splits.values(), len(tokenizer), trim.special_ids(tokenizer))
+            vmap = trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
+            splits = {name: trim.remap(split, vmap) for name, split in splits.items()}
+            if d.is_main:
+                print(f"vocabulary trimmed to the {len(keep):,} of {len(tokenizer):,} tokens the texts use")
         k = cfg.data.folds
         folds = list(cfg.train.folds) or list(range(k))
         bad = [f for f in folds if not 0 <= f < k]
@@ -370,7 +414,7 @@ def run(cfg: Config) -> dict | None:
                         done = read_json(exp / f"fold{fold}" / "done.json")
                         print(f"fold {fold}: complete with these settings (AUC {done['auc']:.4f}); skipped")
                     continue
-                train_fold(cfg, fold, table, splits["train"], tokenizer, d, stop, digest)
+                train_fold(cfg, fold, table, splits["train"], tokenizer, d, stop, digest, keep)
         if not d.is_main:
             return None
         summary = metrics.cv_report(cfg)
