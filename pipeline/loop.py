@@ -38,12 +38,20 @@ class NonFiniteError(PipelineError):
 # ---------------------------------------------------------------- precision, optimizer
 
 
+def cpu_has_bf16() -> bool:
+    """Native bf16 arithmetic (AVX512-BF16 or AMX); elsewhere CPU bf16 is emulated and slower than fp32."""
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # a torch without these probes: trust autocast
+        return True
+
+
 def resolve_precision(name: str, device: torch.device) -> str:
-    """`auto`: bf16 where the device supports it, else fp16 on CUDA; fp16 never on CPU."""
+    """`auto`: bf16 where the device computes it natively, else fp16 on CUDA and fp32 on CPU."""
     if name == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "bf16"
+        return "bf16" if cpu_has_bf16() else "fp32"
     if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise PipelineError("train.precision=bf16: this GPU has no bf16; use fp16 or auto")
     return name

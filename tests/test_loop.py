@@ -288,11 +288,18 @@ def test_bf16_step_on_cpu_is_finite_and_moves_weights() -> None:
     assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast leaves the weights in fp32
 
 
+def test_auto_precision_follows_native_bf16(monkeypatch) -> None:
+    monkeypatch.setattr(loop, "cpu_has_bf16", lambda: False)
+    assert loop.resolve_precision("auto", CPU) == "fp32"  # emulated bf16 would be slower than fp32
+    monkeypatch.setattr(loop, "cpu_has_bf16", lambda: True)
+    assert loop.resolve_precision("auto", CPU) == "bf16"
+
+
 def test_scaler_and_precision_resolution() -> None:
     assert loop.make_scaler("fp16", CPU).is_enabled()
     assert not loop.make_scaler("bf16", CPU).is_enabled()
     assert not loop.make_scaler("fp32", CPU).is_enabled()
-    assert loop.resolve_precision("auto", CPU) == "bf16"
+    assert loop.resolve_precision("auto", CPU) == ("bf16" if loop.cpu_has_bf16() else "fp32")
     assert loop.resolve_precision("fp32", CPU) == "fp32"
     with loop.autocast("bf16", CPU):
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
