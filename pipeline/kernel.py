@@ -243,23 +243,29 @@ def dataset_metadata(plan: Plan) -> dict:
     }
 
 
+def check_ref_and_title(meta: dict, where: str, shortest: int, hint: str) -> tuple[str, str]:
+    """`id` as <user>/<slug> and `title`, by Kaggle's rules for datasets (shortest 6) and kernels (5)."""
+    ref = meta["id"]
+    if not isinstance(ref, str) or ref.count("/") != 1:
+        raise KernelError(f"{where}: id {ref!r} is not <user>/<slug>{hint}")
+    user, slug = ref.split("/")
+    if not USER_RE.match(user):
+        raise KernelError(f"{where}: id {ref!r}: {user!r} is not a Kaggle user name{hint}")
+    if not SLUG_RE.match(slug) or not shortest <= len(slug) <= 50:
+        raise KernelError(f"{where}: id {ref!r}: the slug must be {shortest}-50 lower-case letters, digits and '-'")
+    title = meta["title"]
+    if not isinstance(title, str) or not shortest <= len(title) <= 50:
+        raise KernelError(f"{where}: title {title!r} must be {shortest}-50 characters")
+    return slug, title
+
+
 def check_dataset_metadata(meta: dict) -> None:
     """The rules kaggle's dataset_create_new applies, checked here so that a bad field never uploads."""
     where = DATASET_METADATA
     for key in ("title", "id", "licenses"):
         if key not in meta:
             raise KernelError(f"{where}: missing field {key!r}")
-    ref = meta["id"]
-    if not isinstance(ref, str) or ref.count("/") != 1:
-        raise KernelError(f"{where}: id {ref!r} is not <user>/<slug>")
-    user, slug = ref.split("/")
-    if not USER_RE.match(user):
-        raise KernelError(f"{where}: id {ref!r}: {user!r} is not a Kaggle user name")
-    if not SLUG_RE.match(slug) or not 6 <= len(slug) <= 50:
-        raise KernelError(f"{where}: id {ref!r}: the slug must be 6-50 lower-case letters, digits and '-'")
-    title = meta["title"]
-    if not isinstance(title, str) or not 6 <= len(title) <= 50:
-        raise KernelError(f"{where}: title {title!r} must be 6-50 characters")
+    check_ref_and_title(meta, where, shortest=6, hint="")
     licenses = meta["licenses"]
     if not (isinstance(licenses, list) and len(licenses) == 1 and isinstance(licenses[0], dict)):
         raise KernelError(f"{where}: licenses must list exactly one license, e.g. [{{'name': 'CC0-1.0'}}]")
@@ -308,17 +314,7 @@ def check_kernel_metadata(meta: dict, folder: Path) -> None:
     for key in KERNEL_REQUIRED:
         if key not in meta:
             raise KernelError(f"{where}: missing field {key!r}")
-    ref = meta["id"]
-    if not isinstance(ref, str) or ref.count("/") != 1:
-        raise KernelError(f"{where}: id {ref!r} is not <user>/<slug> (kaggle.user, kaggle.kernel_slug)")
-    user, slug = ref.split("/")
-    if not USER_RE.match(user):
-        raise KernelError(f"{where}: id {ref!r}: {user!r} is not a Kaggle user name (kaggle.user)")
-    if not SLUG_RE.match(slug) or not 5 <= len(slug) <= 50:
-        raise KernelError(f"{where}: id {ref!r}: the slug must be 5-50 lower-case letters, digits and '-'")
-    title = meta["title"]
-    if not isinstance(title, str) or not 5 <= len(title) <= 50:
-        raise KernelError(f"{where}: title {title!r} must be 5-50 characters")
+    slug, title = check_ref_and_title(meta, where, shortest=5, hint=" (kaggle.user, kaggle.kernel_slug)")
     if slugify(title) != slug:
         # Kaggle makes the URL from the title: another slug would push to a kernel we do not follow.
         raise KernelError(f"{where}: title {title!r} gives the slug {slugify(title)!r}, not {slug!r} (kaggle.title)")

@@ -259,18 +259,6 @@ def archive(tmp_path: Path) -> Path:
     return build_zip(tmp_path / "served" / "bundle.zip")
 
 
-@pytest.fixture
-def no_kaggle_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """An empty HOME and no Kaggle variables; returns the home."""
-    home = tmp_path / "home"
-    home.mkdir()
-    for key in list(os.environ):
-        if key.startswith("KAGGLE_") or key == "XDG_CONFIG_HOME":
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
 # ---------------------------------------------------------------------------------------------
 # The seam itself
 
