@@ -187,6 +187,12 @@ class StepState:
     halvings: int = 0  # times an out-of-memory error halved this epoch's micro-batches
 
 
+def densify_grads(model: torch.nn.Module) -> None:
+    for p in model.parameters():
+        if p.grad is not None and p.grad.is_sparse:
+            p.grad = p.grad.to_dense()
+
+
 def halve_window(window: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     """Each micro-step of a window cut into two of half the rows: the window keeps its rows, so its gradient."""
     out = []
@@ -292,6 +298,7 @@ def train_epoch(
         state.loss_sum += loss_w
         state.examples += examples_w
         seen += examples_w
+        densify_grads(model)  # sparse embedding rows (see modeling.sparse_embedding_grad) -> one dense gradient
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         finite = bool(torch.isfinite(norm))

@@ -152,5 +152,15 @@ def enable_checkpointing(model) -> None:
         model.config.use_cache = False  # a decoder's KV cache and checkpointing do not mix
 
 
+def sparse_embedding_grad(model) -> None:
+    """Word-embedding gradients as sparse rows, made dense once per optimizer step (loop.densify_grads).
+
+    A dense embedding gradient is vocabulary x hidden (768 MB for XLM-R base): under accumulation every
+    micro-batch would build one more in full before adding it in. Sparse, a micro-batch adds only the
+    rows it used. One process only: NCCL cannot all-reduce sparse tensors.
+    """
+    model.get_input_embeddings().sparse = True
+
+
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -21,7 +21,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, loop, metrics, modeling, tokens
+from pipeline import distributed, loop, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import file_digest, read_json, write_csv, write_json
@@ -87,6 +87,9 @@ def fold_test_preds(
         return pd.read_csv(out, dtype={"id": str}, keep_default_na=False)
     tokenizer = modeling.load_tokenizer(fold_dir)
     model = modeling.build_model(cfg, tokenizer, source=fold_dir).to(device)
+    vmap = trim.load_map(fold_dir, model)
+    if vmap is not None:  # a trimmed model reads the cached ids through the map it was trained with
+        test_data = trim.remap(test_data, vmap)
     precision = loop.resolve_precision(cfg.train.precision, device)
     p = loop.predict(
         model,

@@ -232,6 +232,8 @@ def train_fold(
     if d.is_main:  # the map beside the weights lets predict remap test ids; an untrimmed run removes a stale one
         vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
         trim.save_map(fold_dir, vmap)
+    if not d.enabled:
+        modeling.sparse_embedding_grad(model)
     if t.checkpointing:
         modeling.enable_checkpointing(model)  # before DDP wraps the model
     model.to(d.device)
