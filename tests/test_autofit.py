@@ -6,7 +6,8 @@ import copy
 
 import numpy as np
 import torch
-from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+from tinymodel import tiny_classifier
+from transformers import XLMRobertaForSequenceClassification
 
 from pipeline import loop, memory
 from pipeline.config import TrainConfig
@@ -14,20 +15,7 @@ from pipeline.tokens import Ragged
 
 
 def tiny_model() -> XLMRobertaForSequenceClassification:
-    torch.manual_seed(0)
-    conf = XLMRobertaConfig(
-        vocab_size=200,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=40,
-        pad_token_id=1,
-        num_labels=1,
-        hidden_dropout_prob=0.0,  # deterministic: two runs must match
-        attention_probs_dropout_prob=0.0,
-    )
-    return XLMRobertaForSequenceClassification(conf)
+    return tiny_classifier()
 
 
 class OutOfMemoryAbove(torch.nn.Module):

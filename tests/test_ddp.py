@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tinymodel import tiny_classifier
 
 from pipeline import loop
 from pipeline.config import TrainConfig
@@ -25,22 +26,7 @@ def free_port() -> int:
 
 
 def tiny_model(seed: int = 0):
-    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
-
-    torch.manual_seed(seed)
-    cfg = XLMRobertaConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=40,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        pad_token_id=1,
-        num_labels=1,
-    )
-    return XLMRobertaForSequenceClassification(cfg)
+    return tiny_classifier(vocab=50, hidden=16, layers=2, intermediate=32, seed=seed)
 
 
 def toy_data(n: int = 29, seed: int = 1) -> tuple[Ragged, np.ndarray]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+from tinymodel import tiny_classifier
+from transformers import XLMRobertaForSequenceClassification
 
 from pipeline import trim
 from pipeline.errors import PipelineError
@@ -14,19 +15,8 @@ from pipeline.tokens import Ragged
 VOCAB = 300
 
 
-def tiny_model() -> XLMRobertaForSequenceClassification:
-    torch.manual_seed(0)
-    conf = XLMRobertaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=40,
-        pad_token_id=1,
-        num_labels=1,
-    )
-    return XLMRobertaForSequenceClassification(conf).eval()
+def tiny_model():
+    return tiny_classifier(vocab=VOCAB).eval()
 
 
 def corpus(seed: int = 0) -> Ragged:
