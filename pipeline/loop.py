@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import resource
 import sys
 import time
@@ -378,8 +377,3 @@ def predict_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], preci
     with autocast(precision, device):
         hidden = model.base_model(**batch)[0]  # what the model's own forward feeds its head
     return head(hidden.float()).float()
-
-
-def optimizer_steps(n_examples: int, cfg: TrainConfig, world: int, epochs: int) -> int:
-    micro = math.ceil(math.ceil(n_examples / cfg.micro_batch) / world)
-    return epochs * math.ceil(micro / cfg.accumulation)
