@@ -74,6 +74,15 @@ def gather_objects(d: Dist, obj) -> list:
     return out
 
 
+def broadcast_object(d: Dist, obj):
+    """Rank 0's `obj` on every rank (pickled; tensors in it travel through the process group)."""
+    if not d.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def any_rank(d: Dist, flag: bool) -> bool:
     """True on every rank if it is true on any: ranks decide together, so none waits alone at a collective."""
     if not d.enabled:

@@ -45,14 +45,28 @@ def cpu_has_bf16() -> bool:
         return True
 
 
+def cuda_has_bf16(device: torch.device) -> bool:
+    """Native bf16 tensor-core arithmetic: compute capability 8.0+ (Ampere on).
+
+    torch.cuda.is_bf16_supported() alone says True on a T4 or P100 (Kaggle's GPUs) because a bf16 tensor can
+    be made there; the arithmetic is emulated and slow, and fp16 with a GradScaler is the right choice.
+    """
+    major, _ = torch.cuda.get_device_capability(device)
+    return major >= 8 and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 def resolve_precision(name: str, device: torch.device) -> str:
     """`auto`: bf16 where the device computes it natively, else fp16 on CUDA and fp32 on CPU."""
     if name == "auto":
         if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+            return "bf16" if cuda_has_bf16(device) else "fp16"
         return "bf16" if cpu_has_bf16() else "fp32"
-    if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise PipelineError("train.precision=bf16: this GPU has no bf16; use fp16 or auto")
+    if name == "bf16" and device.type == "cuda" and not cuda_has_bf16(device):
+        cap = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        raise PipelineError(
+            f"train.precision=bf16: this GPU (compute capability {cap}) only emulates bf16, slowly; "
+            f"use train.precision=fp16 or auto"
+        )
     return name
 
 
@@ -119,8 +133,8 @@ def length_grouped_batches(
         batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
     if shuffle:
         batches = [batches[i] for i in rng.permutation(len(batches))]
-    if len(batches) % world:
-        batches += batches[: world - len(batches) % world]
+    if len(batches) % world:  # cycling: fewer batches than ranks still gives every rank one
+        batches += [batches[i % len(batches)] for i in range(world - len(batches) % world)]
     return batches
 
 
@@ -184,12 +198,37 @@ class StepState:
     bad_steps: int = 0  # consecutive optimizer steps skipped for non-finite gradients
     skipped: int = 0  # all skipped steps this epoch
     halvings: int = 0  # times an out-of-memory error halved this epoch's micro-batches
+    seconds: float = 0.0  # time spent training this epoch, over every process that ran part of it
 
 
 def densify_grads(model: torch.nn.Module) -> None:
     for p in model.parameters():
         if p.grad is not None and p.grad.is_sparse:
             p.grad = p.grad.to_dense()
+
+
+def optimizer_step(model: torch.nn.Module, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float) -> bool:
+    """Densify, unscale, clip, step: the end of an accumulation window. True when the weights were updated."""
+    densify_grads(model)  # sparse embedding rows (see modeling.sparse_embedding_grad) -> one dense gradient
+    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if scaler.is_enabled():
+        scale = scaler.get_scale()
+        scaler.step(optimizer)  # skips the update by itself when fp16 gradients overflowed
+        scaler.update()
+        return scaler.get_scale() >= scale  # the scale shrinks exactly when the step was skipped
+    finite = bool(torch.isfinite(norm))
+    if finite:
+        optimizer.step()
+    return finite
+
+
+def reset_scaler(scaler: torch.amp.GradScaler) -> None:
+    """Forget this window's unscale_ record (the scale itself is kept): the window is redone from the start."""
+    # GradScaler refuses a second unscale_ before update(); its per-optimizer record is a defaultdict that
+    # starts every optimizer afresh when cleared
+    if scaler.is_enabled():
+        scaler._per_optimizer_states.clear()
 
 
 def halve_window(window: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
@@ -274,9 +313,14 @@ def train_epoch(
         return loss_total, examples
 
     for w in range(state.window, len(windows)):
+        window_start = time.perf_counter()
         while True:
             try:
                 loss_w, examples_w = run_window(windows[w])
+                # the step is inside the retry too: the dense embedding gradient and, at the first step, the
+                # AdamW moments are allocated here. AdamW allocates its state before it updates any weight,
+                # so an out-of-memory error here leaves the weights as they were
+                stepped = optimizer_step(model, optimizer, scaler, cfg.max_grad_norm)
                 break
             except torch.OutOfMemoryError:
                 # one process alone can redo its window; under DDP the other ranks would wait forever
@@ -284,6 +328,7 @@ def train_epoch(
                     raise
             # here, outside the except block, the failed window's tensors have been released
             optimizer.zero_grad(set_to_none=True)  # drop the half-accumulated window
+            reset_scaler(scaler)  # a step that failed after unscale_ must not count as unscaled
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             windows[w:] = [halve_window(win) for win in windows[w:]]
@@ -297,19 +342,6 @@ def train_epoch(
         state.loss_sum += loss_w
         state.examples += examples_w
         seen += examples_w
-        densify_grads(model)  # sparse embedding rows (see modeling.sparse_embedding_grad) -> one dense gradient
-        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        finite = bool(torch.isfinite(norm))
-        if scaler.is_enabled():
-            scale = scaler.get_scale()
-            scaler.step(optimizer)  # skips the update by itself when fp16 gradients overflowed
-            scaler.update()
-            stepped = scaler.get_scale() >= scale  # the scale shrinks exactly when the step was skipped
-        else:
-            if finite:
-                optimizer.step()
-            stepped = finite
         optimizer.zero_grad(set_to_none=True)
         if stepped:
             scheduler.step()  # the schedule counts optimizer steps that happened
@@ -324,6 +356,7 @@ def train_epoch(
                     f"or a smaller train.max_grad_norm; the last good state is kept"
                 )
         state.window = w + 1
+        state.seconds += time.perf_counter() - window_start
         if progress:
             bar.update(1)
             bar.set_postfix(

@@ -121,7 +121,9 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None):
     name = source or cfg.model.name
     if name == "tiny":
         return XLMRobertaForSequenceClassification(tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id))
-    kwargs = {"num_labels": 1}
+    # master weights in fp32 whatever the folder stores: transformers 5 keeps a checkpoint's own dtype, and
+    # fp16/bf16 trainable weights round most AdamW updates away (and GradScaler refuses fp16 gradients)
+    kwargs = {"num_labels": 1, "dtype": torch.float32}
     if source is None:
         kwargs.update(hidden_dropout_prob=cfg.model.dropout, attention_probs_dropout_prob=cfg.model.dropout)
     try:

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from pipeline import config as config_mod
@@ -114,35 +113,8 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_resume(
-    path: Path,
-    model,
-    optimizer,
-    scheduler,
-    scaler,
-    epoch: int,
-    step: loop.StepState,
-    best: dict,
-    history: list,
-    digest: str,
-) -> None:
-    state = {
-        "digest": digest,
-        "epoch": epoch,
-        "step": vars(step).copy(),
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
-        "best": best,
-        "history": history,
-        "rng": rng_state(),
-    }
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-
-
-def load_resume(path: Path, digest: str) -> dict | None:
+def load_resume(path: Path, digest: str, world: int) -> dict | None:
+    """The saved state of an interrupted fold, or None where there is none this run can continue."""
     if not path.exists():
         return None
     try:
@@ -150,7 +122,37 @@ def load_resume(path: Path, digest: str) -> dict | None:
     except Exception as e:  # a damaged state is refused, not half-loaded
         print(f"warning: {path} is unreadable ({type(e).__name__}); starting the fold again", file=sys.stderr)
         return None
-    return state if state.get("digest") == digest else None
+    if state.get("digest") != digest:
+        return None
+    if state.get("world", 1) != world:  # the batch plan (and so a step's rows) depends on the world size
+        print(
+            f"warning: {path} was saved by {state.get('world', 1)} processes and this run has {world}; "
+            f"starting the fold again (run with the same GPUS to resume)",
+            file=sys.stderr,
+        )
+        return None
+    return state
+
+
+def load_resume_everywhere(path: Path, digest: str, d: distributed.Dist) -> dict | None:
+    """Rank 0's resume state on every rank, the model weights left out (DDP copies rank 0's weights).
+
+    Rank 0 decides whether there is a state; a rank that sees the same file (a shared folder) reads it
+    itself, and only when some rank cannot (another node) does rank 0 send it.
+    """
+    state = load_resume(path, digest, d.world) if d.is_main else None
+    if not d.enabled:
+        return state
+    token = distributed.broadcast_object(d, state.get("token", "") if state else None)
+    if token is None:
+        return None
+    if not d.is_main:
+        mine = load_resume(path, digest, d.world)
+        state = mine if mine is not None and mine.get("token") == token else None
+    if distributed.any_rank(d, state is None):
+        sent = distributed.broadcast_object(d, {k: v for k, v in state.items() if k != "model"} if d.is_main else None)
+        state = state or sent
+    return state
 
 
 # ---------------------------------------------------------------- one fold
@@ -197,186 +199,241 @@ def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def train_fold(
-    cfg: Config,
-    fold: int,
-    table: pd.DataFrame,
-    data: tokens.Ragged,
-    tokenizer,
-    d: distributed.Dist,
-    stop: StopFlag,
-    digest: str,
-    keep: np.ndarray | None = None,
-) -> dict:
-    """Train one fold; `keep`: the vocabulary ids to keep (model.trim_vocab), `data` already remapped to them."""
-    t = cfg.train
-    fold_dir = metrics.experiment_dir(cfg) / f"fold{fold}"
-    if d.is_main:
-        fold_dir.mkdir(parents=True, exist_ok=True)
-    set_seed(t.seed + fold)
-    precision = loop.resolve_precision(t.precision, d.device)
-    train_idx = np.flatnonzero(table["fold"].to_numpy() != fold)
-    valid_idx = np.flatnonzero(table["fold"].to_numpy() == fold)
-    labels = table["toxic"].to_numpy(np.float32)
-    lengths = data.lengths[train_idx]
-    pad_id = tokenizer.pad_token_id
-
+def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path):
+    """The model as this fold trains it: trimmed, sparse embedding gradients or DDP, checkpointing, on device."""
     model = modeling.build_model(cfg, tokenizer)
     if keep is not None:
         trim.trim_model(model, keep)
     # before any state is written: a resume state is ~16 bytes a parameter (fp32 weights + AdamW moments), the
     # weights 4 more; every rank checks, so all of them stop together
     check_free_space(
-        fold_dir.parent, modeling.count_parameters(model) * (16 + 4), f"fold {fold}'s resume state and weights"
+        fold_dir.parent, modeling.count_parameters(model) * (16 + 4), f"{fold_dir.name}'s resume state and weights"
     )
     if d.is_main:  # the map beside the weights lets predict remap test ids; an untrimmed run removes a stale one
         vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
         trim.save_map(fold_dir, vmap)
     if not d.enabled:
         modeling.sparse_embedding_grad(model)
-    if t.checkpointing:
+    if cfg.train.checkpointing:
         modeling.enable_checkpointing(model)  # before DDP wraps the model
-    model.to(d.device)
-    if t.max_memory_gb > 0:
-        per_device = t.micro_batch * t.accumulation
-        micro, how = memory.fit_micro_batch(
-            model, per_device, cfg.model.max_length, t.max_memory_gb, precision, d.device, t.optimizer
-        )
-        micro = min(distributed.gather_objects(d, micro))  # every rank must run the same plan
-        t = dataclasses.replace(t, micro_batch=micro, accumulation=per_device // micro)
-        cfg = dataclasses.replace(cfg, train=t)  # the banner and the saved config show the fitted plan
-        if d.is_main:
-            print(f"auto-fit under {t.max_memory_gb:g} GB: micro-batch {micro} x accumulation {t.accumulation} ({how})")
-    net = model
-    if d.enabled:
-        from torch.nn.parallel import DistributedDataParallel as DDP
+    return model.to(d.device)
 
-        net = DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
-    optimizer = loop.make_optimizer(model, t, d.device)
-    windows_per_epoch = len(
-        loop.accumulation_windows(
-            len(loop.micro_steps(loop.length_grouped_batches(lengths, t.micro_batch, t.seed, 0, d.world), d.world)),
-            t.accumulation,
-        )
+
+def wrap(model, d: distributed.Dist):
+    """DDP around the model under torchrun (it copies rank 0's weights to every rank), else the model."""
+    if not d.enabled:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # gradient_as_bucket_view: the gradients live in DDP's all-reduce buckets instead of beside a copy of them
+    # (4 bytes a parameter saved: 2.2 GB for XLM-R large)
+    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None, gradient_as_bucket_view=True)
+
+
+def auto_fit(cfg: Config, model, net, precision: str, d: distributed.Dist) -> Config:
+    """cfg with the largest micro-batch that fits train.max_memory_gb (same effective batch)."""
+    t = cfg.train
+    per_device = t.micro_batch * t.accumulation
+    micro, how = memory.fit_micro_batch(
+        model, per_device, cfg.model.max_length, t.max_memory_gb, precision, d.device, t.optimizer, net=net
     )
-    total_steps = t.epochs * windows_per_epoch
-    scheduler = loop.make_scheduler(optimizer, t.warmup, total_steps)
-    scaler = loop.make_scaler(precision, d.device)
-
-    history: list[dict] = []
-    best = {"auc": -1.0, "epoch": -1}
-    start_epoch, step = 0, loop.StepState()
-    resume = load_resume(fold_dir / RESUME, digest)
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
-        scaler.load_state_dict(resume["scaler"])
-        set_rng_state(resume["rng"])
-        history, best = resume["history"], resume["best"]
-        start_epoch, step = resume["epoch"], loop.StepState(**resume["step"])
-        if step.window >= windows_per_epoch:  # saved at the end of an epoch
-            start_epoch, step = start_epoch + 1, loop.StepState(halvings=step.halvings)
-        if d.is_main:
-            print(f"fold {fold}: resuming at epoch {start_epoch + 1}, step {step.window} of {windows_per_epoch}")
+    micro = min(distributed.gather_objects(d, micro))  # every rank must run the same plan
     if d.is_main:
-        print(f"\n=== fold {fold} ===")
-        print(banner(cfg, d, precision, len(train_idx), len(valid_idx), total_steps, modeling.count_parameters(model)))
+        print(f"auto-fit under {t.max_memory_gb:g} GB: micro-batch {micro} x accumulation {per_device // micro}")
+        print(f"  ({how})")
+    # the banner and the saved config show the fitted plan
+    return dataclasses.replace(cfg, train=dataclasses.replace(t, micro_batch=micro, accumulation=per_device // micro))
 
-    def checkpoint(epoch: int, state: loop.StepState) -> None:
+
+@dataclasses.dataclass
+class Progress:
+    """Where a fold is: a resume state is this, the weights, the optimizer and the random states.
+
+    `step.window == windows` with no history entry for `epoch` means: trained, not yet evaluated.
+    """
+
+    epoch: int = 0
+    step: loop.StepState = dataclasses.field(default_factory=loop.StepState)
+    history: list = dataclasses.field(default_factory=list)
+    best: dict = dataclasses.field(default_factory=lambda: {"auc": -1.0, "epoch": -1})
+
+
+class FoldRun:
+    """One fold's model, optimizer and schedule, with its resume states; `run()` trains it to the end."""
+
+    def __init__(self, cfg, fold, table, data, tokenizer, d, stop, digest, keep=None) -> None:
+        self.fold, self.table, self.data, self.tokenizer, self.d, self.stop = fold, table, data, tokenizer, d, stop
+        self.digest = digest
+        self.fold_dir = metrics.experiment_dir(cfg) / f"fold{fold}"
         if d.is_main:
-            save_resume(fold_dir / RESUME, model, optimizer, scheduler, scaler, epoch, state, best, history, digest)
-        distributed.barrier(d)
+            self.fold_dir.mkdir(parents=True, exist_ok=True)
+        set_seed(cfg.train.seed + fold)
+        self.precision = loop.resolve_precision(cfg.train.precision, d.device)
+        folds = table["fold"].to_numpy()
+        self.train_idx, self.valid_idx = np.flatnonzero(folds != fold), np.flatnonzero(folds == fold)
+        if table["toxic"].iloc[self.valid_idx].nunique() < 2:
+            raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
+        self.labels = table["toxic"].to_numpy(np.float32)
+        self.pad_id = tokenizer.pad_token_id
+        self.model = build_fold_model(cfg, tokenizer, keep, d, self.fold_dir)
+        resume = load_resume_everywhere(self.fold_dir / RESUME, digest, d)
+        if resume is not None and "model" in resume:
+            self.model.load_state_dict(resume["model"])  # before DDP, which copies rank 0's weights everywhere
+        self.net = wrap(self.model, d)
+        self.cfg = auto_fit(cfg, self.model, self.net, self.precision, d) if cfg.train.max_memory_gb > 0 else cfg
+        t = self.cfg.train
+        self.optimizer = loop.make_optimizer(self.model, t, d.device)
+        self.windows = len(loop.accumulation_windows(len(self.epoch_plan(0)), t.accumulation))
+        self.scheduler = loop.make_scheduler(self.optimizer, t.warmup, t.epochs * self.windows)
+        self.scaler = loop.make_scaler(self.precision, d.device)
+        self.progress = Progress()
+        if resume is not None:
+            self.restore(resume)
 
-    fold_start = time.perf_counter() - sum(h["seconds"] for h in history)
-    for epoch in range(start_epoch, t.epochs):
-        batches = loop.length_grouped_batches(lengths, t.micro_batch, t.seed + fold, epoch, d.world)
-        steps = [[train_idx[b] for b in s] for s in loop.micro_steps(batches, d.world)]
+    def epoch_plan(self, epoch: int) -> list[list[np.ndarray]]:
+        """The epoch's micro-steps as row indices of the table: micro-step k, rank r's batch."""
+        t = self.cfg.train
+        lengths = self.data.lengths[self.train_idx]
+        batches = loop.length_grouped_batches(lengths, t.micro_batch, t.seed + self.fold, epoch, self.d.world)
+        return [[self.train_idx[b] for b in s] for s in loop.micro_steps(batches, self.d.world)]
 
-        def after_window(state: loop.StepState, epoch=epoch) -> bool:
-            stop_now = distributed.any_rank(d, stop.raised)
+    def restore(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        rngs = state["rng"] if isinstance(state["rng"], list) else [state["rng"]]  # older states: one
+        set_rng_state(rngs[self.d.rank])  # each rank its own: dropout differs from rank to rank
+        self.progress = Progress(state["epoch"], loop.StepState(**state["step"]), state["history"], state["best"])
+        if self.d.is_main:
+            print(f"fold {self.fold}: resuming at epoch {state['epoch'] + 1}, step {state['step']['window']} "
+                  f"of {self.windows}")
+
+    def checkpoint(self) -> None:
+        """Save a resume state (every rank takes part: each one's random state is saved)."""
+        rngs = distributed.gather_objects(self.d, rng_state())
+        if self.d.is_main:
+            p = self.progress
+            state = {
+                "digest": self.digest,
+                "token": os.urandom(8).hex(),  # tells a rank whether the file it sees is the one rank 0 saved
+                "world": self.d.world,
+                "epoch": p.epoch,
+                "step": vars(p.step).copy(),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "best": p.best,
+                "history": p.history,
+                "rng": rngs,
+            }
+            with atomic_path(self.fold_dir / RESUME) as tmp:
+                torch.save(state, tmp)
+        distributed.barrier(self.d)
+
+    def train_epoch(self, epoch: int) -> None:
+        """Train the rest of the epoch; a stop (Ctrl-C, SIGTERM) saves a resume state and raises Interrupted."""
+        t, p, d = self.cfg.train, self.progress, self.d
+        stopped = False
+
+        def after_window(state: loop.StepState) -> bool:
+            nonlocal stopped
+            stopped = distributed.any_rank(d, self.stop.raised)
             every = t.save_every_steps
-            if stop_now or (every and state.window % every == 0 and state.window < windows_per_epoch):
-                checkpoint(epoch, state)
-            return stop_now
+            # the last window is saved by the stop only: the epoch's own end saves after the evaluation
+            if stopped or (every and state.window % every == 0 and state.window < self.windows):
+                p.step = state
+                self.checkpoint()
+            return stopped
 
         loop.reset_peak_memory(d.device)
-        epoch_start = time.perf_counter()
-        step = loop.train_epoch(
-            net,
-            steps,
-            data,
-            labels,
-            optimizer,
-            scheduler,
-            scaler,
-            t,
-            precision,
-            d.device,
-            pad_id=pad_id,
-            rank=d.rank,
-            world=d.world,
-            state=step,
-            after_window=after_window,
-            progress=d.is_main,
-            desc=f"fold {fold} epoch {epoch + 1}/{t.epochs}",
+        p.step = loop.train_epoch(
+            self.net, self.epoch_plan(epoch), self.data, self.labels, self.optimizer, self.scheduler, self.scaler,
+            t, self.precision, d.device, pad_id=self.pad_id, rank=d.rank, world=d.world, state=p.step,
+            after_window=after_window, progress=d.is_main, desc=f"fold {self.fold} epoch {epoch + 1}/{t.epochs}",
             max_bad_steps=t.max_bad_steps,
         )
-        if step.window < windows_per_epoch:
+        if stopped:
             raise Interrupted(
-                f"fold {fold} stopped at epoch {epoch + 1}, step {step.window}; `make train` again resumes from there"
+                f"fold {self.fold} stopped at epoch {epoch + 1}, step {p.step.window}; "
+                f"`make train` again resumes from there"
             )
-        train_seconds = time.perf_counter() - epoch_start
-        preds = evaluate(model, d, data, valid_idx, cfg, precision, pad_id)
-        seconds = time.perf_counter() - epoch_start
-        valid = table.iloc[valid_idx]
+
+    def evaluate_epoch(self, epoch: int, steps_run: int) -> None:
+        """Score the fold's rows; the best epoch so far keeps its weights and OOF predictions."""
+        p, d, step = self.progress, self.d, self.progress.step
+        start = time.perf_counter()
+        preds = evaluate(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
+        valid = self.table.iloc[self.valid_idx]
         record = {
             "epoch": epoch + 1,
             "loss": step.loss_sum / max(step.examples, 1),
             "auc": metrics.auc(valid["toxic"], preds),
             "auc_per_lang": metrics.auc_by_lang(valid["toxic"], preds, valid["lang"]),
-            "seconds": round(seconds, 2),
-            "samples_per_second": round(step.examples * d.world / train_seconds, 1),
+            "seconds": round(step.seconds + time.perf_counter() - start, 2),
+            "samples_per_second": round(step.examples * d.world / max(step.seconds, 1e-9), 1),
             "peak_memory_mb": round(loop.peak_memory_mb(d.device), 1),
             "skipped_steps": step.skipped,
-            "lr": scheduler.get_last_lr()[0],
+            "steps_run": steps_run,  # optimizer steps this process ran in the epoch (fewer after a resume)
+            "lr": self.scheduler.get_last_lr()[0],
         }
-        history.append(record)
+        p.history.append(record)
         if d.is_main:
             per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
             print(
-                f"fold {fold} epoch {epoch + 1}: loss {record['loss']:.4f} AUC {record['auc']:.4f} ({per}) "
+                f"fold {self.fold} epoch {epoch + 1}: loss {record['loss']:.4f} AUC {record['auc']:.4f} ({per}) "
                 f"{record['samples_per_second']:.0f} ex/s, peak {record['peak_memory_mb']:.0f} MB"
             )
-            atomic_write_text(fold_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in history))
-            if record["auc"] > best["auc"]:
-                best = {"auc": record["auc"], "epoch": epoch + 1}
-                save_model(model, tokenizer, cfg, fold_dir)
-                oof = valid[["id", "lang", "toxic", "fold"]].assign(pred=preds)
-                write_csv(fold_dir / "oof.csv", oof)
-        best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
-        halvings = step.halvings  # micro-batches halved after running out of memory stay halved
-        step = loop.StepState(window=windows_per_epoch, halvings=halvings)
-        checkpoint(epoch, step)
-        step = loop.StepState(halvings=halvings)
+            atomic_write_text(self.fold_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in p.history))
+            if record["auc"] > p.best["auc"]:
+                p.best = {"auc": record["auc"], "epoch": epoch + 1}
+                save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
+                write_csv(self.fold_dir / "oof.csv", valid[["id", "lang", "toxic", "fold"]].assign(pred=preds))
+        p.best = distributed.gather_objects(d, p.best)[0]  # rank 0 decides, the others follow
 
-    result = {
-        "fold": fold,
-        "digest": digest,
-        "epochs": len(history),
-        "best_epoch": best["epoch"],
-        "auc": best["auc"],
-        "auc_per_lang": history[best["epoch"] - 1]["auc_per_lang"],
-        "minutes": round((time.perf_counter() - fold_start) / 60, 2),
-        "precision": precision,
-        "world": d.world,
-        "effective_batch": t.micro_batch * t.accumulation * d.world,
-    }
-    if d.is_main:
-        write_json(fold_dir / "done.json", result)  # last: its presence means the fold is complete
-        (fold_dir / RESUME).unlink(missing_ok=True)
-    distributed.barrier(d)
-    return result
+    def run(self) -> dict:
+        t, p, d = self.cfg.train, self.progress, self.d
+        if d.is_main:
+            print(f"\n=== fold {self.fold} ===")
+            print(banner(self.cfg, d, self.precision, len(self.train_idx), len(self.valid_idx),
+                         t.epochs * self.windows, modeling.count_parameters(self.model)))
+        fold_start = time.perf_counter() - sum(h["seconds"] for h in p.history)
+        for epoch in range(p.epoch, t.epochs):
+            p.epoch, start_window = epoch, p.step.window
+            if p.step.window < self.windows:
+                self.train_epoch(epoch)
+            if len(p.history) <= epoch:  # trained, not yet evaluated (a resume may land here)
+                self.evaluate_epoch(epoch, p.step.window - start_window)
+                p.step = loop.StepState(window=self.windows, halvings=p.step.halvings)
+                self.checkpoint()
+            # micro-batches halved after running out of memory stay halved
+            p.epoch, p.step = epoch + 1, loop.StepState(halvings=p.step.halvings)
+        return self.finish(time.perf_counter() - fold_start)
+
+    def finish(self, seconds: float) -> dict:
+        p, t = self.progress, self.cfg.train
+        result = {
+            "fold": self.fold,
+            "digest": self.digest,
+            "epochs": len(p.history),
+            "best_epoch": p.best["epoch"],
+            "auc": p.best["auc"],
+            "auc_per_lang": p.history[p.best["epoch"] - 1]["auc_per_lang"],
+            "minutes": round(seconds / 60, 2),
+            "precision": self.precision,
+            "world": self.d.world,
+            "effective_batch": t.micro_batch * t.accumulation * self.d.world,
+        }
+        if self.d.is_main:
+            write_json(self.fold_dir / "done.json", result)  # last: its presence means the fold is complete
+            (self.fold_dir / RESUME).unlink(missing_ok=True)
+        distributed.barrier(self.d)
+        return result
+
+
+def train_fold(cfg, fold, table, data, tokenizer, d, stop, digest, keep=None) -> dict:
+    """Train one fold; `keep`: the vocabulary ids to keep (model.trim_vocab), `data` already remapped to them."""
+    return FoldRun(cfg, fold, table, data, tokenizer, d, stop, digest, keep).run()
 
 
 # ---------------------------------------------------------------- the stage
@@ -408,14 +465,15 @@ def run(cfg: Config) -> dict | None:
         if d.is_main:
             exp.mkdir(parents=True, exist_ok=True)
             config_mod.save(cfg, exp / "pipeline.yaml")
+        # rank 0 decides which folds are complete: on several nodes only its models folder has done.json
+        todo = distributed.broadcast_object(d, [f for f in folds if not is_complete(exp / f"fold{f}", digest)])
+        if d.is_main:
+            for fold in sorted(set(folds) - set(todo)):
+                (exp / f"fold{fold}" / RESUME).unlink(missing_ok=True)  # killed after done.json
+                done = read_json(exp / f"fold{fold}" / "done.json")
+                print(f"fold {fold}: complete with these settings (AUC {done['auc']:.4f}); skipped")
         with StopFlag() as stop:
-            for fold in folds:
-                if is_complete(exp / f"fold{fold}", digest):
-                    if d.is_main:
-                        (exp / f"fold{fold}" / RESUME).unlink(missing_ok=True)  # killed after done.json
-                        done = read_json(exp / f"fold{fold}" / "done.json")
-                        print(f"fold {fold}: complete with these settings (AUC {done['auc']:.4f}); skipped")
-                    continue
+            for fold in todo:
                 train_fold(cfg, fold, table, splits["train"], tokenizer, d, stop, digest, keep)
         if not d.is_main:
             return None
