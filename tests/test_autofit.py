@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from tinymodel import tiny_classifier
 from transformers import XLMRobertaForSequenceClassification
@@ -12,6 +17,9 @@ from transformers import XLMRobertaForSequenceClassification
 from pipeline import loop, memory
 from pipeline.config import TrainConfig
 from pipeline.tokens import Ragged
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 2**20
 
 
 def tiny_model() -> XLMRobertaForSequenceClassification:
@@ -72,10 +80,62 @@ def test_halve_window_keeps_rows() -> None:
     assert [b.tolist() for ms in halved for b in ms] == [[0, 1, 2], [3, 4], [5]]
 
 
-def test_fit_micro_batch_cpu_estimate() -> None:
+# A model whose embedding dominates (100k x 64): what the step adds (the dense embedding gradient, the AdamW
+# moments) is most of the memory, so an estimate that leaves the step out misses by a third
+MEASURE = """
+import json, sys
+import numpy as np, torch
+sys.path.insert(0, "tests")
+from tinymodel import tiny_classifier
+from pipeline import loop, memory, modeling
+from pipeline.config import TrainConfig
+from pipeline.tokens import Ragged
+
+torch.set_num_threads(1)
+model = tiny_classifier(vocab=100_000, hidden=64, layers=1, intermediate=128)
+modeling.sparse_embedding_grad(model)
+cpu = torch.device("cpu")
+micro, seq = 4, 32
+if sys.argv[1] == "estimate":
+    memory.reset_peak_rss()
+    base, p1, p2 = memory.cpu_probe_peaks(model, model, seq, "fp32", cpu, "adamw")
+    print(json.dumps(memory.cpu_estimate(base, p1, p2, micro) - base))
+else:
+    rng = np.random.default_rng(0)
+    data = Ragged.from_lists([rng.integers(5, 100_000, seq).tolist() for _ in range(micro)])
+    cfg = TrainConfig(micro_batch=micro, accumulation=1)
+    opt = loop.make_optimizer(model, cfg, cpu)
+    sched, scaler = loop.make_scheduler(opt, 0.0, 1), loop.make_scaler("fp32", cpu)
+    memory.reset_peak_rss()
+    base = memory.rss_bytes()
+    loop.train_epoch(model, [[np.arange(micro)]], data, np.zeros(micro, np.float32), opt, sched, scaler, cfg,
+                     "fp32", cpu, pad_id=1, progress=False)
+    print(json.dumps(memory.rss_bytes("VmHWM") - base))
+"""
+
+
+def measured(what: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, what], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_cpu_estimate_matches_a_measured_training_step() -> None:
+    """The estimate at micro-batch 4, against the peak of a real optimizer step at 4 (each in a fresh process)."""
+    if not memory.reset_peak_rss():
+        pytest.skip("the peak resident memory cannot be reset here (/proc/self/clear_refs)")
+    estimate, step = measured("estimate"), measured("step")
+    assert step > 40 * 2**20  # the dense gradient (25 MB) and the moments (51 MB) are really allocated
+    print(f"estimate {estimate / MB:.1f} MB, measured {step / MB:.1f} MB")
+    assert 0.8 < estimate / step < 1.25, (estimate / MB, step / MB)
+
+
+def test_fit_picks_the_largest_micro_batch_under_the_cap(monkeypatch) -> None:
+    # probes measured: 100 MB before, 30 MB at micro-batch 1, 40 MB at 2 (10 MB an example)
+    monkeypatch.setattr(memory, "cpu_probe_peaks", lambda *a: (100 * MB, 30 * MB, 40 * MB))
     model = tiny_model()
-    micro, note = memory.fit_micro_batch(model, 8, 16, 64.0, "fp32", torch.device("cpu"))
-    assert micro == 8 and "estimate" in note  # a generous cap: no accumulation needed
-    micro, note = memory.fit_micro_batch(model, 8, 16, 0.001, "fp32", torch.device("cpu"))
-    assert micro == 1  # nothing fits: the smallest, said so
-    assert memory.divisors_down(12) == [12, 6, 4, 3, 2, 1]
+    for cap_mb, want in [(1000, 8), (190, 4), (159, 2), (135, 1), (50, 1)]:
+        micro, note = memory.fit_micro_batch(model, 8, 16, cap_mb * MB / memory.GB, "fp32", torch.device("cpu"))
+        assert micro == want, (cap_mb, note)
+    assert "estimate" in note and memory.divisors_down(12) == [12, 6, 4, 3, 2, 1]
