@@ -21,9 +21,11 @@ from sklearn.linear_model import LogisticRegression
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import metrics
+from pipeline import fingerprint, metrics
 from pipeline.errors import run_stage
 from pipeline.io import read_json, write_csv, write_json
+
+RECIPE = "char_wb 2-5 grams, min_df 2, sublinear tf, 400k features; liblinear logistic regression C=4"
 
 
 def fit_predict(train_text, train_y, valid_text, seed: int) -> np.ndarray:
@@ -37,8 +39,10 @@ def fit_predict(train_text, train_y, valid_text, seed: int) -> np.ndarray:
 
 
 def run(cfg) -> dict:
-    table, _, _ = data_mod.load_table(cfg)
+    table, _, meta = data_mod.load_table(cfg)
     base = replace(cfg, name=f"{cfg.name}-tfidf")
+    # the same table and the same recipe make the same folds (the recipe is this module's code)
+    digest = fingerprint.fold_fingerprint(base, meta, data_mod.prepared_dir(cfg), model={"tfidf": RECIPE})
     exp = metrics.experiment_dir(base)
     for fold in list(cfg.train.folds) or range(cfg.data.folds):
         start = time.perf_counter()
@@ -49,9 +53,12 @@ def run(cfg) -> dict:
         write_csv(fold_dir / "oof.csv", valid[["id", "lang", "toxic", "fold"]].assign(pred=preds))
         a = metrics.auc(valid["toxic"], preds)
         minutes = (time.perf_counter() - start) / 60
-        write_json(fold_dir / "done.json", {"fold": fold, "epochs": 1, "auc": a, "minutes": round(minutes, 2)})
+        write_json(
+            fold_dir / "done.json",
+            {"fold": fold, "digest": digest, "epochs": 1, "auc": a, "minutes": round(minutes, 2)},
+        )
         print(f"tfidf fold {fold}: AUC {a:.4f} ({minutes:.1f} min)")
-    summary = metrics.cv_report(base)
+    summary = metrics.cv_report(base, digest)
     print(metrics.format_table(summary))
     xlmr = Path(metrics.experiment_dir(cfg)) / "cv.json"
     if xlmr.exists():

@@ -52,6 +52,9 @@ class TinyConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "tiny"  # "tiny", a hub name (xlm-roberta-large) or a local folder
+    # a folder holding model.name's files (an attached Kaggle dataset, a local copy): where they are read from,
+    # while model.name says what they are, so a fold trained from a copy counts wherever the same name is used
+    path: str = ""
     max_length: int = 128
     dropout: float = 0.1
     trim_vocab: bool = False  # keep only the embedding rows of tokens the competition's texts use

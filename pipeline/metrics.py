@@ -16,6 +16,7 @@ import pandas as pd
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from pipeline import config as config_mod
+from pipeline import fingerprint
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import atomic_path, read_json, write_csv, write_json
@@ -36,12 +37,6 @@ def auc_by_lang(y, p, lang) -> dict[str, float]:
 
 def experiment_dir(cfg: Config) -> Path:
     return Path(cfg.models_dir) / cfg.name
-
-
-def fold_dirs(exp: Path) -> list[Path]:
-    """Completed folds (done.json written last), in fold order."""
-    dirs = [p.parent for p in exp.glob("fold*/done.json")]
-    return sorted(dirs, key=lambda p: int(p.name[4:]))
 
 
 def cv_summary(oof: pd.DataFrame, done: dict[int, dict]) -> dict:
@@ -111,21 +106,42 @@ def plot(oof: pd.DataFrame, summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def cv_report(cfg: Config) -> dict:
-    """Gather the completed folds' OOF predictions; write oof.csv, cv.json and cv.png."""
+def usable_folds(cfg: Config, digest: str | None = None, what: str = "cv") -> list[Path]:
+    """The complete folds made from the current inputs and settings; says which others it leaves out."""
     exp = experiment_dir(cfg)
-    dirs = fold_dirs(exp)
+    digest = digest or fingerprint.current(cfg)
+    dirs, left_out = fingerprint.select_folds(exp, digest, cfg.data.folds)
+    why = fingerprint.describe(left_out)
     if not dirs:
-        raise PipelineError(f"no trained folds in {exp}; run `make train` first")
+        hint = f" ({why})" if left_out else ""
+        raise PipelineError(f"no trained folds for these inputs and settings in {exp}{hint}; run `make train` first")
+    if left_out:
+        print(f"{what}: using {', '.join(d.name for d in dirs)}; left out {why}", file=sys.stderr)
+    return dirs
+
+
+def cv_report(cfg: Config, digest: str | None = None) -> dict:
+    """Gather the usable folds' OOF predictions; write oof.csv, cv.json and cv.png."""
+    exp = experiment_dir(cfg)
+    dirs = usable_folds(cfg, digest)
     oof = pd.concat(
         [pd.read_csv(d / "oof.csv", dtype={"id": str}, keep_default_na=False) for d in dirs], ignore_index=True
     )
     done = {int(d.name[4:]): read_json(d / "done.json") for d in dirs}
     summary = cv_summary(oof, done)
+    old = exp / "cv.json"
+    if old.exists():  # the test score `make predict` measured stays while it belongs to the same folds
+        test = read_json(old).get("test_auc")
+        if test and test.get("folds") == [d.name for d in dirs] and test.get("digests") == fold_digests(dirs):
+            summary["test_auc"] = test
     write_csv(exp / "oof.csv", oof)
     write_json(exp / "cv.json", summary)
     plot(oof, summary, exp / "cv.png")
     return summary
+
+
+def fold_digests(dirs: list[Path]) -> list[str]:
+    return [read_json(d / "done.json").get("digest", "") for d in dirs]
 
 
 def main(argv=None) -> int:

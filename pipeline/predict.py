@@ -1,13 +1,15 @@
 """Stage `make predict`: every complete fold's model on test, ensembled into a checked submission.
 
 Reads   models/<name>/fold<k>/ (weights, done.json), the prepared test table and token cache,
-        and the competition's sample_submission.csv for the ids and their order
+        and the competition's sample_submission.csv for the ids and their order (test_labels.csv, where present)
 Writes  models/<name>/fold<k>/test.csv     that fold's test predictions (id, toxic)
         submissions/<name>.csv             the ensemble, in sample_submission.csv's id order
         submissions/submission.csv         the same file, under the name Kaggle notebooks expect
+        models/<name>/cv.json              key test_auc, where the competition's test_labels.csv is present
 
-Before anything is written the submission is checked: the same id set as sample_submission, no NaN,
-every value in [0, 1]. A failed check is an error and leaves no file.
+Only complete folds made from the current inputs and settings are used; the others are named with the
+reason they are left out. Before anything is written the submission is checked: the same id set as
+sample_submission, no NaN, every value in [0, 1]. A failed check is an error and leaves no file.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, loop, metrics, modeling, tokens, trim
+from pipeline import distributed, fingerprint, loop, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import file_digest, read_json, write_csv, write_json
+from pipeline.io import read_json, write_csv, write_json
+
+TEST_LABELS = "test_labels.csv"  # id, toxic: the competition's test answers, published after it closed
 
 
 class SubmissionError(PipelineError):
@@ -77,20 +81,19 @@ def check_submission(sub: pd.DataFrame, sample: pd.DataFrame) -> pd.DataFrame:
 
 
 def fold_test_preds(
-    cfg: Config, fold_dir: Path, test_data: tokens.Ragged, test: pd.DataFrame, device: torch.device
+    cfg: Config, fold_dir: Path, test_data: tokens.Ragged, test: pd.DataFrame, meta: dict, device: torch.device
 ) -> pd.DataFrame:
-    """A fold's test predictions, cached in fold<k>/test.csv beside the weights they came from."""
-    out = fold_dir / "test.csv"
-    weights = file_digest(fold_dir / "model.safetensors")
-    stamp = fold_dir / "test.json"
-    if out.exists() and stamp.exists() and read_json(stamp) == {"weights": weights, "rows": len(test)}:
+    """A fold's test predictions, cached in fold<k>/test.csv, keyed on what they depend on (test.json)."""
+    out, stamp = fold_dir / "test.csv", fold_dir / "test.json"
+    precision = loop.resolve_precision(cfg.train.precision, device)
+    key = fingerprint.test_cache_key(fold_dir, meta, cfg, precision)
+    if out.exists() and stamp.exists() and read_json(stamp) == key:
         return pd.read_csv(out, dtype={"id": str}, keep_default_na=False)
     tokenizer = modeling.load_tokenizer(fold_dir)
     model = modeling.build_model(cfg, tokenizer, source=fold_dir).to(device)
     vmap = trim.load_map(fold_dir, model)
     if vmap is not None:  # a trimmed model reads the cached ids through the map it was trained with
         test_data = trim.remap(test_data, vmap)
-    precision = loop.resolve_precision(cfg.train.precision, device)
     p = loop.predict(
         model,
         test_data,
@@ -103,23 +106,49 @@ def fold_test_preds(
         desc=f"test {fold_dir.name}",
     )
     frame = pd.DataFrame({"id": test["id"], "toxic": p})
+    stamp.unlink(missing_ok=True)  # the key is written after the predictions it describes
     write_csv(out, frame)
-
-    write_json(stamp, {"weights": weights, "rows": len(test)})
+    write_json(stamp, key)
     return frame
 
 
+def test_score(raw: Path, test: pd.DataFrame, preds: pd.DataFrame) -> dict | None:
+    """AUC overall and per language against the competition's test_labels.csv, where it is present."""
+    path = raw / TEST_LABELS
+    if not path.exists():
+        return None
+    labels = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
+    labels = labels[labels["toxic"].isin([0, 1])]  # rows left out of scoring are marked -1
+    rows = test[["id", "lang"]].merge(labels[["id", "toxic"]], on="id").merge(preds, on="id", suffixes=("", "_pred"))
+    if rows.empty:
+        raise SubmissionError(f"{path}: no id in common with the test table")
+    return {
+        "auc": metrics.auc(rows["toxic"], rows["toxic_pred"]),
+        "per_lang": metrics.auc_by_lang(rows["toxic"], rows["toxic_pred"], rows["lang"]),
+        "rows": len(rows),
+    }
+
+
+def record_test_score(cfg: Config, dirs: list[Path], score: dict) -> None:
+    """Print the test AUC and keep it in cv.json with the folds it belongs to."""
+    per = " ".join(f"{k} {v:.4f}" for k, v in score["per_lang"].items())
+    print(f"test AUC {score['auc']:.4f} ({per}) on {score['rows']:,} labelled rows")
+    path = metrics.experiment_dir(cfg) / "cv.json"
+    cv = read_json(path) if path.exists() else {}
+    cv["test_auc"] = {**score, "folds": [d.name for d in dirs], "digests": metrics.fold_digests(dirs)}
+    write_json(path, cv)
+
+
 def run(cfg: Config) -> Path:
-    exp = metrics.experiment_dir(cfg)
-    dirs = metrics.fold_dirs(exp)
-    if not dirs:
-        raise PipelineError(f"no trained folds in {exp}; run `make train` with this config first")
     _, test, meta = data_mod.load_table(cfg)
+    digest = fingerprint.fold_fingerprint(cfg, meta, data_mod.prepared_dir(cfg))
+    dirs = metrics.usable_folds(cfg, digest, what="predict")
     splits, _ = tokens.load(cfg, meta)
     device = distributed.pick_device(cfg.train.device)
-    frames = [fold_test_preds(cfg, d, splits["test"], test, device) for d in dirs]
+    frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
     preds = ensemble(align(frames), cfg.predict.ensemble)
-    sample = pd.read_csv(Path(meta["raw"]) / data_mod.SUBMISSION, dtype={"id": str}, keep_default_na=False)
+    raw = Path(meta["raw"])
+    sample = pd.read_csv(raw / data_mod.SUBMISSION, dtype={"id": str}, keep_default_na=False)
     sub = check_submission(pd.DataFrame({"id": frames[0]["id"], "toxic": preds}), sample)
     subs = Path(cfg.submissions_dir)
     write_csv(subs / f"{cfg.name}.csv", sub)
@@ -128,6 +157,9 @@ def run(cfg: Config) -> Path:
         f"predict: {len(dirs)} fold(s) ({', '.join(d.name for d in dirs)}), {cfg.predict.ensemble} ensemble, "
         f"{len(sub):,} rows, mean {sub['toxic'].mean():.4f} -> {subs / (cfg.name + '.csv')}, {subs}/submission.csv"
     )
+    score = test_score(raw, test, sub)
+    if score is not None:
+        record_test_score(cfg, dirs, score)
     return subs / "submission.csv"
 
 

@@ -65,7 +65,7 @@ def tokenizer_source(cfg: Config) -> Path | str:
     """The tiny model's trained tokenizer folder, else the model's name or folder."""
     if cfg.model.name == "tiny":
         return data_mod.prepared_dir(cfg) / "tokenizer"
-    return cfg.model.name
+    return cfg.model.path or cfg.model.name
 
 
 def ensure_tokenizer(cfg: Config, table, test, meta: dict):

@@ -19,7 +19,6 @@ interrupted fold from its last saved state. Launch with torchrun for several GPU
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import random
@@ -34,7 +33,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, loop, memory, metrics, modeling, tokens, trim
+from pipeline import distributed, fingerprint, loop, memory, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import (
@@ -57,14 +56,6 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # seeds CUDA too
-
-
-def fold_digest(cfg: Config) -> str:
-    """What a fold's result depends on: data, model and training settings, but not which folds to run."""
-    d = cfg.to_dict()
-    train = {k: v for k, v in d["train"].items() if k not in ("folds", "device")}
-    blob = json.dumps({"data": d["data"], "model": d["model"], "train": train}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def is_complete(fold_dir: Path, digest: str) -> bool:
@@ -267,6 +258,10 @@ class FoldRun:
         self.fold_dir = metrics.experiment_dir(cfg) / f"fold{fold}"
         if d.is_main:
             self.fold_dir.mkdir(parents=True, exist_ok=True)
+            # an old result goes first: an interrupted retrain must never leave new weights behind an old
+            # done.json, nor old test predictions beside new weights
+            for name in ("done.json", "test.csv", "test.json"):
+                (self.fold_dir / name).unlink(missing_ok=True)
         set_seed(cfg.train.seed + fold)
         self.precision = loop.resolve_precision(cfg.train.precision, d.device)
         folds = table["fold"].to_numpy()
@@ -460,7 +455,7 @@ def run(cfg: Config) -> dict | None:
         bad = [f for f in folds if not 0 <= f < k]
         if bad:
             raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k})")
-        digest = fold_digest(cfg)
+        digest = fingerprint.fold_fingerprint(cfg, meta, data_mod.prepared_dir(cfg))
         exp = metrics.experiment_dir(cfg)
         if d.is_main:
             exp.mkdir(parents=True, exist_ok=True)

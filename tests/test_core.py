@@ -15,7 +15,7 @@ from conftest import make_cfg
 from test_loop import CPU, PAD, tiny_model, toy_data, train_cfg
 from tinymodel import tiny_classifier
 
-from pipeline import config, distributed, loop, metrics, modeling, train
+from pipeline import config, distributed, fingerprint, loop, metrics, modeling, train
 from pipeline import data as data_mod
 from pipeline.errors import PipelineError
 
@@ -262,7 +262,7 @@ def fold_run(cfg, stop, fold=0) -> train.FoldRun:
     splits, _ = tokens.load(cfg, meta)
     tokenizer = modeling.load_tokenizer(tokens.tokenizer_source(cfg))
     d = distributed.Dist()
-    return train.FoldRun(cfg, fold, table, splits["train"], tokenizer, d, stop, train.fold_digest(cfg))
+    return train.FoldRun(cfg, fold, table, splits["train"], tokenizer, d, stop, fingerprint.current(cfg))
 
 
 def test_stop_at_an_epochs_last_step_resumes_into_its_evaluation(prepared, tmp_path) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import config, metrics, predict, train
+from pipeline import config, fingerprint, metrics, predict, train
 from pipeline import data as data_mod
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
@@ -86,7 +86,7 @@ def test_submission_matches_sample_ids_and_order(pipeline_run) -> None:
 
 def test_fold_artifacts(pipeline_run) -> None:
     folds = pipeline_run.table["fold"].to_numpy()
-    digest = train.fold_digest(pipeline_run.cfg)
+    digest = fingerprint.current(pipeline_run.cfg)
     for k in range(FOLDS):
         d = pipeline_run.exp / f"fold{k}"
         for name in FOLD_FILES:
@@ -131,14 +131,14 @@ def test_rerun_skips_complete_folds(pipeline_run, capsys: pytest.CaptureFixture)
 
 
 def test_changed_setting_makes_folds_incomplete(pipeline_run) -> None:
-    digest = train.fold_digest(pipeline_run.cfg)
+    digest = fingerprint.current(pipeline_run.cfg)
     changed = config.load("sample", overrides(pipeline_run.root, "train.lr=0.004"))
-    assert train.fold_digest(changed) != digest
-    assert train.fold_digest(config.load("sample", overrides(pipeline_run.root, "train.folds=[0]"))) == digest
+    assert fingerprint.current(changed) != digest
+    assert fingerprint.current(config.load("sample", overrides(pipeline_run.root, "train.folds=[0]"))) == digest
     for k in range(FOLDS):
         d = pipeline_run.exp / f"fold{k}"
         assert train.is_complete(d, digest)
-        assert not train.is_complete(d, train.fold_digest(changed))
+        assert not train.is_complete(d, fingerprint.current(changed))
 
 
 def test_predict_with_failing_check_writes_no_file(pipeline_run, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

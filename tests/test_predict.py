@@ -117,10 +117,11 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
     good = frame(["a", "b", "c", "d"], [0.1, 0.2, 0.3, 0.4])
 
-    monkeypatch.setattr(predict.metrics, "fold_dirs", lambda exp: folds)
+    monkeypatch.setattr(predict.metrics, "usable_folds", lambda cfg, digest, what: folds)
+    monkeypatch.setattr(predict.fingerprint, "fold_fingerprint", lambda cfg, meta, prepared: "x")
     monkeypatch.setattr(predict.data_mod, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
     monkeypatch.setattr(predict.tokens, "load", lambda cfg, meta: ({"test": None}, {}))
-    monkeypatch.setattr(predict, "fold_test_preds", lambda cfg, d, data, test, device: good)
+    monkeypatch.setattr(predict, "fold_test_preds", lambda cfg, d, data, test, meta, device: good)
     cfg = config.load("sample", [f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'subs'}"])
 
     path = predict.run(cfg)  # the plumbing works: this is the check's control
@@ -138,11 +139,12 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     assert not subs.exists() or list(subs.glob("*.csv")) == []
 
 
-def test_run_without_trained_folds_says_so(tmp_path: Path) -> None:
-    cfg = config.load("sample", [f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'subs'}"])
-    with pytest.raises(predict.PipelineError, match="make train"):
+def test_run_without_prepared_data_says_so(tmp_path: Path) -> None:
+    paths = [f"input_dir={tmp_path / 'input'}", f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path}/s"]
+    cfg = config.load("sample", paths)
+    with pytest.raises(predict.PipelineError, match="make data"):
         predict.run(cfg)
-    assert not (tmp_path / "subs").exists()
+    assert not (tmp_path / "s").exists()
 
 
 # ---------------------------------------------------------------- metrics

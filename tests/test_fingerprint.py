@@ -1,0 +1,189 @@
+"""Nothing stale: a fold counts only for the inputs and settings that made it, wherever its files came from."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from conftest import SCALE
+
+from pipeline import config, fingerprint, metrics, predict, sample, train
+from pipeline import data as data_mod
+from pipeline.errors import PipelineError
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
+
+SETTINGS = [
+    "data.source=dir",
+    "data.folds=2",
+    "train.epochs=1",
+    "train.precision=fp32",
+    "model.tiny.hidden=32",
+    "model.tiny.intermediate=64",
+    "model.tiny.vocab=600",
+    "model.max_length=32",
+]
+
+
+def args(root: Path, raw: Path, *more: str) -> list[str]:
+    paths = [f"input_dir={root / 'input'}", f"models_dir={root / 'models'}", f"submissions_dir={root / 'subs'}"]
+    return ["--config", "sample", *paths, f"data.dir={raw}", *SETTINGS, *more]
+
+
+def cfg_of(argv: list[str]):
+    return config.load("sample", argv[2:])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, torch_one_thread) -> SimpleNamespace:
+    root = tmp_path_factory.mktemp("fp")
+    raw = root / "raw"
+    sample.write(raw, seed=0, scale=SCALE)
+    argv = args(root, raw)
+    for stage in (data_mod, train, predict):
+        assert stage.main(argv) == 0
+    return SimpleNamespace(root=root, raw=raw, argv=argv, cfg=cfg_of(argv), exp=metrics.experiment_dir(cfg_of(argv)))
+
+
+def copy_run(trained, dest: Path) -> Path:
+    """The trained run's raw files and models in a new place, so that a test may change them."""
+    shutil.copytree(trained.raw, dest / "raw")
+    shutil.copytree(trained.root / "models", dest / "models")
+    return dest / "raw"
+
+
+def test_settings_that_do_not_change_weights_keep_the_fingerprint(trained, tmp_path) -> None:
+    digest = fingerprint.current(trained.cfg)
+    same = [
+        "train.eval_batch=7",
+        "train.save_every_steps=5",
+        "train.max_bad_steps=3",
+        "train.folds=[1]",
+        "train.device=cpu",
+        "train.checkpointing=false",
+        f"models_dir={tmp_path}",
+    ]
+    for item in same:
+        assert fingerprint.current(cfg_of(trained.argv + [item])) == digest, item
+    for item in ["train.lr=0.002", "train.epochs=2", "model.dropout=0.2", "train.precision=bf16", "train.seed=1"]:
+        assert fingerprint.current(cfg_of(trained.argv + [item])) != digest, item
+
+
+def test_a_copy_of_the_data_elsewhere_uses_the_same_folds(trained, tmp_path, capsys) -> None:
+    """A Kaggle run reads /kaggle/input/...; its downloaded folds count locally for the same files."""
+    raw = copy_run(trained, tmp_path)
+    argv = args(tmp_path, raw)
+    assert data_mod.main(argv) == 0
+    assert fingerprint.current(cfg_of(argv)) == fingerprint.current(trained.cfg)
+    assert train.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("complete with these settings") == 2 and "=== fold" not in out
+    assert predict.main(argv) == 0
+
+
+def test_changed_data_retrains_and_stale_folds_are_never_used(trained, tmp_path, capsys) -> None:
+    raw = copy_run(trained, tmp_path)
+    argv = args(tmp_path, raw)
+    valid = pd.read_csv(raw / "validation.csv", dtype=str, keep_default_na=False)
+    valid.loc[0, "comment_text"] = "an edited comment " + valid.loc[0, "comment_text"]
+    valid.to_csv(raw / "validation.csv", index=False)
+    assert data_mod.main(argv) == 0
+    cfg = cfg_of(argv)
+    assert fingerprint.current(cfg) != fingerprint.current(trained.cfg)
+    # before retraining, predict and cv refuse the old folds, and say why
+    with pytest.raises(PipelineError, match="trained on other data or settings"):
+        predict.run(cfg)
+    with pytest.raises(PipelineError, match="no trained folds for these inputs"):
+        metrics.cv_report(cfg)
+    capsys.readouterr()
+    assert train.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "skipped" not in out and out.count("=== fold") == 2
+
+
+def test_fewer_folds_leave_the_old_ones_out(trained, tmp_path, capsys) -> None:
+    copy_run(trained, tmp_path)
+    exp = tmp_path / "models" / "sample"
+    shutil.copytree(exp / "fold1", exp / "fold2")  # an old fold of a 3-fold run
+    (exp / "fold0" / "done.json").unlink()  # and an unfinished one
+    digest = fingerprint.current(trained.cfg)
+    use, left_out = fingerprint.select_folds(exp, digest, 2)
+    assert [p.name for p in use] == ["fold1"]
+    assert left_out == {"fold0": "not complete", "fold2": "not a fold of data.folds=2"}
+    cfg = cfg_of(args(tmp_path, trained.raw))
+    cfg = config.from_dict({**cfg.to_dict(), "input_dir": str(trained.root / "input")})
+    metrics.usable_folds(cfg, digest, what="predict")
+    err = capsys.readouterr().err
+    assert "predict: using fold1; left out fold0: not complete; fold2: not a fold of data.folds=2" in err
+
+
+def test_a_retrain_removes_the_old_done_json_first(trained, tmp_path) -> None:
+    from test_core import StopAt, fold_run
+
+    copy_run(trained, tmp_path)
+    cfg = cfg_of(trained.argv + [f"models_dir={tmp_path / 'models'}", "train.lr=0.002"])
+    fold_dir = tmp_path / "models" / "sample" / "fold0"
+    assert (fold_dir / "done.json").exists() and (fold_dir / "test.csv").exists()
+    run = fold_run(cfg, StopAt(2))
+    assert not (fold_dir / "done.json").exists() and not (fold_dir / "test.csv").exists()
+    with pytest.raises(train.Interrupted):
+        run.run()  # stopped at the first step: the old done.json must not make it look complete
+    assert not train.is_complete(fold_dir, fingerprint.current(cfg))
+    assert not train.is_complete(fold_dir, fingerprint.current(trained.cfg))
+
+
+def test_test_predictions_are_recomputed_when_what_they_depend_on_changes(trained, monkeypatch) -> None:
+    calls = []
+    real = predict.loop.predict
+    monkeypatch.setattr(predict.loop, "predict", lambda *a, **k: calls.append(1) or real(*a, **k))
+    stamp = trained.exp / "fold0" / "test.json"
+    key = json.loads(stamp.read_text())
+    assert set(key) == {"weights", "test", "max_length", "precision"}
+    assert predict.main(trained.argv) == 0
+    assert calls == []  # the cached predictions were used
+    stamp.write_text(json.dumps({**key, "precision": "bf16"}))  # made under another precision
+    assert predict.main(trained.argv) == 0
+    assert len(calls) == 1  # fold0 predicted again, fold1 still cached
+    assert json.loads(stamp.read_text()) == key
+
+
+def test_model_path_is_where_not_what(tmp_path) -> None:
+    base = ["model.name=xlm-roberta-large"]
+    meta = {"table_digest": "t"}
+    a = fingerprint.fold_fingerprint(config.load("sample", [*base, "model.path=/kaggle/input/x"]), meta, tmp_path)
+    b = fingerprint.fold_fingerprint(config.load("sample", [*base, "model.path=/home/me/xlmr"]), meta, tmp_path)
+    assert a == b
+    for name in ("one", "two"):  # a folder given as model.name counts by its content
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+
+    def of(folder: str) -> str:
+        return fingerprint.fold_fingerprint(config.load("sample", [f"model.name={tmp_path / folder}"]), meta, tmp_path)
+
+    assert of("one") == of("two")
+    (tmp_path / "two" / "config.json").write_text('{"hidden_size": 8}')
+    assert of("two") != of("one")
+
+
+def test_test_labels_give_a_test_auc_kept_in_cv_json(trained, tmp_path, capsys) -> None:
+    raw = copy_run(trained, tmp_path)
+    argv = args(tmp_path, raw)
+    sub = pd.read_csv(trained.root / "subs" / "submission.csv", dtype={"id": str})
+    labels = sub.assign(toxic=(sub["toxic"] > sub["toxic"].median()).astype(int))  # ranks like the predictions
+    labels.loc[labels.index[:5], "toxic"] = -1  # rows the competition did not score
+    labels.to_csv(raw / predict.TEST_LABELS, index=False)
+    assert data_mod.main(argv) == 0 and predict.main(argv) == 0
+    assert "test AUC 1.0000 (" in capsys.readouterr().out
+    cv_path = tmp_path / "models" / "sample" / "cv.json"
+    score = json.loads(cv_path.read_text())["test_auc"]
+    assert score["auc"] == 1.0 and score["rows"] == len(sub) - 5 and set(score["per_lang"]) == set(sub_langs(raw))
+    assert metrics.main(argv) == 0  # `make cv` rewrites cv.json and keeps the score of the same folds
+    assert json.loads(cv_path.read_text())["test_auc"] == score
+
+
+def sub_langs(raw: Path) -> set[str]:
+    return set(pd.read_csv(raw / "test.csv", dtype=str, keep_default_na=False)["lang"])
