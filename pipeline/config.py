@@ -58,6 +58,7 @@ class ModelConfig:
     max_length: int = 128
     dropout: float = 0.1
     trim_vocab: bool = False  # keep only the embedding rows of tokens the competition's texts use
+    init_from: str = ""  # an experiment whose stage-1 model (its fold -1) every fold starts from
     tiny: TinyConfig = field(default_factory=TinyConfig)
 
 
@@ -80,6 +81,8 @@ class TrainConfig:
     save_every_steps: int = 0  # also save a resume state every N optimizer steps (0: at epoch ends only)
     max_bad_steps: int = 20  # consecutive non-finite optimizer steps before the fold stops
     max_memory_gb: float = 0.0  # > 0: pick the largest micro-batch that fits (same effective batch)
+    # fold -1 rows (English and translated) train every fold; false: only the other folds' validation rows
+    training_only_rows: bool = True
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from pipeline import lineage
 from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.io import file_digest, read_json
@@ -51,12 +52,12 @@ def tree_digest(folder: Path | str, skip: tuple[str, ...] = ()) -> str:
 def model_identity(cfg: Config, prepared: Path) -> dict:
     """The model a fold starts from: the tiny architecture and its tokenizer's files, a pretrained model's
     name (its files may sit anywhere: model.path), or the content of a folder given as model.name."""
-    name = cfg.model.name
+    name, init = cfg.model.name, lineage.init_identity(cfg)  # a stage-2 fold: its stage-1 model's fingerprint
     if name == "tiny":
-        return {"tiny": True, "tokenizer": tree_digest(prepared / "tokenizer", skip=("trained_on.json",))}
+        return {"tiny": True, "tokenizer": tree_digest(prepared / "tokenizer", skip=("trained_on.json",)), **init}
     if not cfg.model.path and Path(name).is_dir():
-        return {"folder": tree_digest(name)}
-    return {"name": name}
+        return {"folder": tree_digest(name), **init}
+    return {"name": name, **init}
 
 
 def settings(cfg: Config) -> dict:
@@ -88,7 +89,7 @@ def current(cfg: Config) -> str:
 def fold_status(fold_dir: Path, digest: str, k: int) -> str:
     """'' for a fold that counts; else why it does not."""
     fold = int(fold_dir.name[4:])
-    if fold >= k:
+    if not 0 <= fold < k:
         return f"not a fold of data.folds={k}"
     done = fold_dir / "done.json"
     if not done.exists():
@@ -100,6 +101,7 @@ def fold_status(fold_dir: Path, digest: str, k: int) -> str:
 
 def select_folds(exp: Path, digest: str, k: int) -> tuple[list[Path], dict[str, str]]:
     """(folds that count, in fold order; {fold name: why it is left out}), missing folds included."""
+    # fold-1, a stage-1 model, has no OOF and no test predictions: it is not one of the k folds
     found = {int(p.name[4:]): p for p in exp.glob("fold*") if p.is_dir() and p.name[4:].isdigit()}
     use, left_out = [], {}
     for fold in sorted(set(found) | set(range(k))):

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerFast
 
+from pipeline import lineage
 from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_dir
@@ -118,7 +119,7 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None):
     """A sequence classifier with one logit: from `source` (a trained fold), the hub name, or tiny."""
     from transformers import XLMRobertaForSequenceClassification
 
-    name = source or cfg.model.path or cfg.model.name
+    name = source or lineage.init_dir(cfg) or cfg.model.path or cfg.model.name
     if name == "tiny":
         return XLMRobertaForSequenceClassification(tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id))
     # master weights in fp32 whatever the folder stores: transformers 5 keeps a checkpoint's own dtype, and

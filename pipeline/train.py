@@ -33,7 +33,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, fingerprint, loop, memory, metrics, modeling, tokens, trim
+from pipeline import distributed, fingerprint, lineage, loop, memory, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import (
@@ -193,7 +193,15 @@ def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
 def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path):
     """The model as this fold trains it: trimmed, sparse embedding gradients or DDP, checkpointing, on device."""
     model = modeling.build_model(cfg, tokenizer)
-    if keep is not None:
+    init = lineage.init_dir(cfg)
+    init_map = trim.load_map(init) if init is not None else None
+    if init_map is not None:  # a trimmed stage-1 model: its embedding rows are already the kept ones
+        if keep is None or not np.array_equal(init_map, trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)):
+            raise PipelineError(
+                f"model.init_from={cfg.model.init_from} was trained with a trimmed vocabulary: "
+                f"trim this experiment too (model.trim_vocab=true), on the same data"
+            )
+    elif keep is not None:
         trim.trim_model(model, keep)
     # before any state is written: a resume state is ~16 bytes a parameter (fp32 weights + AdamW moments), the
     # weights 4 more; every rank checks, so all of them stop together
@@ -264,9 +272,11 @@ class FoldRun:
                 (self.fold_dir / name).unlink(missing_ok=True)
         set_seed(cfg.train.seed + fold)
         self.precision = loop.resolve_precision(cfg.train.precision, d.device)
-        folds = table["fold"].to_numpy()
-        self.train_idx, self.valid_idx = np.flatnonzero(folds != fold), np.flatnonzero(folds == fold)
-        if table["toxic"].iloc[self.valid_idx].nunique() < 2:
+        # which rows train this fold is decided in one place, so the leak tests check what training uses
+        self.train_idx = lineage.training_rows(table, fold, cfg.train.training_only_rows)
+        stage1 = fold == lineage.STAGE1  # a stage-1 model has no validation rows
+        self.valid_idx = np.flatnonzero(table["fold"].to_numpy() == (None if stage1 else fold))
+        if not stage1 and table["toxic"].iloc[self.valid_idx].nunique() < 2:
             raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
         self.labels = table["toxic"].to_numpy(np.float32)
         self.pad_id = tokenizer.pad_token_id
@@ -358,13 +368,14 @@ class FoldRun:
         """Score the fold's rows; the best epoch so far keeps its weights and OOF predictions."""
         p, d, step = self.progress, self.d, self.progress.step
         start = time.perf_counter()
+        stage1 = self.fold == lineage.STAGE1  # no validation rows: the last epoch is the model
         preds = evaluate(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
         valid = self.table.iloc[self.valid_idx]
         record = {
             "epoch": epoch + 1,
             "loss": step.loss_sum / max(step.examples, 1),
-            "auc": metrics.auc(valid["toxic"], preds),
-            "auc_per_lang": metrics.auc_by_lang(valid["toxic"], preds, valid["lang"]),
+            "auc": None if stage1 else metrics.auc(valid["toxic"], preds),
+            "auc_per_lang": {} if stage1 else metrics.auc_by_lang(valid["toxic"], preds, valid["lang"]),
             "seconds": round(step.seconds + time.perf_counter() - start, 2),
             "samples_per_second": round(step.examples * d.world / max(step.seconds, 1e-9), 1),
             "peak_memory_mb": round(loop.peak_memory_mb(d.device), 1),
@@ -375,15 +386,17 @@ class FoldRun:
         p.history.append(record)
         if d.is_main:
             per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
+            auc = "stage 1" if stage1 else f"AUC {record['auc']:.4f} ({per})"
             print(
-                f"fold {self.fold} epoch {epoch + 1}: loss {record['loss']:.4f} AUC {record['auc']:.4f} ({per}) "
+                f"fold {self.fold} epoch {epoch + 1}: loss {record['loss']:.4f} {auc} "
                 f"{record['samples_per_second']:.0f} ex/s, peak {record['peak_memory_mb']:.0f} MB"
             )
             atomic_write_text(self.fold_dir / "metrics.jsonl", "".join(json.dumps(h) + "\n" for h in p.history))
-            if record["auc"] > p.best["auc"]:
+            if stage1 or record["auc"] > p.best["auc"]:
                 p.best = {"auc": record["auc"], "epoch": epoch + 1}
                 save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
-                write_csv(self.fold_dir / "oof.csv", valid[["id", "lang", "toxic", "fold"]].assign(pred=preds))
+                if not stage1:
+                    write_csv(self.fold_dir / "oof.csv", valid[["id", "lang", "toxic", "fold"]].assign(pred=preds))
         p.best = distributed.gather_objects(d, p.best)[0]  # rank 0 decides, the others follow
 
     def run(self) -> dict:
@@ -426,6 +439,16 @@ class FoldRun:
         return result
 
 
+def check_init_tokenizer(cfg: Config, tokenizer) -> None:
+    """A stage-2 experiment reads its texts with the tokenizer its stage-1 model learned them with."""
+    init = lineage.init_dir(cfg)
+    if init is not None and modeling.load_tokenizer(init).get_vocab() != tokenizer.get_vocab():
+        raise PipelineError(
+            f"model.init_from={cfg.model.init_from}: its tokenizer differs from this experiment's; "
+            f"give both the same data settings (the tiny model's tokenizer is learned from the data)"
+        )
+
+
 def train_fold(cfg, fold, table, data, tokenizer, d, stop, digest, keep=None) -> dict:
     """Train one fold; `keep`: the vocabulary ids to keep (model.trim_vocab), `data` already remapped to them."""
     return FoldRun(cfg, fold, table, data, tokenizer, d, stop, digest, keep).run()
@@ -452,9 +475,10 @@ def run(cfg: Config) -> dict | None:
                 print(f"vocabulary trimmed to the {len(keep):,} of {len(tokenizer):,} tokens the texts use")
         k = cfg.data.folds
         folds = list(cfg.train.folds) or list(range(k))
-        bad = [f for f in folds if not 0 <= f < k]
+        bad = [f for f in folds if not lineage.STAGE1 <= f < k]
         if bad:
-            raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k})")
+            raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k}; -1: a stage-1 model)")
+        check_init_tokenizer(cfg, tokenizer)
         digest = fingerprint.fold_fingerprint(cfg, meta, data_mod.prepared_dir(cfg))
         exp = metrics.experiment_dir(cfg)
         if d.is_main:
@@ -472,7 +496,10 @@ def run(cfg: Config) -> dict | None:
                 train_fold(cfg, fold, table, splits["train"], tokenizer, d, stop, digest, keep)
         if not d.is_main:
             return None
-        summary = metrics.cv_report(cfg)
+        if folds == [lineage.STAGE1]:
+            print(f"stage-1 model in {exp / 'fold-1'}; start an experiment from it with model.init_from={cfg.name}")
+            return None
+        summary = metrics.cv_report(cfg, digest)
         print()
         print(metrics.format_table(summary))
         print(f"wrote {exp}/cv.json, cv.png, oof.csv")

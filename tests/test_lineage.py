@@ -1,0 +1,95 @@
+"""Two stages: a stage-1 model on the training-only rows, then folds that start from it; no leak either way."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_core import StopAt, fold_run, prepared  # noqa: F401  (a fixture)
+
+from pipeline import data as data_mod
+from pipeline import fingerprint, lineage, metrics, train
+from pipeline.errors import PipelineError
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
+
+
+def named(cfg, name: str, **train_kw):
+    """The config under another experiment name, its data prepared (each experiment has its own)."""
+    from pipeline import tokens
+
+    cfg = dataclasses.replace(cfg, name=name, train=dataclasses.replace(cfg.train, **train_kw))
+    data_mod.prepare(cfg, log=lambda *a: None)
+    tokens.prepare(cfg)
+    return cfg
+
+
+def with_init(cfg, name: str, init: str, **train_kw):
+    cfg = named(cfg, name, **train_kw)
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init_from=init))
+
+
+def test_training_rows_never_leak() -> None:
+    table = pd.DataFrame({"fold": [-1, -1, 0, 0, 1, 1, 2, -1, -1], "pseudo_for": [-1, -1, -1, -1, -1, -1, -1, 0, 1]})
+    assert lineage.training_rows(table, -1).tolist() == [0, 1]  # stage 1: training-only rows, no validation row
+    assert lineage.training_rows(table, 0).tolist() == [0, 1, 4, 5, 6, 7]  # fold 0's own pseudo rows only
+    assert lineage.training_rows(table, 1).tolist() == [0, 1, 2, 3, 6, 8]
+    assert lineage.training_rows(table, 1, training_only_rows=False).tolist() == [2, 3, 6, 8]
+    for k in (0, 1, 2):
+        rows = lineage.training_rows(table, k)
+        assert not (table["fold"].to_numpy()[rows] == k).any()  # never a row of the fold it is scored on
+    assert lineage.training_rows(table.drop(columns="pseudo_for"), 2).tolist() == [0, 1, 2, 3, 4, 5, 7, 8]
+
+
+def test_stage_one_then_stage_two(prepared) -> None:  # noqa: F811
+    base = prepared
+    # no stage-1 model yet: the error names the command that makes it
+    with pytest.raises(PipelineError, match=r"make train .*name=s1 train.folds=\[-1\]"):
+        fingerprint.current(with_init(base, "s2", "s1"))
+
+    s1 = named(base, "s1")
+    stage1 = fold_run(s1, StopAt(10**9), fold=-1)
+    table, _, _ = data_mod.load_table(base)
+    assert set(table["fold"].iloc[stage1.train_idx]) == {-1} and len(stage1.valid_idx) == 0  # never a validation row
+    done = stage1.run()
+    assert done["auc"] is None and done["epochs"] == 1
+    s1_dir = metrics.experiment_dir(s1) / "fold-1"
+    assert (s1_dir / "model.safetensors").exists() and not (s1_dir / "oof.csv").exists()
+
+    s2 = with_init(base, "s2", "s1", lr=3e-4, training_only_rows=False)
+    run = fold_run(s2, StopAt(10**9), fold=0)
+    saved = load_file(s1_dir / "model.safetensors")
+    for name, value in run.model.state_dict().items():  # every fold starts from the stage-1 weights
+        if name in saved:
+            assert torch.equal(value, saved[name]), name
+    assert not (table["fold"].iloc[run.train_idx] == -1).any()  # fine-tuned on the validation folds only
+    digest = fingerprint.current(s2)
+    run.run()
+    assert train.is_complete(metrics.experiment_dir(s2) / "fold0", digest)
+
+    # retraining the stage-1 model makes the stage-2 folds stale
+    fold_run(named(base, "s1", lr=5e-4), StopAt(10**9), fold=-1).run()
+    assert fingerprint.current(s2) != digest
+    assert not train.is_complete(metrics.experiment_dir(s2) / "fold0", fingerprint.current(s2))
+
+
+def test_stage_one_is_not_a_cv_fold(prepared, capsys) -> None:  # noqa: F811
+    cfg = named(prepared, "s1", folds=(-1,))
+    assert train.run(cfg) is None
+    assert "stage-1 model in" in capsys.readouterr().out
+    use, left_out = fingerprint.select_folds(metrics.experiment_dir(cfg), fingerprint.current(cfg), 2)
+    assert use == [] and "fold-1" not in left_out
+
+
+def test_init_from_itself_is_refused(prepared) -> None:  # noqa: F811
+    with pytest.raises(PipelineError, match="cannot start from itself"):
+        lineage.init_dir(with_init(prepared, "same", "same"))
+
+
+def test_empty_validation_never_scores(prepared) -> None:  # noqa: F811
+    rows = lineage.training_rows(data_mod.load_table(prepared)[0], -1)
+    assert len(rows) > 0 and np.all(np.diff(rows) > 0)
