@@ -275,7 +275,7 @@ class FoldRun:
         # which rows train this fold is decided in one place, so the leak tests check what training uses
         self.train_idx = lineage.training_rows(table, fold, cfg.train.training_only_rows)
         stage1 = fold == lineage.STAGE1  # a stage-1 model has no validation rows
-        self.valid_idx = np.flatnonzero(table["fold"].to_numpy() == (None if stage1 else fold))
+        self.valid_idx = np.flatnonzero((table["fold"].to_numpy() == fold) & (not stage1))
         if not stage1 and table["toxic"].iloc[self.valid_idx].nunique() < 2:
             raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
         self.labels = table["toxic"].to_numpy(np.float32)
