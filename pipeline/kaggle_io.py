@@ -136,6 +136,34 @@ def has_credentials(env: Mapping[str, str] | None = None, home: Path | None = No
         return False
 
 
+def credential_problems(env: Mapping[str, str] | None = None, home: Path | None = None) -> list[str]:
+    """Credentials that are there but cannot work, each as one line naming the variable or file (never a value)."""
+    env = os.environ if env is None else env
+    home = Path.home() if home is None else home
+    problems = []
+    path = _config_dir(env, home) / "kaggle.json"
+    text = _read_text(path) if path.is_file() else ""
+    if path.is_file():
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            problems.append(f'{path} is not a JSON object like {{"username": ..., "key": ...}}: fix or remove it')
+        else:
+            absent = [k for k in ("username", "key") if not data.get(k) and not env.get(f"KAGGLE_{k.upper()}")]
+            if absent:
+                problems.append(f"{path} has no {' and no '.join(map(repr, absent))}: fix or remove it")
+    if env.get("KAGGLE_USERNAME") and not env.get("KAGGLE_KEY") and not (_kaggle_json(env, home).get("key")):
+        problems.append("KAGGLE_USERNAME is set but KAGGLE_KEY is not: set both, or use KAGGLE_API_TOKEN")
+    if env.get("KAGGLE_KEY") and not env.get("KAGGLE_USERNAME") and not (_kaggle_json(env, home).get("username")):
+        problems.append("KAGGLE_KEY is set but KAGGLE_USERNAME is not: set both, or use KAGGLE_API_TOKEN")
+    token = env.get("KAGGLE_API_TOKEN", "")
+    if token and Path(token).exists() and not _token_env(env):
+        problems.append("KAGGLE_API_TOKEN names a file that is empty or unreadable: fix the file or the variable")
+    return problems
+
+
 def _secrets() -> list[str]:
     """Secret values known to this process, so that messages can be scrubbed of them."""
     home = Path.home()
@@ -159,6 +187,11 @@ def _clean(text: str) -> str:
 
 def get_api() -> KaggleApi:
     """Return an authenticated `KaggleApi`, or raise `KaggleError` saying how to fix the setup."""
+    problems = credential_problems()
+    # kaggle's authenticate() reads kaggle.json even when a token is also given: a broken one is always fatal
+    broken = [p for p in problems if "kaggle.json" in p] or (problems if not has_credentials() else [])
+    if broken:
+        raise KaggleError(f"Kaggle credentials: {broken[0]}")
     if not has_credentials():
         raise KaggleError(f"No Kaggle credentials found. {credentials_hint()}")
     try:
@@ -241,17 +274,32 @@ def explain(exc: BaseException, what: str) -> KaggleError:
 # Downloads
 
 
-def download_competition(competition: str, dest: Path, api: KaggleApi | None = None) -> list[Path]:
-    """Download and unzip all files of `competition` into `dest`; return the files in `dest`.
+def download_competition(
+    competition: str, dest: Path, api: KaggleApi | None = None, files: tuple[str, ...] | list[str] = ()
+) -> list[Path]:
+    """Download and unzip the files of `competition` into `dest`; return the files in `dest`.
 
-    Files already in `dest` are never overwritten; only missing ones are added.
+    With `files`, only those are fetched, one by one (competition_download_file), and only the ones
+    `dest` lacks: the archive of every file holds large copies the pipeline never reads. Files already
+    in `dest` are never overwritten; only missing ones are added.
     """
     api = get_api() if api is None else api
-    return _fetch(
-        lambda path: api.competition_download_files(competition, path=path, quiet=False),
-        f"competition {competition}",
-        Path(dest),
-    )
+    dest = Path(dest)
+    if not files:
+        return _fetch(
+            lambda path: api.competition_download_files(competition, path=path, quiet=False),
+            f"competition {competition}",
+            dest,
+        )
+    for name in files:
+        if not (dest / name).is_file():
+            # the server wraps a large file in <name>.zip; _fetch unzips it beside the others
+            _fetch(
+                lambda path, name=name: api.competition_download_file(competition, name, path=path, quiet=False),
+                f"competition {competition}",
+                dest,
+            )
+    return _files(dest)
 
 
 def download_dataset(slug: str, dest: Path, api: KaggleApi | None = None) -> list[Path]:
@@ -402,11 +450,17 @@ def authenticated_username(api: KaggleApi) -> str:
 
 
 def _kernel_access(exc: BaseException, what: str) -> KaggleError:
-    # kernels_status / kernels_output replace a 401/403 by a ValueError with this wording.
+    """kernels_status / kernels_output / kernels_logs replace a 401 or 403 by a ValueError that blames the slug.
+
+    The ValueError is raised inside `except HTTPError`, so its __context__ still holds the real status.
+    """
     if isinstance(exc, ValueError) and "was denied" in str(exc):
+        status = _status(exc.__context__) if exc.__context__ is not None else None
+        if status == 401:
+            return explain(exc.__context__, what)  # credentials rejected: the slug is not the problem
         return KaggleError(
-            f"{what}: access denied (403): check the slug (kaggle.user / kaggle.kernel_slug) and that "
-            "the kernel belongs to the account whose credentials are in use"
+            f"{what}: access denied (403): no such kernel visible to this account; check kaggle.user / "
+            "kaggle.kernel_slug, and that it was pushed with the credentials in use"
         )
     return explain(exc, what)
 
@@ -423,11 +477,18 @@ def dataset_exists(ref: str, api: KaggleApi) -> bool:
 
 
 def wait_dataset_ready(
-    ref: str, api: KaggleApi, timeout_s: float = 900, poll_s: float = 10, sleep: Callable[[float], None] | None = None
+    ref: str,
+    api: KaggleApi,
+    timeout_s: float = 900,
+    poll_s: float = 10,
+    sleep: Callable[[float], None] | None = None,
+    grace_s: float = 120,
 ) -> str:
     """Poll `dataset_status(ref)` until Kaggle has processed the upload; return the last status.
 
-    A kernel pushed before its code dataset is ready would mount the previous version.
+    A kernel pushed before its code dataset is ready would mount the previous version. A 404 in the
+    first `grace_s` seconds is a dataset just created and not yet visible: keep polling. "deleted",
+    "error" and "failed" are final: waiting would not change them.
     """
     import time
 
@@ -437,9 +498,16 @@ def wait_dataset_ready(
         try:
             status = str(api.dataset_status(ref) or "").lower()
         except Exception as exc:
-            raise explain(exc, f"dataset {ref}") from exc
+            if _status(exc) != 404 or waited >= grace_s:
+                raise explain(exc, f"dataset {ref}") from exc
+            status = "not visible yet"
         if status == "ready":
             return status
+        if status == "deleted":
+            raise KaggleError(
+                f"dataset {ref} was deleted on Kaggle; a deleted slug cannot be reused at once: set "
+                "kaggle.dataset_slug=<new-slug> and run `make kernel` again"
+            )
         if status in ("error", "failed"):
             raise KaggleError(f"dataset {ref}: Kaggle could not process the upload (status {status})")
         if waited >= timeout_s:
@@ -469,6 +537,39 @@ def upload_dataset(folder: Path, ref: str, notes: str, api: KaggleApi) -> tuple[
     return ("new version" if exists else "created"), f"https://www.kaggle.com/datasets/{ref}"
 
 
+def _version_refused(exc: BaseException, what: str, api: KaggleApi) -> KaggleError:
+    """A 403 on a new version: Kaggle answers so while the previous version is still processing."""
+    ref = what.partition(" ")[2]
+    try:
+        status = str(api.dataset_status(ref) or "").lower()
+    except Exception:
+        status = ""
+    if status and status != "ready":
+        return KaggleError(
+            f"{what}: the previous version is still {status} on Kaggle (403 until it is ready); "
+            "wait a few minutes and run `make kernel` again"
+        )
+    return explain(exc, what)
+
+
+def dataset_files(ref: str, api: KaggleApi) -> list[str]:
+    """The file names of dataset `ref` (owner/slug), every page."""
+    names: list[str] = []
+    token = None
+    while True:
+        try:
+            result = api.dataset_list_files(ref, page_token=token, page_size=200)
+        except Exception as exc:
+            raise explain(exc, f"dataset {ref}") from exc
+        error = str(getattr(result, "error_message", "") or "")
+        if error:
+            raise KaggleError(f"dataset {ref}: {_clean(error)}")
+        names += [str(getattr(f, "name", "")) for f in getattr(result, "files", None) or []]
+        token = getattr(result, "next_page_token", None)
+        if not token:
+            return names
+
+
 def _send_dataset(folder: Path, notes: str, api: KaggleApi, exists: bool, what: str) -> str:
     """One create/version call; returns Kaggle's error text, "" on success."""
     try:
@@ -477,6 +578,8 @@ def _send_dataset(folder: Path, notes: str, api: KaggleApi, exists: bool, what: 
         else:
             result = api.dataset_create_new(str(folder), public=False, quiet=True, dir_mode="zip")
     except Exception as exc:
+        if exists and _status(exc) == 403:
+            raise _version_refused(exc, what, api) from exc
         raise explain(exc, what) from exc
     if result is None:
         return "the upload returned nothing (see the output above)"
@@ -526,19 +629,79 @@ def kernel_status(ref: str, api: KaggleApi) -> tuple[str, str]:
 
 
 def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: str | None = None) -> list[Path]:
-    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`, replaced whole.
+    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`.
 
-    The files land in a temporary folder first: a failed download leaves `dest` as it was.
+    `dest` is kept between calls and force=False: kaggle skips a file already there with the same size
+    and date, so fetching again after an interrupted download only gets what is missing.
     """
-    from pipeline.io import atomic_dir
-
     what = f"kernel {ref}"
     dest = Path(dest)
-    with atomic_dir(dest) as tmp:
-        try:
-            api.kernels_output(ref, str(tmp), file_pattern=file_pattern, force=True, quiet=True)
-        except Exception as exc:
-            raise _kernel_access(exc, what) from exc
-        if not _files(tmp):
-            raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
-    return _files(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        api.kernels_output(ref, str(dest), file_pattern=file_pattern, force=False, quiet=True)
+    except Exception as exc:
+        raise _kernel_access(exc, what) from exc
+    files = _files(dest)
+    if not [p for p in files if p.suffix != ".log"]:
+        raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
+    return files
+
+
+def kernel_log(ref: str, api: KaggleApi) -> str:
+    """The log of the kernel's latest session, as Kaggle stores it ("" when there is none yet)."""
+    try:
+        return str(api.kernels_logs(ref) or "")
+    except Exception as exc:
+        raise _kernel_access(exc, f"kernel {ref}") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# Submissions (`make submit`)
+#
+# kaggle 2.2.5: `competition_submit(file_name, message, competition, quiet=False, sandbox=False)` uploads
+# and returns an ApiCreateSubmissionResponse (`ref`, `message`; ref 0 and message "Could not submit to
+# competition" when the upload failed). `get_submission(submission_ref)` returns an ApiSubmission:
+# `status` (SubmissionStatus PENDING / COMPLETE / ERROR), `public_score`, `private_score` (strings,
+# "" until published), `error_description`. Right after submitting, get_submission may answer 404.
+
+LIMIT_WORDS = ("limit", "maximum number", "too many")
+
+
+def submit(competition: str, path: Path, message: str, api: KaggleApi) -> int:
+    """Submit `path` to `competition`; return the submission's ref."""
+    what = f"competition {competition}"
+    try:
+        result = api.competition_submit(str(path), message, competition, quiet=True)
+    except Exception as exc:
+        raise _submit_refused(exc, what) from exc
+    ref = getattr(result, "ref", 0)
+    if not ref:
+        said = _clean(str(getattr(result, "message", "") or "no answer"))
+        if any(w in said.lower() for w in LIMIT_WORDS):
+            raise KaggleError(f"{what}: daily submission limit reached ({said}); submit again tomorrow (UTC)")
+        raise KaggleError(f"{what}: the submission was not accepted: {said}")
+    return int(ref)
+
+
+def _submit_refused(exc: BaseException, what: str) -> KaggleError:
+    text = str(exc) + " " + str(getattr(getattr(exc, "response", None), "text", "") or "")
+    if _status(exc) in (400, 429) and any(w in text.lower() for w in LIMIT_WORDS):
+        return KaggleError(f"{what}: daily submission limit reached; submit again tomorrow (UTC)")
+    return explain(exc, what)  # 403: the competition's rules are not accepted
+
+
+def submission_state(ref: int, api: KaggleApi) -> dict:
+    """{"status": pending | complete | error, "public": str, "private": str, "error": str} of submission `ref`."""
+    try:
+        sub = api.get_submission(ref)
+    except Exception as exc:
+        if _status(exc) == 404:  # not readable yet, right after submitting
+            return {"status": "pending", "public": "", "private": "", "error": ""}
+        raise explain(exc, f"submission {ref}") from exc
+    status = getattr(sub, "status", "")
+    return {
+        "status": str(getattr(status, "name", status) or "pending").lower(),
+        "public": str(getattr(sub, "public_score", "") or ""),
+        "private": str(getattr(sub, "private_score", "") or ""),
+        "error": str(getattr(sub, "error_description", "") or ""),
+    }

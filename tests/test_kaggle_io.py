@@ -91,6 +91,12 @@ class FakeKaggleApi:
         self.failure_message = ""
         self.outputs: dict[str, bytes] = {}  # the kernel's output: name relative to /kaggle/working -> bytes
         self.fail: dict[str, BaseException] = {}  # method name -> exception it raises
+        self.log = ""  # what kernels_logs answers
+        self.dataset_listing: dict[str, list[str]] = {}  # dataset ref -> its file names
+        self.competition_files: dict[str, bytes] = {}  # served by competition_download_file
+        self.submit_result: dict = {"ref": 123, "message": ""}  # overrides on competition_submit's response
+        self.submission_states: list[dict] = []  # get_submission answers these in turn, then the last again
+        self.written: list[str] = []  # output files kernels_output (re)wrote, relative to its path
 
     def _serve(self, path: str | None, name: str) -> None:
         if self.error is not None:
@@ -226,12 +232,44 @@ class FakeKaggleApi:
         files = []
         for name, data in self.outputs.items():
             if file_pattern is None or re.search(file_pattern, name):
-                Path(path, name).parent.mkdir(parents=True, exist_ok=True)
-                Path(path, name).write_bytes(data)
-                files.append(str(Path(path, name)))
+                out = Path(path, name)
+                files.append(str(out))
+                # Real: download_needed() skips a file already there unless force (same size, not older)
+                if not force and out.is_file() and out.stat().st_size == len(data):
+                    continue
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(data)
+                self.written.append(name)
         log = Path(path, kernel.split("/")[1] + ".log")
         log.write_text("[]")
         return [*files, str(log)], None
+
+    def kernels_logs(self, kernel):
+        self._record("kernels_logs", kernel=kernel)
+        return self.log
+
+    def dataset_list_files(self, dataset, page_token=None, page_size=20):
+        self._record("dataset_list_files", dataset=dataset)
+        files = [types.SimpleNamespace(name=n) for n in self.dataset_listing.get(dataset, [])]
+        return types.SimpleNamespace(files=files, error_message="", next_page_token="")
+
+    def competition_download_file(self, competition, file_name, path=None, force=False, quiet=False, unzip=False):
+        self._record("competition_download_file", competition=competition, file_name=file_name, path=path)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        Path(path, file_name).write_bytes(self.competition_files[file_name])
+
+    def competition_submit(self, file_name, message, competition, quiet=False, sandbox=False):
+        self._record("competition_submit", file_name=file_name, message=message, competition=competition)
+        return types.SimpleNamespace(**self.submit_result)
+
+    def get_submission(self, submission_ref):
+        self._record("get_submission", submission_ref=submission_ref)
+        state = self.submission_states.pop(0) if len(self.submission_states) > 1 else self.submission_states[0]
+        if isinstance(state, BaseException):
+            raise state
+        fields = {"public_score": "", "private_score": "", "error_description": "", **state}
+        fields["status"] = types.SimpleNamespace(name=fields["status"])
+        return types.SimpleNamespace(**fields)
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -279,7 +317,9 @@ def test_fake_matches_real_signatures(tmp_path: Path) -> None:
                           for name in ("competition_download_files", "dataset_download_files",
                                        "dataset_status", "dataset_create_new", "dataset_create_version",
                                        "kernels_push", "kernels_status", "kernels_output",
-                                       "get_config_value")}))
+                                       "get_config_value", "kernels_logs", "dataset_list_files",
+                                       "competition_download_file", "competition_submit",
+                                       "get_submission")}))
         """,
         tmp_path,
     )

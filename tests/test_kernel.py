@@ -21,9 +21,9 @@ import pandas as pd
 import pytest
 from test_kaggle_io import SENTINEL, FakeKaggleApi, http_error, run_python
 
-from pipeline import config, kaggle_io, kernel, sample
+from pipeline import config, kaggle_bundle, kaggle_io, kaggle_meta, kaggle_output, kernel, notebook, sample
 from pipeline.kaggle_io import KaggleError
-from pipeline.kernel import KernelError
+from pipeline.kaggle_meta import KernelError
 
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +53,7 @@ def make_cfg(tmp_path: Path, *overrides: str, name: str = "sample") -> config.Co
             f"kaggle.dir={tmp_path / 'kernel'}",
             f"models_dir={tmp_path / 'models'}",
             f"submissions_dir={tmp_path / 'submissions'}",
+            "data.extra_files=[]",  # the real competition has no translated-train.csv (see test_extra_files_*)
             *overrides,
         ],
     )
@@ -81,24 +82,25 @@ def test_import_is_light(tmp_path: Path) -> None:
 
 
 def test_kaggle_paths_from_env_or_defaults() -> None:
-    assert kernel.kaggle_paths({}) == kernel.KagglePaths(Path("/kaggle/input"), Path("/kaggle/working"))
-    paths = kernel.kaggle_paths({"KAGGLE_INPUT_ROOT": "/a", "KAGGLE_WORKING_ROOT": "/b"})
-    assert paths == kernel.KagglePaths(Path("/a"), Path("/b"))
-    assert kernel.on_kaggle({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
+    defaults = notebook.KagglePaths(Path("/kaggle/input"), Path("/kaggle/working"), Path("/kaggle/temp"))
+    assert notebook.kaggle_paths({}) == defaults
+    paths = notebook.kaggle_paths({"KAGGLE_INPUT_ROOT": "/a", "KAGGLE_WORKING_ROOT": "/b", "KAGGLE_TEMP_ROOT": "/c"})
+    assert paths == notebook.KagglePaths(Path("/a"), Path("/b"), Path("/c"))
+    assert notebook.on_kaggle({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
 
 
 def test_find_mount_one_or_two_levels_down(tmp_path: Path) -> None:
     (tmp_path / "datasets" / "owner" / "xlmr").mkdir(parents=True)
     (tmp_path / COMPETITION).mkdir()
-    assert kernel.find_mount(tmp_path, COMPETITION) == tmp_path / COMPETITION
-    assert kernel.find_mount(tmp_path, "xlmr") == tmp_path / "datasets" / "owner" / "xlmr"
-    assert kernel.find_mount(tmp_path, "absent") is None
+    assert notebook.find_mount(tmp_path, COMPETITION) == tmp_path / COMPETITION
+    assert notebook.find_mount(tmp_path, "xlmr") == tmp_path / "datasets" / "owner" / "xlmr"
+    assert notebook.find_mount(tmp_path, "absent") is None
 
 
 def test_slugify_matches_python_slugify() -> None:
     slugify = pytest.importorskip("slugify").slugify  # what kaggle's kernels_push compares the id with
     for title in ("Jigsaw sample", "Jigsaw xlmr-large", "XLM-R large: 5 folds!", "  a  b--c "):
-        assert kernel.slugify(title) == slugify(title)
+        assert kaggle_meta.slugify(title) == slugify(title)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,9 +109,9 @@ def test_slugify_matches_python_slugify() -> None:
 
 def good_kernel(tmp_path: Path) -> tuple[dict, Path]:
     cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlm-roberta-large")
-    plan = kernel.make_plan(cfg, "tester")
+    plan = kaggle_meta.make_plan(cfg, "tester")
     folder = tmp_path / "k"
-    meta = kernel.write_kernel(cfg, plan, folder)
+    meta = kaggle_bundle.write_kernel(cfg, plan, folder)
     return meta, folder
 
 
@@ -128,9 +130,10 @@ def test_kernel_metadata_fields(tmp_path: Path) -> None:
         "dataset_sources": ["tester/jigsaw-sample-code", "someone/xlm-roberta-large"],
         "competition_sources": [COMPETITION],
         "kernel_sources": [],
+        "machine_shape": "NvidiaTeslaT4",  # two T4s
     }
     assert json.loads((folder / "kernel-metadata.json").read_text()) == meta
-    kernel.check_kernel_metadata(meta, folder)
+    kaggle_meta.check_kernel_metadata(meta, folder)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +172,7 @@ def test_kernel_metadata_errors(tmp_path: Path, change: dict, message: str) -> N
         else:
             meta[key] = value
     with pytest.raises(KernelError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
-        kernel.check_kernel_metadata(meta, folder)
+        kaggle_meta.check_kernel_metadata(meta, folder)
     assert "kernel-metadata.json" in str(info.value)
 
 
@@ -185,15 +188,15 @@ def test_kernel_metadata_errors(tmp_path: Path, change: dict, message: str) -> N
     ],
 )
 def test_dataset_metadata_errors(change: dict, message: str) -> None:
-    meta = kernel.dataset_metadata(kernel.make_plan(config.load("sample"), "tester"))
-    kernel.check_dataset_metadata(meta)
+    meta = kaggle_meta.dataset_metadata(kaggle_meta.make_plan(config.load("sample"), "tester"))
+    kaggle_meta.check_dataset_metadata(meta)
     for key, value in change.items():
         if value is None:
             del meta[key]
         else:
             meta[key] = value
     with pytest.raises(KernelError, match=message):
-        kernel.check_dataset_metadata(meta)
+        kaggle_meta.check_dataset_metadata(meta)
 
 
 def test_bad_metadata_is_caught_before_anything_is_sent(tmp_path: Path) -> None:
@@ -206,26 +209,26 @@ def test_bad_metadata_is_caught_before_anything_is_sent(tmp_path: Path) -> None:
 
 def test_non_tiny_model_needs_a_model_source(tmp_path: Path) -> None:
     with pytest.raises(KernelError, match="set kaggle.model_source"):
-        kernel.make_plan(dry(tmp_path, "model.name=xlm-roberta-large"), "tester")
+        kaggle_meta.make_plan(make_cfg(tmp_path, "model.name=xlm-roberta-large"), "tester")
     with pytest.raises(KernelError, match="expected a dataset owner/slug"):
-        kernel.make_plan(dry(tmp_path, "model.name=x", "kaggle.model_source=a/b/c"), "tester")
+        kaggle_meta.make_plan(dry(tmp_path, "model.name=x", "kaggle.model_source=a/b/c"), "tester")
 
 
 def test_kaggle_model_goes_to_model_sources(tmp_path: Path) -> None:
     cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=owner/xlmr/transformers/large/2")
-    plan = kernel.make_plan(cfg, "tester")
+    plan = kaggle_meta.make_plan(cfg, "tester")
     assert plan.model_mount == "xlmr/transformers/large/2"
-    meta = kernel.write_kernel(cfg, plan, tmp_path / "k")
+    meta = kaggle_bundle.write_kernel(cfg, plan, tmp_path / "k")
     assert meta["model_sources"] == ["owner/xlmr/transformers/large/2"]
     assert meta["dataset_sources"] == ["tester/jigsaw-sample-code"]
 
 
 def test_notebook_kernel_type_writes_an_ipynb(tmp_path: Path) -> None:
     cfg = dry(tmp_path, "kaggle.kernel_type=notebook")
-    meta = kernel.write_kernel(cfg, kernel.make_plan(cfg, "tester"), tmp_path / "k")
+    meta = kaggle_bundle.write_kernel(cfg, kaggle_meta.make_plan(cfg, "tester"), tmp_path / "k")
     nb = json.loads((tmp_path / "k" / meta["code_file"]).read_text())
     assert meta["code_file"] == "jigsaw-sample.ipynb" and nb["nbformat"] == 4
-    assert "kernel.notebook_main(CONFIG)" in nb["cells"][0]["source"]
+    assert "run(CODE_DATASET, CONFIG)" in nb["cells"][0]["source"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,11 +264,11 @@ def test_check_bundle_refuses_data_and_credentials(tmp_path: Path, bad: str) -> 
     folder = tmp_path / "bundle"
     (folder / "pipeline").mkdir(parents=True)
     (folder / "pipeline" / "a.py").write_text("x = 1\n")
-    kernel.check_bundle(folder)
+    kaggle_bundle.check_bundle(folder)
     (folder / bad).parent.mkdir(parents=True, exist_ok=True)
     (folder / bad).write_text("{}")
     with pytest.raises(KernelError, match="code bundle"):
-        kernel.check_bundle(folder)
+        kaggle_bundle.check_bundle(folder)
 
 
 def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -274,7 +277,7 @@ def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest
     (folder / "pipeline").mkdir(parents=True)
     (folder / "pipeline" / "a.py").write_text(f"KEY = {SENTINEL!r}\n")
     with pytest.raises(KernelError, match="contains a Kaggle credential") as info:
-        kernel.check_bundle(folder)
+        kaggle_bundle.check_bundle(folder)
     assert SENTINEL not in str(info.value)
 
 
@@ -283,11 +286,12 @@ def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest
 
 
 def test_dry_run_sends_nothing_and_says_what_would(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true"]) == 0
+    argv = ["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", "data.extra_files=[]"]
+    assert kernel.main(argv) == 0
     out = capsys.readouterr().out
     assert "your-kaggle-name" in out  # no credentials: a placeholder user, said so
-    assert "nothing sent" in out and "kaggle kernels status your-kaggle-name/jigsaw-sample" in out
-    assert "kaggle kernels output" in out and "files," in out  # the bundle's size is printed
+    assert "nothing sent" in out and "make kernel-status CONFIG=sample" in out
+    assert "make kernel-output CONFIG=sample" in out and "files," in out  # the bundle's size is printed
     assert (tmp_path / "kernel" / "jigsaw-sample" / "notebook" / "kernel-metadata.json").is_file()
 
 
@@ -311,7 +315,7 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
     assert len(sleeps) == 1
     out = capsys.readouterr().out
     assert "https://www.kaggle.com/code/tester/jigsaw-sample" in out
-    assert "kaggle kernels status tester/jigsaw-sample" in out and "make kernel-output CONFIG=sample" in out
+    assert "make kernel-status CONFIG=sample" in out and "make kernel-output CONFIG=sample" in out
 
 
 def test_second_push_adds_a_version(tmp_path: Path) -> None:
@@ -337,7 +341,7 @@ def test_push_without_credentials_says_how(tmp_path: Path) -> None:
     with pytest.raises(KaggleError, match="No Kaggle credentials found") as info:
         kernel.build_and_push(make_cfg(tmp_path))
     assert kaggle_io.credentials_hint() in str(info.value)
-    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}"]) == 2
+    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "data.extra_files=[]"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -396,7 +400,7 @@ def test_output_is_downloaded_and_installed(tmp_path: Path) -> None:
         "input/cache/abc/train_ids.npy": b"big",  # not wanted back
     }
     cfg = make_cfg(tmp_path)
-    installed = kernel.fetch_output(cfg, api=api)
+    installed = kaggle_output.fetch_output(cfg, api=api)
     assert [name for name, _ in api.calls] == ["kernels_status", "kernels_output"]
     assert (tmp_path / "models" / "sample" / "fold0" / "model.safetensors").read_bytes() == b"weights"
     assert (tmp_path / "models" / "sample" / "cv.json").is_file()
@@ -405,16 +409,53 @@ def test_output_is_downloaded_and_installed(tmp_path: Path) -> None:
     ).is_file()
     assert not (tmp_path / "kernel" / "jigsaw-sample" / "output" / "input").exists()
     assert (tmp_path / "kernel" / "jigsaw-sample" / "output" / "jigsaw-sample.log").is_file()
-    assert len(installed) == 4
+    assert len(installed) == 5
 
 
-@pytest.mark.parametrize(("state", "expected"), [("RUNNING", "is running, not complete"), ("ERROR", "failed: OOM")])
-def test_output_of_an_unfinished_kernel_is_refused(tmp_path: Path, state: str, expected: str) -> None:
+def test_output_of_an_unfinished_kernel_is_refused(tmp_path: Path) -> None:
     api = FakeKaggleApi()
-    api.kernel_state, api.failure_message = state, "OOM"
-    with pytest.raises(KernelError, match=expected):
-        kernel.fetch_output(make_cfg(tmp_path), api=api)
+    api.kernel_state = "RUNNING"
+    with pytest.raises(KernelError, match="is running, not complete; follow it with `make kernel-status"):
+        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
     assert [name for name, _ in api.calls] == ["kernels_status"]
+
+
+KAGGLE_LOG = json.dumps(  # the shape of a Kaggle kernel log: JSON entries of streamed text
+    [{"stream_name": "stdout", "time": i, "data": f"step {i}\n"} for i in range(30)]
+    + [{"stream_name": "stderr", "time": 31, "data": "torch.OutOfMemoryError: CUDA out of memory\n"}]
+)
+
+
+def test_output_of_a_failed_kernel_shows_its_log(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    api = FakeKaggleApi()
+    api.kernel_state, api.failure_message, api.log = "ERROR", "Your notebook tried to allocate more memory", KAGGLE_LOG
+    with pytest.raises(KernelError, match="failed: Your notebook tried to allocate more memory"):
+        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
+    assert [name for name, _ in api.calls] == ["kernels_status", "kernels_logs"]
+    out = capsys.readouterr().out
+    assert "| torch.OutOfMemoryError: CUDA out of memory" in out and "| step 29" in out
+    assert "| step 5\n" not in out  # only the tail
+    log = tmp_path / "kernel" / "jigsaw-sample" / "output" / "jigsaw-sample.log"
+    assert log.read_text().splitlines()[0] == "step 0"  # the whole log is kept, as text
+
+
+def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    api = FakeKaggleApi()
+    api.kernel_state, api.log = "RUNNING", KAGGLE_LOG
+    assert kaggle_output.kernel_status(make_cfg(tmp_path), api=api) == "running"
+    out = capsys.readouterr().out
+    assert "kernel tester/jigsaw-sample: running" in out and "| step 29" in out
+
+    states = iter(["RUNNING", "COMPLETE"])
+
+    def sleep(seconds: float) -> None:
+        api.kernel_state = next(states)
+        api.log = json.dumps([{"data": "done\n"}])
+
+    api.kernel_state = "QUEUED"
+    assert kaggle_output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=sleep) == "complete"
+    assert [n for n, _ in api.calls].count("kernels_status") == 4
+    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'k'}", "--status"]) == 2  # no credentials
 
 
 def test_output_access_denied(tmp_path: Path) -> None:
@@ -422,7 +463,7 @@ def test_output_access_denied(tmp_path: Path) -> None:
     # kaggle 2.2.5 turns a 401/403 on kernels_status into this ValueError
     api.fail["kernels_status"] = ValueError("Cannot access kernel 'x' (Permission 'kernels.get' was denied).")
     with pytest.raises(KaggleError, match=r"access denied \(403\)"):
-        kernel.fetch_output(make_cfg(tmp_path), api=api)
+        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
 
 
 # ---------------------------------------------------------------------------------------------
