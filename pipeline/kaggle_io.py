@@ -292,13 +292,19 @@ def download_competition(
             dest,
         )
     for name in files:
-        if not (dest / name).is_file():
+        if (dest / name).is_file():
+            continue
+        try:
             # the server wraps a large file in <name>.zip; _fetch unzips it beside the others
             _fetch(
                 lambda path, name=name: api.competition_download_file(competition, name, path=path, quiet=False),
                 f"competition {competition}",
                 dest,
             )
+        except KaggleError as exc:
+            if _status(exc.__cause__) == 404:
+                raise KaggleError(f"competition {competition} has no file {name} (404)") from exc
+            raise
     return _files(dest)
 
 

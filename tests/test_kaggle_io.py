@@ -255,7 +255,14 @@ class FakeKaggleApi:
 
     def competition_download_file(self, competition, file_name, path=None, force=False, quiet=False, unzip=False):
         self._record("competition_download_file", competition=competition, file_name=file_name, path=path)
+        if self.error is not None:
+            raise self.error
         Path(path).mkdir(parents=True, exist_ok=True)
+        if file_name not in self.competition_files:  # else the member of the served archive
+            with zipfile.ZipFile(self.archive) as zf:
+                if file_name not in zf.namelist():
+                    raise http_error(404, "Not Found")  # what the real data-file request answers
+                self.competition_files[file_name] = zf.read(file_name)
         Path(path, file_name).write_bytes(self.competition_files[file_name])
 
     def competition_submit(self, file_name, message, competition, quiet=False, sandbox=False):
@@ -694,3 +701,146 @@ def test_real_library_errors(tmp_path: Path, mode: str, env: dict[str, str], exp
     assert expected in lines[0]
     assert lines[1] == "dest exists: False leftovers: []"
     assert SENTINEL not in result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel and dataset errors mapped to what happened (kaggle 2.2.5 hides some of them)
+
+REAL_KERNEL_SCRIPT = """
+    import json, sys
+    import requests
+    from pipeline import kaggle_io
+
+    status, call = int(sys.argv[1]), sys.argv[2]
+
+    def send(self, request, **kwargs):
+        response = requests.Response()
+        response.status_code = status
+        response.url = request.url
+        response.headers["Content-Type"] = "application/json"
+        response._content = json.dumps({"code": status, "message": "denied"}).encode()
+        response.request = request
+        return response
+
+    requests.Session.send = send
+    api = kaggle_io.get_api()
+    try:
+        if call == "status":
+            kaggle_io.kernel_status("me/jigsaw-sample", api)
+        elif call == "logs":
+            kaggle_io.kernel_log("me/jigsaw-sample", api)
+        else:
+            kaggle_io.download_kernel_output("me/jigsaw-sample", sys.argv[3], api)
+    except kaggle_io.KaggleError as exc:
+        print("KaggleError:", exc)
+"""
+
+
+@pytest.mark.parametrize("call", ["status", "output", "logs"])
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(401, "rejected the credentials (401)"), (403, "access denied (403): no such kernel visible to this account")],
+)
+def test_real_library_kernel_errors(tmp_path: Path, call: str, status: int, expected: str) -> None:
+    """kaggle 2.2.5 turns 401 and 403 into one ValueError blaming the slug; the real status is still told apart."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"KAGGLE_USERNAME": "me", "KAGGLE_KEY": SENTINEL}
+    result = run_python(REAL_KERNEL_SCRIPT, home, str(status), call, str(tmp_path / "out"), **env)
+    assert result.returncode == 0, result.stderr
+    line = next((x for x in result.stdout.splitlines() if x.startswith("KaggleError:")), result.stdout)
+    assert expected in line
+    assert SENTINEL not in result.stdout + result.stderr
+
+
+def test_new_version_while_the_last_one_processes(tmp_path: Path) -> None:
+    """A dataset version uploaded while the previous one still processes answers 403: say that, not 'no access'."""
+    (tmp_path / "dataset-metadata.json").write_text(json.dumps({"id": "tester/code"}))
+    api = FakeKaggleApi()
+    api.datasets.add("tester/code")
+    api.fail["dataset_create_version"] = http_error(403, "Forbidden")
+    api.dataset_states = ["ready", "pending"]  # exists (ready), then: the version in flight is pending
+    with pytest.raises(KaggleError, match=r"previous version is still pending on Kaggle \(403 until it is ready\)"):
+        kaggle_io.upload_dataset(tmp_path, "tester/code", "notes", api)
+    api.dataset_states = ["ready", "ready"]  # nothing in flight: a real access problem
+    with pytest.raises(KaggleError, match=r"access denied \(403\)"):
+        kaggle_io.upload_dataset(tmp_path, "tester/code", "notes", api)
+
+
+def test_deleted_dataset_is_final() -> None:
+    api = FakeKaggleApi()
+    api.datasets.add("tester/code")
+    api.dataset_states = ["deleted"] * 5
+    sleeps: list[float] = []
+    with pytest.raises(KaggleError, match="was deleted on Kaggle.*kaggle.dataset_slug"):
+        kaggle_io.wait_dataset_ready("tester/code", api, sleep=sleeps.append)
+    assert sleeps == []  # no waiting out the timeout
+
+
+def test_brief_404_after_creating_is_waited_out() -> None:
+    api = FakeKaggleApi()  # the dataset is not visible yet: dataset_status answers 404
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            api.datasets.add("tester/code")  # visible now
+
+    assert kaggle_io.wait_dataset_ready("tester/code", api, poll_s=10, sleep=sleep) == "ready"
+    api = FakeKaggleApi()  # still 404 after the grace period: it is really not there
+    with pytest.raises(KaggleError, match=r"not found \(404\)"):
+        kaggle_io.wait_dataset_ready("tester/code", api, poll_s=10, sleep=lambda s: None, grace_s=30)
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken credentials: say which one, never its value
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ({"kaggle.json": '{"username": "me", "key": '}, "kaggle.json is not a JSON object"),
+        ({"kaggle.json": '["me", "k"]'}, "kaggle.json is not a JSON object"),
+        ({"kaggle.json": '{"username": "me"}'}, "kaggle.json has no 'key'"),
+        ({"KAGGLE_USERNAME": "me"}, "KAGGLE_USERNAME is set but KAGGLE_KEY is not"),
+        ({"KAGGLE_KEY": SENTINEL}, "KAGGLE_KEY is set but KAGGLE_USERNAME is not"),
+    ],
+)
+def test_broken_credentials_are_named(
+    no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch, setup: dict, expected: str
+) -> None:
+    for name, value in setup.items():
+        if name == "kaggle.json":
+            (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
+            (no_kaggle_env / ".kaggle" / "kaggle.json").write_text(value.replace("KEY", SENTINEL))
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(KaggleError, match=expected) as info:
+        kaggle_io.get_api()
+    assert SENTINEL not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_complete_credentials_have_no_problems(no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_USERNAME", "me")
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    assert kaggle_io.credential_problems() == []
+    (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
+    (no_kaggle_env / ".kaggle" / "kaggle.json").write_text('{"username": "me"}')  # key from the environment
+    assert kaggle_io.credential_problems() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Only the files the pipeline reads
+
+
+def test_per_file_download_fetches_only_what_is_missing(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.competition_files = {"test.csv": b"id,content,lang\n", "validation.csv": b"id\n"}
+    dest = tmp_path / "jigsaw"
+    dest.mkdir()
+    (dest / "validation.csv").write_bytes(b"already here")
+    files = kaggle_io.download_competition(COMPETITION, dest, api=api, files=("test.csv", "validation.csv"))
+    assert [c[1]["file_name"] for c in api.calls] == ["test.csv"]
+    assert sorted(p.name for p in files) == ["test.csv", "validation.csv"]
+    assert (dest / "validation.csv").read_bytes() == b"already here"
+    assert not [c for c in api.calls if c[0] == "competition_download_files"]  # not the whole archive

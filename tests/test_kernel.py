@@ -42,6 +42,7 @@ SMALL = (
     "model.tiny.vocab=1000",
     "train.precision=fp32",  # bf16 autocast is slow on CPU; the GPU run keeps auto
     "data.english_negatives=100",
+    "data.extra_files=[]",  # the real competition has no translated-train.csv
 )
 LAYOUT_SCALE = 0.1  # the sample competition under the simulated /kaggle/input: 90 validation, 90 test rows
 
@@ -482,10 +483,15 @@ socket.getaddrinfo = _refuse
 
 
 def kaggle_layout(tmp_path: Path) -> tuple[Path, Path]:
-    """<tmp>/kaggle/input with the sample competition, and an empty <tmp>/kaggle/working."""
+    """<tmp>/kaggle/input with the sample competition under the real file names only, an empty working."""
     root = tmp_path / "kaggle"
-    sample.write(root / "input" / COMPETITION, seed=0, scale=LAYOUT_SCALE)
+    competition = root / "input" / "competitions" / COMPETITION  # where current images mount it
+    sample.write(competition, seed=0, scale=LAYOUT_SCALE)
+    for extra in {p.name for p in competition.iterdir()} - set(kaggle_meta.COMPETITION_FILES):
+        (competition / extra).unlink()  # e.g. translated-train.csv: the generator's, not Kaggle's
+    assert {p.name for p in competition.iterdir()} <= set(kaggle_meta.COMPETITION_FILES)
     (root / "working").mkdir(parents=True)
+    (root / "temp").mkdir()
     return root / "input", root / "working"
 
 
@@ -525,6 +531,7 @@ def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path) 
     env.update(
         KAGGLE_INPUT_ROOT=str(input_root),
         KAGGLE_WORKING_ROOT=str(working),
+        KAGGLE_TEMP_ROOT=str(working.parent / "temp"),
         PYTHONPATH=str(guard),  # not the repository: the code must come from the mounted bundle
         HOME=str(home),
         HF_HUB_OFFLINE="1",
@@ -539,7 +546,7 @@ def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path) 
 def check_submission(working: Path, input_root: Path, result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     sub = pd.read_csv(working / "submission.csv", dtype={"id": str})
-    expected = pd.read_csv(input_root / COMPETITION / "sample_submission.csv", dtype={"id": str})
+    expected = pd.read_csv(input_root / "competitions" / COMPETITION / "sample_submission.csv", dtype={"id": str})
     assert sub["id"].tolist() == expected["id"].tolist()
     assert sub["toxic"].between(0, 1).all()
     assert (working / "kernel-run.yaml").is_file()
@@ -547,19 +554,44 @@ def check_submission(working: Path, input_root: Path, result: subprocess.Complet
     assert str(REPO) not in line  # the bundle's code ran, not the repository's
 
 
+def working_files(working: Path) -> list[str]:
+    return sorted(str(p.relative_to(working)) for p in working.rglob("*") if p.is_file())
+
+
 @pytest.mark.slow
 def test_sample_kernel_runs_end_to_end(tmp_path: Path) -> None:
-    """`make kernel ARGS="kaggle.dry_run=true"` on the sample: its kernel folder runs on a simulated Kaggle."""
+    """`make kernel ARGS="kaggle.dry_run=true"` on the sample: its kernel folder runs on a simulated Kaggle,
+    training under torchrun with two CPU processes (gloo) standing for two T4s."""
     input_root, working = kaggle_layout(tmp_path)
-    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", *SMALL]) == 0
+    two = ["kaggle.gpus=2", "train.device=cpu"]
+    assert (
+        kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", *SMALL, *two])
+        == 0
+    )
     root = tmp_path / "kernel" / "jigsaw-sample"
     mount_code(root / "code", input_root, "jigsaw-sample-code", unpacked=True)
     result = run_notebook(root / "notebook" / "jigsaw-sample.py", input_root, working, tmp_path)
     check_submission(working, input_root, result)
-    assert (working / "models" / "sample" / "fold1" / "done.json").is_file()
     assert f"kernel: code from {input_root / 'jigsaw-sample-code' / 'pipeline'};" in result.stdout
+    assert "2 train processes" in result.stdout
+    for fold in (0, 1):
+        done = json.loads((working / "models" / "sample" / f"fold{fold}" / "done.json").read_text())
+        assert done["world"] == 2 and done["effective_batch"] == 2 * 32  # DDP: micro 32 x accumulation 1 x 2
+    # working keeps only what the user downloads: no token cache, no prepared table, no resume state
+    files = working_files(working)
+    fold_files = {f.split("/", 3)[3] for f in files if f.startswith("models/sample/fold0/")}
+    assert {"model.safetensors", "done.json", "oof.csv", "test.csv", "metrics.jsonl"} <= fold_files
+    assert not any(f.startswith("input/") or f.endswith("resume.pt") for f in files), files
+    assert {f for f in files if not f.startswith("models/")} == {"kernel-run.yaml", "submission.csv", "sample.csv"}
+    assert {f.split("/")[2] for f in files if f.startswith("models/")} >= {"cv.json", "oof.csv", "fold0", "fold1"}
+    temp = working.parent / "temp"
+    assert (temp / "input" / "prepared" / "sample").is_dir()  # the scratch went to temp
+    # what working holds is what the disk plan counts: two folds' weights and the small files
+    weights = sum((working / "models" / "sample" / f"fold{k}" / "model.safetensors").stat().st_size for k in (0, 1))
+    total = notebook.folder_bytes(working)
+    assert weights < total < weights + 5_000_000
     # the competition was read in place, never copied or edited
-    assert not (working / "input" / COMPETITION).exists()
+    assert not (working / "input").exists() and not (temp / "input" / COMPETITION).exists()
 
 
 @pytest.mark.slow
@@ -569,12 +601,14 @@ def test_kernel_with_a_model_folder_runs_end_to_end(tmp_path: Path) -> None:
     overrides = [*SMALL, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlmr-tiny-test"]
     cfg = dry(tmp_path, *overrides)
     # a model dataset whose weights sit one folder down: found by their config.json
-    tiny_model_folder(input_root / "xlmr-tiny-test" / "xlm-roberta-tiny", input_root / COMPETITION, cfg)
+    tiny_model_folder(
+        input_root / "xlmr-tiny-test" / "xlm-roberta-tiny", input_root / "competitions" / COMPETITION, cfg
+    )
     result = kernel.build_and_push(cfg)
     mount_code(result["code_dir"], input_root, "jigsaw-sample-code", unpacked=False)
     out = run_notebook(result["kernel_dir"] / "jigsaw-sample.py", input_root, working, tmp_path)
     check_submission(working, input_root, out)
     run_cfg = config.load_file(working / "kernel-run.yaml")
     assert run_cfg.model.name == str(input_root / "xlmr-tiny-test" / "xlm-roberta-tiny")
-    assert run_cfg.data.source == "dir" and run_cfg.data.dir == str(input_root / COMPETITION)
-    assert run_cfg.models_dir == str(working / "models") and run_cfg.submissions_dir == str(working)
+    assert run_cfg.data.source == "dir" and run_cfg.data.dir == str(input_root / "competitions" / COMPETITION)
+    assert run_cfg.models_dir == str(working.parent / "temp" / "models") and run_cfg.submissions_dir == str(working)
