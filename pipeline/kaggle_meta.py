@@ -25,6 +25,7 @@ COMPETITION_FILES = (
     "validation.csv",
     "test.csv",
     "sample_submission.csv",
+    "test_labels.csv",  # published after the competition: id, toxic
     "jigsaw-toxic-comment-train-processed-seqlen128.csv",
     "jigsaw-unintended-bias-train-processed-seqlen128.csv",
     "validation-processed-seqlen128.csv",
