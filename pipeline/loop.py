@@ -49,9 +49,10 @@ def resolve_precision(name: str, device: torch.device) -> str:
     """`auto`: bf16 where the device computes it natively, else fp16 on CUDA and fp32 on CPU."""
     if name == "auto":
         if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+            # not emulated bf16: torch says a T4 (sm_75) "supports" it by emulation, far slower than fp16
+            return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
         return "bf16" if cpu_has_bf16() else "fp32"
-    if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise PipelineError("train.precision=bf16: this GPU has no bf16; use fp16 or auto")
     return name
 

@@ -177,3 +177,15 @@ def test_pushed_metadata_carries_the_accelerator(tmp_path: Path) -> None:
     kernel.build_and_push(cfg_for(tmp_path, "sample", "data.extra_files=[]"), api=api)
     push = dict(api.calls)["kernels_push"]
     assert json.loads(json.dumps(push["metadata"]))["machine_shape"] == "NvidiaTeslaT4"
+
+
+def test_auto_precision_on_a_t4_is_fp16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kaggle's T4 (sm_75) has no native bf16; torch reports it as supported by emulation unless asked not to."""
+    import torch
+
+    from pipeline import loop
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert loop.resolve_precision("auto", torch.device("cuda", 0)) == "fp16"
+    with pytest.raises(Exception, match="this GPU has no bf16"):
+        loop.resolve_precision("bf16", torch.device("cuda", 0))
