@@ -165,10 +165,10 @@ def make_plan(cfg: Config, user: str) -> Plan:
 
 def resolve_user(cfg: Config, api=None) -> str:
     """kaggle.user, else the API's authenticated user, else the configured one; a dry run may use a placeholder."""
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api
 
-    user = cfg.kaggle.user or (kaggle_io.authenticated_username(api) if api is not None else "")
-    user = user or kaggle_io.configured_username()
+    user = cfg.kaggle.user or (kaggle_api.authenticated_username(api) if api is not None else "")
+    user = user or kaggle_api.configured_username()
     if not user:
         if not cfg.kaggle.dry_run:
             raise KernelError("no Kaggle user name: set kaggle.user=<name> or KAGGLE_USERNAME")

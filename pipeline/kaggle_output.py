@@ -79,16 +79,16 @@ def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
 
 def show_log(ref: str, out: Path, api) -> list[str]:
     """Download the kernel's log into `out`/<slug>.log and return its lines."""
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api
 
-    lines = log_lines(kaggle_io.kernel_log(ref, api))
+    lines = log_lines(kaggle_api.kernel_log(ref, api))
     atomic_write_text(out / f"{ref.split('/')[-1]}.log", "\n".join(lines) + "\n")
     return lines
 
 
 def fetch_output(cfg: Config, api=None) -> list[Path]:
     """`make kernel-output`: check the kernel finished, download its output, install it locally."""
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api, kaggle_io
 
     if cfg.kaggle.dry_run:
         plan = make_plan(cfg, resolve_user(cfg))
@@ -97,7 +97,7 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     api = kaggle_io.get_api() if api is None else api
     plan = make_plan(cfg, resolve_user(cfg, api))
     out = folders(cfg, plan.kernel_slug)[2]
-    status, failure = kaggle_io.kernel_status(plan.kernel_ref, api)
+    status, failure = kaggle_api.kernel_status(plan.kernel_ref, api)
     if status == "error":
         tail = show_log(plan.kernel_ref, out, api)[-TAIL:]
         print(f"kernel: the last lines of its log ({out / (plan.kernel_slug + '.log')}):")
@@ -108,7 +108,7 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
             f"kernel {plan.kernel_ref} is {status}, not complete; follow it with "
             f"`make kernel-status CONFIG={cfg.name}` and run this again when it is"
         )
-    files = kaggle_io.download_kernel_output(plan.kernel_ref, out, api, file_pattern=output_pattern(cfg))
+    files = kaggle_api.download_kernel_output(plan.kernel_ref, out, api, file_pattern=output_pattern(cfg))
     print(f"kernel: {len(files)} output files in {out}")
     copied, skipped = install_output(cfg, out)
     for p in copied:
@@ -122,14 +122,14 @@ def kernel_status(
     cfg: Config, api=None, follow: bool = False, poll_s: float = 60, sleep: Callable[[float], None] = time.sleep
 ) -> str:
     """`make kernel-status`: the kernel's state and its log's last lines; with `follow`, until it ends."""
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api, kaggle_io
 
     api = kaggle_io.get_api() if api is None else api
     plan = make_plan(cfg, resolve_user(cfg, api))
     out = folders(cfg, plan.kernel_slug)[2]
     seen = 0
     while True:
-        status, failure = kaggle_io.kernel_status(plan.kernel_ref, api)
+        status, failure = kaggle_api.kernel_status(plan.kernel_ref, api)
         lines = show_log(plan.kernel_ref, out, api)
         new = lines[seen:] if seen else lines[-TAIL:]  # the tail first, then only what was added
         if new:

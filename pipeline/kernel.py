@@ -51,16 +51,16 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
 
 def listed_files(cfg: Config, api) -> dict[str, list[str]] | None:
     """The files of each of data.datasets (None in a dry run, where nothing is asked)."""
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api
 
     if api is None or not cfg.data.datasets:
         return None
-    return {ref: kaggle_io.dataset_files(ref, api) for ref in cfg.data.datasets}
+    return {ref: kaggle_api.dataset_files(ref, api) for ref in cfg.data.datasets}
 
 
 def build_and_push(cfg: Config, api=None) -> dict:
     """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api, kaggle_io
 
     make_plan(cfg, "owner")  # settings errors first: they need no credentials
     if cfg.model.name != "tiny" and not cfg.kaggle.model_source:
@@ -90,10 +90,10 @@ def build_and_push(cfg: Config, api=None) -> dict:
         print("kernel: dry run (kaggle.dry_run=true): nothing sent; the two folders above are what would be")
         print(f"kernel: a push would upload {plan.dataset_ref}, then run {url}")
     else:
-        action, ds_url = kaggle_io.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
+        action, ds_url = kaggle_api.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
         print(f"kernel: code dataset {action}: {ds_url}")
-        print(f"kernel: code dataset {kaggle_io.wait_dataset_ready(plan.dataset_ref, api)}")
-        url, version = kaggle_io.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
+        print(f"kernel: code dataset {kaggle_api.wait_dataset_ready(plan.dataset_ref, api)}")
+        url, version = kaggle_api.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
         print(f"kernel: pushed{f' version {version}' if version else ''}: {url}")
         result.update(url=url, version=version)
     print(f"  follow it:      make kernel-status CONFIG={cfg.name} FOLLOW=1")

@@ -92,11 +92,11 @@ def sample_submission(cfg: Config) -> Path | None:
 
 
 def wait_for_score(ref: int, api, timeout_s: float, poll_s: float = 15, sleep: Callable = time.sleep) -> dict:
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api
 
     waited = 0.0
     while True:
-        state = kaggle_io.submission_state(ref, api)
+        state = kaggle_api.submission_state(ref, api)
         if state["status"] != "pending" or waited >= timeout_s:
             return state
         sleep(poll_s)
@@ -111,14 +111,14 @@ def record(exp: Path, entry: dict) -> None:
 
 
 def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
-    from pipeline import kaggle_io, metrics
+    from pipeline import kaggle_api, kaggle_io, metrics
 
     path = submission_file(cfg)
     check_file(path, sample_submission(cfg))
     exp = metrics.experiment_dir(cfg)
     text = message(cfg.name, oof_auc(exp), git_commit())
     api = kaggle_io.get_api() if api is None else api
-    ref = kaggle_io.submit(cfg.data.competition, path, text, api)
+    ref = kaggle_api.submit(cfg.data.competition, path, text, api)
     print(f"submit: {path} sent to {cfg.data.competition} as submission {ref} ({text})")
     entry = {
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),

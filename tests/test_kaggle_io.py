@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from pipeline import kaggle_io
+from pipeline import kaggle_api, kaggle_io
 from pipeline.kaggle_io import KaggleError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -653,7 +653,7 @@ REAL_SCRIPT = """
     import json, sys
     from pathlib import Path
     import requests
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api, kaggle_io
 
     mode, dest, competition = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 
@@ -709,7 +709,7 @@ def test_real_library_errors(tmp_path: Path, mode: str, env: dict[str, str], exp
 REAL_KERNEL_SCRIPT = """
     import json, sys
     import requests
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api, kaggle_io
 
     status, call = int(sys.argv[1]), sys.argv[2]
 
@@ -726,11 +726,11 @@ REAL_KERNEL_SCRIPT = """
     api = kaggle_io.get_api()
     try:
         if call == "status":
-            kaggle_io.kernel_status("me/jigsaw-sample", api)
+            kaggle_api.kernel_status("me/jigsaw-sample", api)
         elif call == "logs":
-            kaggle_io.kernel_log("me/jigsaw-sample", api)
+            kaggle_api.kernel_log("me/jigsaw-sample", api)
         else:
-            kaggle_io.download_kernel_output("me/jigsaw-sample", sys.argv[3], api)
+            kaggle_api.download_kernel_output("me/jigsaw-sample", sys.argv[3], api)
     except kaggle_io.KaggleError as exc:
         print("KaggleError:", exc)
 """
@@ -761,10 +761,10 @@ def test_new_version_while_the_last_one_processes(tmp_path: Path) -> None:
     api.fail["dataset_create_version"] = http_error(403, "Forbidden")
     api.dataset_states = ["ready", "pending"]  # exists (ready), then: the version in flight is pending
     with pytest.raises(KaggleError, match=r"previous version is still pending on Kaggle \(403 until it is ready\)"):
-        kaggle_io.upload_dataset(tmp_path, "tester/code", "notes", api)
+        kaggle_api.upload_dataset(tmp_path, "tester/code", "notes", api)
     api.dataset_states = ["ready", "ready"]  # nothing in flight: a real access problem
     with pytest.raises(KaggleError, match=r"access denied \(403\)"):
-        kaggle_io.upload_dataset(tmp_path, "tester/code", "notes", api)
+        kaggle_api.upload_dataset(tmp_path, "tester/code", "notes", api)
 
 
 def test_deleted_dataset_is_final() -> None:
@@ -773,7 +773,7 @@ def test_deleted_dataset_is_final() -> None:
     api.dataset_states = ["deleted"] * 5
     sleeps: list[float] = []
     with pytest.raises(KaggleError, match="was deleted on Kaggle.*kaggle.dataset_slug"):
-        kaggle_io.wait_dataset_ready("tester/code", api, sleep=sleeps.append)
+        kaggle_api.wait_dataset_ready("tester/code", api, sleep=sleeps.append)
     assert sleeps == []  # no waiting out the timeout
 
 
@@ -786,10 +786,10 @@ def test_brief_404_after_creating_is_waited_out() -> None:
         if len(sleeps) == 3:
             api.datasets.add("tester/code")  # visible now
 
-    assert kaggle_io.wait_dataset_ready("tester/code", api, poll_s=10, sleep=sleep) == "ready"
+    assert kaggle_api.wait_dataset_ready("tester/code", api, poll_s=10, sleep=sleep) == "ready"
     api = FakeKaggleApi()  # still 404 after the grace period: it is really not there
     with pytest.raises(KaggleError, match=r"not found \(404\)"):
-        kaggle_io.wait_dataset_ready("tester/code", api, poll_s=10, sleep=lambda s: None, grace_s=30)
+        kaggle_api.wait_dataset_ready("tester/code", api, poll_s=10, sleep=lambda s: None, grace_s=30)
 
 
 # ---------------------------------------------------------------------------------------------

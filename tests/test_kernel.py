@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from test_kaggle_io import SENTINEL, FakeKaggleApi, http_error, run_python
 
-from pipeline import config, kaggle_bundle, kaggle_io, kaggle_meta, kaggle_output, kernel, notebook, sample
+from pipeline import config, kaggle_api, kaggle_bundle, kaggle_io, kaggle_meta, kaggle_output, kernel, notebook, sample
 from pipeline.kaggle_io import KaggleError
 from pipeline.kaggle_meta import KernelError
 
@@ -301,9 +301,9 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
     api.dataset_states = ["pending"]  # created, then ready at the second poll
     cfg = make_cfg(tmp_path)
     sleeps = []
-    orig = kaggle_io.wait_dataset_ready
+    orig = kaggle_api.wait_dataset_ready
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kaggle_io, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
+        mp.setattr(kaggle_api, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
     assert names == ["dataset_status", "dataset_create_new", "dataset_status", "dataset_status", "kernels_push"]
