@@ -1,5 +1,6 @@
 """Stage `make kernel`: the same pipeline, packed for a Kaggle GPU notebook and pushed with the kaggle API.
 
+Reads   the pipeline package and the resolved config; the files of data.datasets, through the kaggle API
 Writes  kernel/<slug>/code/        the code bundle, uploaded as the private dataset <user>/<slug>-code
                                    (created the first time, a new version after); see pipeline/kaggle_bundle.py
         kernel/<slug>/notebook/    kernel-metadata.json and the code file, pushed as the kernel <user>/<slug>:

@@ -234,8 +234,9 @@ class FakeKaggleApi:
             if file_pattern is None or re.search(file_pattern, name):
                 out = Path(path, name)
                 files.append(str(out))
-                # Real: download_needed() skips a file already there unless force (same size, not older)
-                if not force and out.is_file() and out.stat().st_size == len(data):
+                # Real: download_needed() skips a file already there unless force, the remote one is larger
+                # or newer; here an output that changed stands for a newer one
+                if not force and out.is_file() and out.read_bytes() == data:
                     continue
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(data)

@@ -657,11 +657,15 @@ def test_output_already_there_is_not_fetched_or_copied_again(tmp_path: Path, cap
     api.written.clear()
     assert kaggle_output.fetch_output(cfg, api=api) == []  # same sizes: nothing downloaded, nothing copied
     assert api.written == [] and dict(api.calls)["kernels_output"]["force"] is False
-    assert "3 files already installed with the same size" in capsys.readouterr().out
-    api.outputs["models/sample/fold0/done.json"] = b'{"auc": 0.9}'  # the kernel ran again: this one changed
+    assert "3 files already installed (same size and time)" in capsys.readouterr().out
+    # the kernel ran again: new weights of the same size, a new done.json
+    weights = tmp_path / "models" / "sample" / "fold0" / "model.safetensors"
+    os.utime(weights, (1, 1))  # the first download happened long ago
+    api.outputs["models/sample/fold0/model.safetensors"] = b"WEIGHTS" * 100
+    api.outputs["models/sample/fold0/done.json"] = b'{"auc": 0.9}'
     installed = kaggle_output.fetch_output(cfg, api=api)
-    assert installed == [tmp_path / "models" / "sample" / "fold0" / "done.json"]
-    assert api.written == ["models/sample/fold0/done.json"]
+    assert sorted(installed) == [weights.parent / "done.json", weights]
+    assert weights.read_bytes() == b"WEIGHTS" * 100
 
 
 @pytest.mark.slow
