@@ -150,8 +150,14 @@ def visible_gpus() -> int:
 
 
 def processes(cfg: Config, gpus: int | None = None) -> int:
-    """Train processes: kaggle.gpus, else one per visible GPU; one on a machine without GPUs."""
-    return cfg.kaggle.gpus or max(1, visible_gpus() if gpus is None else gpus)
+    """Train processes: kaggle.gpus, else one per visible GPU; one on a machine without GPUs.
+
+    Without GPUs kaggle.gpus=N still starts N processes (gloo on CPU): the tests' stand-in for N GPUs.
+    """
+    visible = visible_gpus() if gpus is None else gpus
+    if visible and cfg.kaggle.gpus > visible:
+        raise KernelError(f"kaggle.gpus={cfg.kaggle.gpus}, but {visible} GPU(s) are visible: set kaggle.gpus=0 (all)")
+    return cfg.kaggle.gpus or max(1, visible)
 
 
 def train_fold(run_cfg: Path, fold: int, nproc: int) -> None:

@@ -189,3 +189,13 @@ def test_auto_precision_on_a_t4_is_fp16(monkeypatch: pytest.MonkeyPatch) -> None
     assert loop.resolve_precision("auto", torch.device("cuda", 0)) == "fp16"
     with pytest.raises(Exception, match="this GPU has no bf16"):
         loop.resolve_precision("bf16", torch.device("cuda", 0))
+
+
+def test_train_processes_follow_the_visible_gpus() -> None:
+    cfg = config.load("sample")
+    assert notebook.processes(cfg, gpus=2) == 2  # Kaggle's two T4s
+    assert notebook.processes(cfg, gpus=0) == 1  # no GPU: one process
+    two = config.load("sample", ["kaggle.gpus=2"])
+    assert notebook.processes(two, gpus=0) == 2  # two CPU processes standing for two GPUs
+    with pytest.raises(KernelError, match="kaggle.gpus=2, but 1 GPU"):
+        notebook.processes(two, gpus=1)
