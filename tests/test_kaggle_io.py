@@ -805,6 +805,7 @@ def test_brief_404_after_creating_is_waited_out() -> None:
         ({"kaggle.json": '{"username": "me"}'}, "kaggle.json has no 'key'"),
         ({"KAGGLE_USERNAME": "me"}, "KAGGLE_USERNAME is set but KAGGLE_KEY is not"),
         ({"KAGGLE_KEY": SENTINEL}, "KAGGLE_KEY is set but KAGGLE_USERNAME is not"),
+        ({"token file": ""}, "KAGGLE_API_TOKEN names a file that is empty"),
     ],
 )
 def test_broken_credentials_are_named(
@@ -814,6 +815,9 @@ def test_broken_credentials_are_named(
         if name == "kaggle.json":
             (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
             (no_kaggle_env / ".kaggle" / "kaggle.json").write_text(value.replace("KEY", SENTINEL))
+        elif name == "token file":
+            (no_kaggle_env / "token").write_text(value)
+            monkeypatch.setenv("KAGGLE_API_TOKEN", str(no_kaggle_env / "token"))
         else:
             monkeypatch.setenv(name, value)
     with pytest.raises(KaggleError, match=expected) as info:
