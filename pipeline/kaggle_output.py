@@ -1,7 +1,9 @@
 """`make kernel-output` and `make kernel-status`: what a pushed kernel did, brought back.
 
+Reads   the kernel's state, output files and log, through the kaggle API (pipeline/kaggle_api.py)
 Writes  kernel/<slug>/output/       the kernel's output as downloaded (models, OOF, submission) and its log;
-                                    kept between runs, so that a file already there is not fetched again
+                                    kept between runs: kaggle fetches a file again only when the kernel's
+                                    copy is larger or newer
         models/<name>/...           the kernel's models/<name>/ installed unchanged (fold folders, cv.json ...)
         submissions/<name>.csv, submissions/submission.csv
 
@@ -51,12 +53,17 @@ def log_lines(raw: str) -> list[str]:
 
 
 def same_file(a: Path, b: Path) -> bool:
-    return b.is_file() and a.stat().st_size == b.stat().st_size
+    """`b` is an installed copy of `a`: same size and time (copies keep the time). A rerun's weights have the
+    same size as the old ones, but kaggle downloads them again (they are newer), so their time differs."""
+    if not b.is_file():
+        return False
+    sa, sb = a.stat(), b.stat()
+    return sa.st_size == sb.st_size and int(sa.st_mtime) == int(sb.st_mtime)
 
 
 def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
     """Copy the output into models/<name>/ and submissions/ unchanged; files already there with the same
-    size are skipped. Returns (files copied, files skipped)."""
+    size and time are skipped. Returns (files copied, files skipped)."""
     pairs = []
     exp = out / "models" / cfg.name
     if exp.is_dir():
@@ -72,7 +79,7 @@ def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
         if same_file(src, dest):
             continue
         with atomic_path(dest) as tmp:  # never a half-copied weights file under its final name
-            shutil.copyfile(src, tmp)
+            shutil.copy2(src, tmp)  # keeps the time that same_file compares
         copied.append(dest)
     return copied, len(pairs) - len(copied)
 
@@ -114,7 +121,7 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     for p in copied:
         print(f"kernel: -> {p}")
     if skipped:
-        print(f"kernel: {skipped} files already installed with the same size; left as they are")
+        print(f"kernel: {skipped} files already installed (same size and time); left as they are")
     return copied
 
 
