@@ -14,7 +14,7 @@ RUN = $(VENV)/bin/torchrun --standalone --nproc_per_node=$(GPUS) -m
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help data train predict cv baseline bench kernel kernel-output test lint clean venv
+.PHONY: help data train predict cv baseline bench kernel kernel-output kernel-status submit submissions test lint clean venv
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -49,8 +49,17 @@ bench: $(STAMP) ## peak memory and speed of each memory technique, side by side 
 kernel: $(STAMP) ## pack the pipeline into a Kaggle dataset and push a GPU notebook
 	$(PY) -m pipeline.kernel --config $(CONFIG) $(ARGS)
 
-kernel-output: $(STAMP) ## download a finished Kaggle notebook's output into models/ and submissions/
+kernel-output: $(STAMP) ## download a finished Kaggle notebook's output into models/ and submissions/ (a failed one: its log)
 	$(PY) -m pipeline.kernel --config $(CONFIG) --output $(ARGS)
+
+kernel-status: $(STAMP) ## the Kaggle notebook's state and the end of its log (FOLLOW=1: until it ends)
+	$(PY) -m pipeline.kernel --config $(CONFIG) --status $(if $(FOLLOW),--follow) $(ARGS)
+
+submit: $(STAMP) ## submit submissions/<name>.csv to the competition, wait for the score, record it
+	$(PY) -m pipeline.submit --config $(CONFIG) $(ARGS)
+
+submissions: $(STAMP) ## every recorded submission beside its experiment's OOF AUC
+	$(PY) -m pipeline.submit --config $(CONFIG) --list $(ARGS)
 
 test: $(STAMP) ## run the test suite (no network)
 	$(PY) -m pytest -q

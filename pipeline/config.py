@@ -106,6 +106,13 @@ class KaggleConfig:
     model_source: str = ""  # weights for model.name: a dataset owner/slug, or a Kaggle Model owner/model/fw/inst/ver
     model_subdir: str = ""  # folder inside model_source holding config.json ("" means found by search)
     timeout: int = 0  # session limit in seconds passed to kernels_push (0: Kaggle's default)
+    accelerator: str = "NvidiaTeslaT4"  # machine_shape / kernels_push(acc=): two T4s; "" leaves Kaggle's default
+    docker_image_pinning: str = ""  # docker_image_pinning_type: original (the image of the first run) | latest | ""
+    gpus: int = 0  # train processes in the notebook (torchrun, one per GPU); 0 means every visible GPU
+    keep_weights: bool = True  # copy each fold's model.safetensors into /kaggle/working (the kept output)
+    working_gb: float = 20.0  # what /kaggle/working may keep; `make kernel` refuses a larger disk plan
+    submit_file: str = ""  # `make submit`: the file to submit; "" means submissions/<name>.csv
+    submit_timeout: int = 1800  # `make submit`: seconds to wait for the score (0: do not wait)
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,7 @@ CHOICES = {
     "train.optimizer": ("adamw", "adamw8bit"),
     "predict.ensemble": ("mean", "rank"),
     "kaggle.kernel_type": ("script", "notebook"),
+    "kaggle.docker_image_pinning": ("", "original", "latest"),  # kaggle 2.2.5's valid_push_pinning_types
 }
 
 

@@ -77,8 +77,9 @@ def acquire(cfg: Config, api=None) -> Path:
         from pipeline import kaggle_io
 
         api = api or kaggle_io.get_api()
-        if not all((raw / f).exists() for f in REQUIRED):
-            kaggle_io.download_competition(d.competition, raw, api=api)
+        if not all((raw / f).exists() for f in needed_files(cfg)):
+            # one file at a time, only those this config reads: the archive also holds large unused copies
+            kaggle_io.download_competition(d.competition, raw, api=api, files=needed_files(cfg))
         for slug in d.datasets:
             dest = Path(cfg.input_dir) / slug.split("/")[-1]
             if not dest.exists():
@@ -89,6 +90,11 @@ def acquire(cfg: Config, api=None) -> Path:
     if missing:
         raise DataError(f"{raw / missing[0]}: missing file (the folder needs {', '.join(REQUIRED)})")
     return raw
+
+
+def needed_files(cfg: Config) -> tuple[str, ...]:
+    """The competition files this config reads."""
+    return REQUIRED + ((BIAS,) if cfg.data.bias_rows > 0 else ())
 
 
 def find_extra(cfg: Config, raw: Path, name: str) -> Path:

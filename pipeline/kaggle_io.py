@@ -23,8 +23,9 @@ Facts about kaggle 2.2.5 this module relies on (read from its source):
   `<path>/<competition>.zip`; `dataset_download_files(dataset, path, force, quiet, unzip, licenses)`
   writes `<path>/<dataset-slug>.zip`. Both default to `quiet=True`.
 
-Later calls (dataset create/version, kernel push, kernel output) belong here too: each wraps its API
-call in `except Exception as exc: raise explain(exc, "<kind> <ref>") from exc`, like `_fetch` below.
+The later calls (dataset create/version, kernel push, status, output and log, submissions) are in
+pipeline/kaggle_api.py: each wraps its API call in `except Exception as exc: raise explain(exc, "<kind> <ref>")
+from exc`, like `_fetch` below.
 """
 
 from __future__ import annotations
@@ -136,6 +137,34 @@ def has_credentials(env: Mapping[str, str] | None = None, home: Path | None = No
         return False
 
 
+def credential_problems(env: Mapping[str, str] | None = None, home: Path | None = None) -> list[str]:
+    """Credentials that are there but cannot work, each as one line naming the variable or file (never a value)."""
+    env = os.environ if env is None else env
+    home = Path.home() if home is None else home
+    problems = []
+    path = _config_dir(env, home) / "kaggle.json"
+    text = _read_text(path) if path.is_file() else ""
+    if path.is_file():
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            problems.append(f'{path} is not a JSON object like {{"username": ..., "key": ...}}: fix or remove it')
+        else:
+            absent = [k for k in ("username", "key") if not data.get(k) and not env.get(f"KAGGLE_{k.upper()}")]
+            if absent:
+                problems.append(f"{path} has no {' and no '.join(map(repr, absent))}: fix or remove it")
+    if env.get("KAGGLE_USERNAME") and not env.get("KAGGLE_KEY") and not (_kaggle_json(env, home).get("key")):
+        problems.append("KAGGLE_USERNAME is set but KAGGLE_KEY is not: set both, or use KAGGLE_API_TOKEN")
+    if env.get("KAGGLE_KEY") and not env.get("KAGGLE_USERNAME") and not (_kaggle_json(env, home).get("username")):
+        problems.append("KAGGLE_KEY is set but KAGGLE_USERNAME is not: set both, or use KAGGLE_API_TOKEN")
+    token = env.get("KAGGLE_API_TOKEN", "")
+    if token and Path(token).exists() and not _token_env(env):
+        problems.append("KAGGLE_API_TOKEN names a file that is empty or unreadable: fix the file or the variable")
+    return problems
+
+
 def _secrets() -> list[str]:
     """Secret values known to this process, so that messages can be scrubbed of them."""
     home = Path.home()
@@ -159,6 +188,11 @@ def _clean(text: str) -> str:
 
 def get_api() -> KaggleApi:
     """Return an authenticated `KaggleApi`, or raise `KaggleError` saying how to fix the setup."""
+    problems = credential_problems()
+    # kaggle's authenticate() reads kaggle.json even when a token is also given: a broken one is always fatal
+    broken = [p for p in problems if "kaggle.json" in p] or (problems if not has_credentials() else [])
+    if broken:
+        raise KaggleError(f"Kaggle credentials: {broken[0]}")
     if not has_credentials():
         raise KaggleError(f"No Kaggle credentials found. {credentials_hint()}")
     try:
@@ -241,17 +275,38 @@ def explain(exc: BaseException, what: str) -> KaggleError:
 # Downloads
 
 
-def download_competition(competition: str, dest: Path, api: KaggleApi | None = None) -> list[Path]:
-    """Download and unzip all files of `competition` into `dest`; return the files in `dest`.
+def download_competition(
+    competition: str, dest: Path, api: KaggleApi | None = None, files: tuple[str, ...] | list[str] = ()
+) -> list[Path]:
+    """Download and unzip the files of `competition` into `dest`; return the files in `dest`.
 
-    Files already in `dest` are never overwritten; only missing ones are added.
+    With `files`, only those are fetched, one by one (competition_download_file), and only the ones
+    `dest` lacks: the archive of every file holds large copies the pipeline never reads. Files already
+    in `dest` are never overwritten; only missing ones are added.
     """
     api = get_api() if api is None else api
-    return _fetch(
-        lambda path: api.competition_download_files(competition, path=path, quiet=False),
-        f"competition {competition}",
-        Path(dest),
-    )
+    dest = Path(dest)
+    if not files:
+        return _fetch(
+            lambda path: api.competition_download_files(competition, path=path, quiet=False),
+            f"competition {competition}",
+            dest,
+        )
+    for name in files:
+        if (dest / name).is_file():
+            continue
+        try:
+            # the server wraps a large file in <name>.zip; _fetch unzips it beside the others
+            _fetch(
+                lambda path, name=name: api.competition_download_file(competition, name, path=path, quiet=False),
+                f"competition {competition}",
+                dest,
+            )
+        except KaggleError as exc:
+            if _status(exc.__cause__) == 404:
+                raise KaggleError(f"competition {competition} has no file {name} (404)") from exc
+            raise
+    return _files(dest)
 
 
 def download_dataset(slug: str, dest: Path, api: KaggleApi | None = None) -> list[Path]:
@@ -358,187 +413,3 @@ def _install(files: Path, dest: Path) -> None:
         for folder in reversed(created):
             folder.rmdir()
         raise
-
-
-# ---------------------------------------------------------------------------------------------
-# Uploads and kernels (`make kernel`, `make kernel-output`)
-#
-# kaggle 2.2.5 facts used below (read from kaggle_api_extended.py):
-#
-# * `dataset_create_new(folder, public, quiet, convert_to_csv, dir_mode, ignore_patterns)` and
-#   `dataset_create_version(folder, version_notes, quiet, convert_to_csv, delete_old_versions, dir_mode,
-#   ignore_patterns)` read `<folder>/dataset-metadata.json` and upload every other entry of the folder;
-#   with dir_mode="zip" a subfolder is uploaded as `<name>.zip` holding the folder's contents (paths
-#   relative to the folder itself), otherwise subfolders are skipped. Both return an
-#   ApiCreateDatasetResponse whose `status` is "ok" or whose `error` says what went wrong (create_new
-#   returns such an error, not an exception, when the slug is taken).
-# * `dataset_status(ref)` returns "ready", "pending", ... and raises HTTPError 404 for no such dataset.
-# * `kernels_push(folder, timeout=None, acc=None, no_run=False)` reads `<folder>/kernel-metadata.json`
-#   and returns an ApiSaveKernelResponse: `url`, `version_number`, `error`, `invalid_dataset_sources`,
-#   `invalid_competition_sources`, `invalid_kernel_sources`, `invalid_model_sources`.
-# * `kernels_status(ref)` returns `.status` (a KernelWorkerStatus enum: QUEUED, RUNNING, COMPLETE, ERROR,
-#   CANCEL_REQUESTED, CANCEL_ACKNOWLEDGED, NEW_SCRIPT) and `.failure_message`.
-# * `kernels_output(ref, path, file_pattern=None, force=False, quiet=True, ...)` writes each output file
-#   at `<path>/<its name relative to /kaggle/working>` (`file_pattern` is a regex searched in that name)
-#   plus `<path>/<slug>.log`, and returns (files, next_page_token). Both kernel calls turn a 401/403
-#   into a ValueError "Cannot access kernel ... (Permission 'kernels.get' was denied) ...".
-
-CONFIG_NAME_USER = "username"  # KaggleApi.CONFIG_NAME_USER
-
-
-def configured_username(env: Mapping[str, str] | None = None, home: Path | None = None) -> str:
-    """The Kaggle user name known without importing kaggle: KAGGLE_USERNAME, else kaggle.json's; or ""."""
-    env = os.environ if env is None else env
-    home = Path.home() if home is None else home
-    return str(env.get("KAGGLE_USERNAME") or _kaggle_json(env, home).get("username") or "")
-
-
-def authenticated_username(api: KaggleApi) -> str:
-    """The user name the API authenticated as ("" when the credentials do not carry one)."""
-    try:
-        return str(api.get_config_value(CONFIG_NAME_USER) or "")
-    except Exception:  # get_config_value only reads a dict, but a stranger api object may differ
-        return ""
-
-
-def _kernel_access(exc: BaseException, what: str) -> KaggleError:
-    # kernels_status / kernels_output replace a 401/403 by a ValueError with this wording.
-    if isinstance(exc, ValueError) and "was denied" in str(exc):
-        return KaggleError(
-            f"{what}: access denied (403): check the slug (kaggle.user / kaggle.kernel_slug) and that "
-            "the kernel belongs to the account whose credentials are in use"
-        )
-    return explain(exc, what)
-
-
-def dataset_exists(ref: str, api: KaggleApi) -> bool:
-    """Whether dataset `ref` (owner/slug) exists for this account; 404 means no, other failures raise."""
-    try:
-        api.dataset_status(ref)
-    except Exception as exc:
-        if _status(exc) == 404:
-            return False
-        raise explain(exc, f"dataset {ref}") from exc
-    return True
-
-
-def wait_dataset_ready(
-    ref: str, api: KaggleApi, timeout_s: float = 900, poll_s: float = 10, sleep: Callable[[float], None] | None = None
-) -> str:
-    """Poll `dataset_status(ref)` until Kaggle has processed the upload; return the last status.
-
-    A kernel pushed before its code dataset is ready would mount the previous version.
-    """
-    import time
-
-    sleep = time.sleep if sleep is None else sleep
-    waited = 0.0
-    while True:
-        try:
-            status = str(api.dataset_status(ref) or "").lower()
-        except Exception as exc:
-            raise explain(exc, f"dataset {ref}") from exc
-        if status == "ready":
-            return status
-        if status in ("error", "failed"):
-            raise KaggleError(f"dataset {ref}: Kaggle could not process the upload (status {status})")
-        if waited >= timeout_s:
-            raise KaggleError(
-                f"dataset {ref}: still {status or 'processing'} after {waited:.0f} s; "
-                "run `make kernel` again once https://www.kaggle.com/datasets/" + ref + " shows it ready"
-            )
-        sleep(poll_s)
-        waited += poll_s
-
-
-def upload_dataset(folder: Path, ref: str, notes: str, api: KaggleApi) -> tuple[str, str]:
-    """Create dataset `ref` from `folder` the first time, else add a new version. Returns (action, url).
-
-    Subfolders are uploaded zipped (dir_mode="zip"); Kaggle unpacks them on its side.
-    """
-    what = f"dataset {ref}"
-    exists = dataset_exists(ref, api)
-    error = _send_dataset(folder, notes, api, exists, what)
-    if error and "already in use" in error and not exists:
-        exists = True  # created meanwhile (create_new answers so instead of raising): add a version
-        error = _send_dataset(folder, notes, api, exists, what)
-    if error:
-        if "already in use" in error or "409" in error:
-            raise KaggleError(f"{what}: conflict (409): {_clean(error)}")
-        raise KaggleError(f"{what}: upload refused: {_clean(error)}")
-    return ("new version" if exists else "created"), f"https://www.kaggle.com/datasets/{ref}"
-
-
-def _send_dataset(folder: Path, notes: str, api: KaggleApi, exists: bool, what: str) -> str:
-    """One create/version call; returns Kaggle's error text, "" on success."""
-    try:
-        if exists:
-            result = api.dataset_create_version(str(folder), notes, quiet=True, dir_mode="zip")
-        else:
-            result = api.dataset_create_new(str(folder), public=False, quiet=True, dir_mode="zip")
-    except Exception as exc:
-        raise explain(exc, what) from exc
-    if result is None:
-        return "the upload returned nothing (see the output above)"
-    status, error = str(getattr(result, "status", "") or ""), str(getattr(result, "error", "") or "")
-    if status.lower() == "ok" and not error:
-        return ""
-    return error or f"status {status or 'unknown'}"
-
-
-def push_kernel(folder: Path, ref: str, api: KaggleApi, timeout_s: int = 0) -> tuple[str, int | None]:
-    """Push the kernel folder (kernel-metadata.json + code file) and start a run. Returns (url, version)."""
-    what = f"kernel {ref}"
-    try:
-        result = api.kernels_push(str(folder), timeout=str(timeout_s) if timeout_s else None)
-    except Exception as exc:
-        raise explain(exc, what) from exc
-    if result is None:
-        raise KaggleError(f"{what}: the push returned nothing (see the output above)")
-    error = str(getattr(result, "error", "") or "")
-    if error:
-        hint = " (another version may still be saving: wait for it, then push again)" if "409" in error else ""
-        raise KaggleError(f"{what}: push refused: {_clean(error)}{hint}")
-    invalid = []
-    for kind in ("dataset", "competition", "kernel", "model"):
-        bad = list(getattr(result, f"invalid_{kind}_sources", None) or [])
-        if bad:
-            invalid.append(f"{kind} sources {', '.join(map(str, bad))}")
-    if invalid:
-        raise KaggleError(
-            f"{what}: pushed, but Kaggle could not attach {'; '.join(invalid)} "
-            "(check the names, that the competition's rules are accepted and that you can see the datasets)"
-        )
-    url = str(getattr(result, "url", "") or f"https://www.kaggle.com/code/{ref}")
-    version = getattr(result, "version_number", None)
-    return url, version if isinstance(version, int) else None
-
-
-def kernel_status(ref: str, api: KaggleApi) -> tuple[str, str]:
-    """(status, failure message) of the kernel's latest run; status is lower case: complete, running, ..."""
-    try:
-        result = api.kernels_status(ref)
-    except Exception as exc:
-        raise _kernel_access(exc, f"kernel {ref}") from exc
-    status = getattr(result, "status", "")
-    name = getattr(status, "name", status)  # a KernelWorkerStatus enum in kagglesdk
-    return str(name).lower(), str(getattr(result, "failure_message", "") or "")
-
-
-def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: str | None = None) -> list[Path]:
-    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`, replaced whole.
-
-    The files land in a temporary folder first: a failed download leaves `dest` as it was.
-    """
-    from pipeline.io import atomic_dir
-
-    what = f"kernel {ref}"
-    dest = Path(dest)
-    with atomic_dir(dest) as tmp:
-        try:
-            api.kernels_output(ref, str(tmp), file_pattern=file_pattern, force=True, quiet=True)
-        except Exception as exc:
-            raise _kernel_access(exc, what) from exc
-        if not _files(tmp):
-            raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
-    return _files(dest)

@@ -3,7 +3,8 @@
 Comments are drawn from per-language word lists; a toxic comment carries insults of its language,
 with some label noise and some insults in non-toxic comments, so a model learns something real but
 not everything. Every language of the real data is present: English train, es/it/tr validation,
-es/fr/it/pt/ru/tr test, and a translated train file in the shape top solutions trained on.
+es/fr/it/pt/ru/tr test, and a translated train file in the shape top solutions trained on. The test
+labels (test_labels.csv: id, toxic, as the competition published them) are drawn like the validation's.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ FILES = (
     "test.csv",
     "sample_submission.csv",
     "translated-train.csv",
+    "test_labels.csv",
 )
 
 
@@ -106,11 +108,17 @@ def make_frames(seed: int = 0, scale: float = 1.0) -> dict[str, pd.DataFrame]:
     valid = pd.DataFrame([[i, *r] for i, r in enumerate(rows)], columns=["id", "comment_text", "lang", "toxic"])
 
     rows = []
+    # The test labels get the validation's 5% label noise from a generator of their own, so that test.csv
+    # and every file after it are the same as before the labels existed.
+    noise = random.Random(seed + 1)
     for lang in ("es", "fr", "it", "pt", "ru", "tr"):
         for _ in range(n["test_per_lang"]):
-            rows.append([comment(rng, lang, rng.random() < 0.15), lang])
+            toxic = rng.random() < 0.15
+            rows.append([comment(rng, lang, toxic), lang, int(toxic != (noise.random() < 0.05))])
     rng.shuffle(rows)
-    test = pd.DataFrame([[i, *r] for i, r in enumerate(rows)], columns=["id", "content", "lang"])
+    test = pd.DataFrame([[i, *r] for i, r in enumerate(rows)], columns=["id", "content", "lang", "toxic"])
+    labels = test[["id", "toxic"]]
+    test = test.drop(columns="toxic")
     submission = pd.DataFrame({"id": test["id"], "toxic": 0.5})
 
     rows = []
@@ -120,7 +128,7 @@ def make_frames(seed: int = 0, scale: float = 1.0) -> dict[str, pd.DataFrame]:
             rows.append([text, lang, y])
     translated = pd.DataFrame(rows, columns=["comment_text", "lang", "toxic"])
 
-    return dict(zip(FILES, (train, bias, valid, test, submission, translated), strict=True))
+    return dict(zip(FILES, (train, bias, valid, test, submission, translated, labels), strict=True))
 
 
 def write(dest: Path, seed: int = 0, scale: float = 1.0) -> list[Path]:

@@ -425,17 +425,19 @@ def served(tmp_path: Path, raw_sample: Path) -> Path:
 
 
 def test_kaggle_source_downloads_then_builds(tmp_path: Path, raw_sample: Path, served: Path) -> None:
-    cfg = make_cfg(tmp_path, "data.source=kaggle")
+    cfg = make_cfg(tmp_path, "data.source=kaggle", "data.extra_files=[]")
     api = FakeKaggleApi(served)
     meta = data.prepare(cfg, api=api, log=quiet)
     raw = Path(cfg.input_dir) / cfg.data.competition
-    assert digests(raw) == digests(raw_sample)  # every file, unchanged
-    assert [c[0] for c in api.calls] == ["competition_download_files"]
+    wanted = digests(raw_sample)
+    assert digests(raw) == {k: v for k, v in wanted.items() if k in data.REQUIRED}  # those read, unchanged
+    # one file at a time, only those the config reads (no bias rows: not the bias file)
+    assert [(c[0], c[1]["file_name"]) for c in api.calls] == [("competition_download_file", f) for f in data.REQUIRED]
     assert api.calls[0][1]["competition"] == cfg.data.competition
     assert (data.prepared_dir(cfg) / "folds.csv").is_file()
     assert meta["summary"]["test_rows"] == len(sample.make_frames(0, SCALE)["test.csv"])
     data.prepare(cfg, api=api, log=quiet)
-    assert len(api.calls) == 1  # files present: no second download
+    assert len(api.calls) == len(data.REQUIRED)  # files present: no second download
 
 
 def test_kaggle_source_with_extra_dataset(tmp_path: Path, raw_sample: Path) -> None:
@@ -480,10 +482,10 @@ def test_kaggle_never_falls_back_to_the_sample(tmp_path: Path, served: Path) -> 
     shutil.rmtree(served.parent)
     served.parent.mkdir()
     zip_folder(tmp_path / "raw", served, ("validation.csv", "test.csv", "sample_submission.csv"))
-    with pytest.raises(DataError, match=data.TRAIN):
+    with pytest.raises(PipelineError, match=data.TRAIN):  # Kaggle has no such file (404)
         data.prepare(cfg, api=FakeKaggleApi(served), log=quiet)
     assert not (Path(cfg.input_dir) / "sample-x0.2").exists()
-    assert os.listdir(cfg.input_dir) == [cfg.data.competition]
+    assert set(os.listdir(cfg.input_dir)) <= {cfg.data.competition}  # no sample, no temporary folder
 
 
 def test_not_utf8_gives_the_offset_in_the_file(tmp_path: Path) -> None:

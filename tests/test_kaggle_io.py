@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from pipeline import kaggle_io
+from pipeline import kaggle_api, kaggle_io
 from pipeline.kaggle_io import KaggleError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,6 +91,12 @@ class FakeKaggleApi:
         self.failure_message = ""
         self.outputs: dict[str, bytes] = {}  # the kernel's output: name relative to /kaggle/working -> bytes
         self.fail: dict[str, BaseException] = {}  # method name -> exception it raises
+        self.log = ""  # what kernels_logs answers
+        self.dataset_listing: dict[str, list[str]] = {}  # dataset ref -> its file names
+        self.competition_files: dict[str, bytes] = {}  # served by competition_download_file
+        self.submit_result: dict = {"ref": 123, "message": ""}  # overrides on competition_submit's response
+        self.submission_states: list[dict] = []  # get_submission answers these in turn, then the last again
+        self.written: list[str] = []  # output files kernels_output (re)wrote, relative to its path
 
     def _serve(self, path: str | None, name: str) -> None:
         if self.error is not None:
@@ -226,12 +232,52 @@ class FakeKaggleApi:
         files = []
         for name, data in self.outputs.items():
             if file_pattern is None or re.search(file_pattern, name):
-                Path(path, name).parent.mkdir(parents=True, exist_ok=True)
-                Path(path, name).write_bytes(data)
-                files.append(str(Path(path, name)))
+                out = Path(path, name)
+                files.append(str(out))
+                # Real: download_needed() skips a file already there unless force, the remote one is larger
+                # or newer; here an output that changed stands for a newer one
+                if not force and out.is_file() and out.read_bytes() == data:
+                    continue
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(data)
+                self.written.append(name)
         log = Path(path, kernel.split("/")[1] + ".log")
         log.write_text("[]")
         return [*files, str(log)], None
+
+    def kernels_logs(self, kernel):
+        self._record("kernels_logs", kernel=kernel)
+        return self.log
+
+    def dataset_list_files(self, dataset, page_token=None, page_size=20):
+        self._record("dataset_list_files", dataset=dataset)
+        files = [types.SimpleNamespace(name=n) for n in self.dataset_listing.get(dataset, [])]
+        return types.SimpleNamespace(files=files, error_message="", next_page_token="")
+
+    def competition_download_file(self, competition, file_name, path=None, force=False, quiet=False, unzip=False):
+        self._record("competition_download_file", competition=competition, file_name=file_name, path=path)
+        if self.error is not None:
+            raise self.error
+        Path(path).mkdir(parents=True, exist_ok=True)
+        if file_name not in self.competition_files:  # else the member of the served archive
+            with zipfile.ZipFile(self.archive) as zf:
+                if file_name not in zf.namelist():
+                    raise http_error(404, "Not Found")  # what the real data-file request answers
+                self.competition_files[file_name] = zf.read(file_name)
+        Path(path, file_name).write_bytes(self.competition_files[file_name])
+
+    def competition_submit(self, file_name, message, competition, quiet=False, sandbox=False):
+        self._record("competition_submit", file_name=file_name, message=message, competition=competition)
+        return types.SimpleNamespace(**self.submit_result)
+
+    def get_submission(self, submission_ref):
+        self._record("get_submission", submission_ref=submission_ref)
+        state = self.submission_states.pop(0) if len(self.submission_states) > 1 else self.submission_states[0]
+        if isinstance(state, BaseException):
+            raise state
+        fields = {"public_score": "", "private_score": "", "error_description": "", **state}
+        fields["status"] = types.SimpleNamespace(name=fields["status"])
+        return types.SimpleNamespace(**fields)
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -279,7 +325,9 @@ def test_fake_matches_real_signatures(tmp_path: Path) -> None:
                           for name in ("competition_download_files", "dataset_download_files",
                                        "dataset_status", "dataset_create_new", "dataset_create_version",
                                        "kernels_push", "kernels_status", "kernels_output",
-                                       "get_config_value")}))
+                                       "get_config_value", "kernels_logs", "dataset_list_files",
+                                       "competition_download_file", "competition_submit",
+                                       "get_submission")}))
         """,
         tmp_path,
     )
@@ -606,7 +654,7 @@ REAL_SCRIPT = """
     import json, sys
     from pathlib import Path
     import requests
-    from pipeline import kaggle_io
+    from pipeline import kaggle_api, kaggle_io
 
     mode, dest, competition = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 
@@ -654,3 +702,150 @@ def test_real_library_errors(tmp_path: Path, mode: str, env: dict[str, str], exp
     assert expected in lines[0]
     assert lines[1] == "dest exists: False leftovers: []"
     assert SENTINEL not in result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel and dataset errors mapped to what happened (kaggle 2.2.5 hides some of them)
+
+REAL_KERNEL_SCRIPT = """
+    import json, sys
+    import requests
+    from pipeline import kaggle_api, kaggle_io
+
+    status, call = int(sys.argv[1]), sys.argv[2]
+
+    def send(self, request, **kwargs):
+        response = requests.Response()
+        response.status_code = status
+        response.url = request.url
+        response.headers["Content-Type"] = "application/json"
+        response._content = json.dumps({"code": status, "message": "denied"}).encode()
+        response.request = request
+        return response
+
+    requests.Session.send = send
+    api = kaggle_io.get_api()
+    try:
+        if call == "status":
+            kaggle_api.kernel_status("me/jigsaw-sample", api)
+        elif call == "logs":
+            kaggle_api.kernel_log("me/jigsaw-sample", api)
+        else:
+            kaggle_api.download_kernel_output("me/jigsaw-sample", sys.argv[3], api)
+    except kaggle_io.KaggleError as exc:
+        print("KaggleError:", exc)
+"""
+
+
+@pytest.mark.parametrize("call", ["status", "output", "logs"])
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(401, "rejected the credentials (401)"), (403, "access denied (403): no such kernel visible to this account")],
+)
+def test_real_library_kernel_errors(tmp_path: Path, call: str, status: int, expected: str) -> None:
+    """kaggle 2.2.5 turns 401 and 403 into one ValueError blaming the slug; the real status is still told apart."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"KAGGLE_USERNAME": "me", "KAGGLE_KEY": SENTINEL}
+    result = run_python(REAL_KERNEL_SCRIPT, home, str(status), call, str(tmp_path / "out"), **env)
+    assert result.returncode == 0, result.stderr
+    line = next((x for x in result.stdout.splitlines() if x.startswith("KaggleError:")), result.stdout)
+    assert expected in line
+    assert SENTINEL not in result.stdout + result.stderr
+
+
+def test_new_version_while_the_last_one_processes(tmp_path: Path) -> None:
+    """A dataset version uploaded while the previous one still processes answers 403: say that, not 'no access'."""
+    (tmp_path / "dataset-metadata.json").write_text(json.dumps({"id": "tester/code"}))
+    api = FakeKaggleApi()
+    api.datasets.add("tester/code")
+    api.fail["dataset_create_version"] = http_error(403, "Forbidden")
+    api.dataset_states = ["ready", "pending"]  # exists (ready), then: the version in flight is pending
+    with pytest.raises(KaggleError, match=r"previous version is still pending on Kaggle \(403 until it is ready\)"):
+        kaggle_api.upload_dataset(tmp_path, "tester/code", "notes", api)
+    api.dataset_states = ["ready", "ready"]  # nothing in flight: a real access problem
+    with pytest.raises(KaggleError, match=r"access denied \(403\)"):
+        kaggle_api.upload_dataset(tmp_path, "tester/code", "notes", api)
+
+
+def test_deleted_dataset_is_final() -> None:
+    api = FakeKaggleApi()
+    api.datasets.add("tester/code")
+    api.dataset_states = ["deleted"] * 5
+    sleeps: list[float] = []
+    with pytest.raises(KaggleError, match="was deleted on Kaggle.*kaggle.dataset_slug"):
+        kaggle_api.wait_dataset_ready("tester/code", api, sleep=sleeps.append)
+    assert sleeps == []  # no waiting out the timeout
+
+
+def test_brief_404_after_creating_is_waited_out() -> None:
+    api = FakeKaggleApi()  # the dataset is not visible yet: dataset_status answers 404
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            api.datasets.add("tester/code")  # visible now
+
+    assert kaggle_api.wait_dataset_ready("tester/code", api, poll_s=10, sleep=sleep) == "ready"
+    api = FakeKaggleApi()  # still 404 after the grace period: it is really not there
+    with pytest.raises(KaggleError, match=r"not found \(404\)"):
+        kaggle_api.wait_dataset_ready("tester/code", api, poll_s=10, sleep=lambda s: None, grace_s=30)
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken credentials: say which one, never its value
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ({"kaggle.json": '{"username": "me", "key": '}, "kaggle.json is not a JSON object"),
+        ({"kaggle.json": '["me", "k"]'}, "kaggle.json is not a JSON object"),
+        ({"kaggle.json": '{"username": "me"}'}, "kaggle.json has no 'key'"),
+        ({"KAGGLE_USERNAME": "me"}, "KAGGLE_USERNAME is set but KAGGLE_KEY is not"),
+        ({"KAGGLE_KEY": SENTINEL}, "KAGGLE_KEY is set but KAGGLE_USERNAME is not"),
+        ({"token file": ""}, "KAGGLE_API_TOKEN names a file that is empty"),
+    ],
+)
+def test_broken_credentials_are_named(
+    no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch, setup: dict, expected: str
+) -> None:
+    for name, value in setup.items():
+        if name == "kaggle.json":
+            (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
+            (no_kaggle_env / ".kaggle" / "kaggle.json").write_text(value.replace("KEY", SENTINEL))
+        elif name == "token file":
+            (no_kaggle_env / "token").write_text(value)
+            monkeypatch.setenv("KAGGLE_API_TOKEN", str(no_kaggle_env / "token"))
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(KaggleError, match=expected) as info:
+        kaggle_io.get_api()
+    assert SENTINEL not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_complete_credentials_have_no_problems(no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_USERNAME", "me")
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    assert kaggle_io.credential_problems() == []
+    (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
+    (no_kaggle_env / ".kaggle" / "kaggle.json").write_text('{"username": "me"}')  # key from the environment
+    assert kaggle_io.credential_problems() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Only the files the pipeline reads
+
+
+def test_per_file_download_fetches_only_what_is_missing(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.competition_files = {"test.csv": b"id,content,lang\n", "validation.csv": b"id\n"}
+    dest = tmp_path / "jigsaw"
+    dest.mkdir()
+    (dest / "validation.csv").write_bytes(b"already here")
+    files = kaggle_io.download_competition(COMPETITION, dest, api=api, files=("test.csv", "validation.csv"))
+    assert [c[1]["file_name"] for c in api.calls] == ["test.csv"]
+    assert sorted(p.name for p in files) == ["test.csv", "validation.csv"]
+    assert (dest / "validation.csv").read_bytes() == b"already here"
+    assert not [c for c in api.calls if c[0] == "competition_download_files"]  # not the whole archive

@@ -21,9 +21,9 @@ import pandas as pd
 import pytest
 from test_kaggle_io import SENTINEL, FakeKaggleApi, http_error, run_python
 
-from pipeline import config, kaggle_io, kernel, sample
+from pipeline import config, kaggle_api, kaggle_bundle, kaggle_io, kaggle_meta, kaggle_output, kernel, notebook, sample
 from pipeline.kaggle_io import KaggleError
-from pipeline.kernel import KernelError
+from pipeline.kaggle_meta import KernelError
 
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +42,7 @@ SMALL = (
     "model.tiny.vocab=1000",
     "train.precision=fp32",  # bf16 autocast is slow on CPU; the GPU run keeps auto
     "data.english_negatives=100",
+    "data.extra_files=[]",  # the real competition has no translated-train.csv
 )
 LAYOUT_SCALE = 0.1  # the sample competition under the simulated /kaggle/input: 90 validation, 90 test rows
 
@@ -53,6 +54,7 @@ def make_cfg(tmp_path: Path, *overrides: str, name: str = "sample") -> config.Co
             f"kaggle.dir={tmp_path / 'kernel'}",
             f"models_dir={tmp_path / 'models'}",
             f"submissions_dir={tmp_path / 'submissions'}",
+            "data.extra_files=[]",  # the real competition has no translated-train.csv (see test_extra_files_*)
             *overrides,
         ],
     )
@@ -81,24 +83,25 @@ def test_import_is_light(tmp_path: Path) -> None:
 
 
 def test_kaggle_paths_from_env_or_defaults() -> None:
-    assert kernel.kaggle_paths({}) == kernel.KagglePaths(Path("/kaggle/input"), Path("/kaggle/working"))
-    paths = kernel.kaggle_paths({"KAGGLE_INPUT_ROOT": "/a", "KAGGLE_WORKING_ROOT": "/b"})
-    assert paths == kernel.KagglePaths(Path("/a"), Path("/b"))
-    assert kernel.on_kaggle({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
+    defaults = notebook.KagglePaths(Path("/kaggle/input"), Path("/kaggle/working"), Path("/kaggle/temp"))
+    assert notebook.kaggle_paths({}) == defaults
+    paths = notebook.kaggle_paths({"KAGGLE_INPUT_ROOT": "/a", "KAGGLE_WORKING_ROOT": "/b", "KAGGLE_TEMP_ROOT": "/c"})
+    assert paths == notebook.KagglePaths(Path("/a"), Path("/b"), Path("/c"))
+    assert notebook.on_kaggle({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
 
 
 def test_find_mount_one_or_two_levels_down(tmp_path: Path) -> None:
     (tmp_path / "datasets" / "owner" / "xlmr").mkdir(parents=True)
     (tmp_path / COMPETITION).mkdir()
-    assert kernel.find_mount(tmp_path, COMPETITION) == tmp_path / COMPETITION
-    assert kernel.find_mount(tmp_path, "xlmr") == tmp_path / "datasets" / "owner" / "xlmr"
-    assert kernel.find_mount(tmp_path, "absent") is None
+    assert notebook.find_mount(tmp_path, COMPETITION) == tmp_path / COMPETITION
+    assert notebook.find_mount(tmp_path, "xlmr") == tmp_path / "datasets" / "owner" / "xlmr"
+    assert notebook.find_mount(tmp_path, "absent") is None
 
 
 def test_slugify_matches_python_slugify() -> None:
     slugify = pytest.importorskip("slugify").slugify  # what kaggle's kernels_push compares the id with
     for title in ("Jigsaw sample", "Jigsaw xlmr-large", "XLM-R large: 5 folds!", "  a  b--c "):
-        assert kernel.slugify(title) == slugify(title)
+        assert kaggle_meta.slugify(title) == slugify(title)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,9 +110,9 @@ def test_slugify_matches_python_slugify() -> None:
 
 def good_kernel(tmp_path: Path) -> tuple[dict, Path]:
     cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlm-roberta-large")
-    plan = kernel.make_plan(cfg, "tester")
+    plan = kaggle_meta.make_plan(cfg, "tester")
     folder = tmp_path / "k"
-    meta = kernel.write_kernel(cfg, plan, folder)
+    meta = kaggle_bundle.write_kernel(cfg, plan, folder)
     return meta, folder
 
 
@@ -128,9 +131,10 @@ def test_kernel_metadata_fields(tmp_path: Path) -> None:
         "dataset_sources": ["tester/jigsaw-sample-code", "someone/xlm-roberta-large"],
         "competition_sources": [COMPETITION],
         "kernel_sources": [],
+        "machine_shape": "NvidiaTeslaT4",  # two T4s
     }
     assert json.loads((folder / "kernel-metadata.json").read_text()) == meta
-    kernel.check_kernel_metadata(meta, folder)
+    kaggle_meta.check_kernel_metadata(meta, folder)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +173,7 @@ def test_kernel_metadata_errors(tmp_path: Path, change: dict, message: str) -> N
         else:
             meta[key] = value
     with pytest.raises(KernelError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
-        kernel.check_kernel_metadata(meta, folder)
+        kaggle_meta.check_kernel_metadata(meta, folder)
     assert "kernel-metadata.json" in str(info.value)
 
 
@@ -185,15 +189,15 @@ def test_kernel_metadata_errors(tmp_path: Path, change: dict, message: str) -> N
     ],
 )
 def test_dataset_metadata_errors(change: dict, message: str) -> None:
-    meta = kernel.dataset_metadata(kernel.make_plan(config.load("sample"), "tester"))
-    kernel.check_dataset_metadata(meta)
+    meta = kaggle_meta.dataset_metadata(kaggle_meta.make_plan(config.load("sample"), "tester"))
+    kaggle_meta.check_dataset_metadata(meta)
     for key, value in change.items():
         if value is None:
             del meta[key]
         else:
             meta[key] = value
     with pytest.raises(KernelError, match=message):
-        kernel.check_dataset_metadata(meta)
+        kaggle_meta.check_dataset_metadata(meta)
 
 
 def test_bad_metadata_is_caught_before_anything_is_sent(tmp_path: Path) -> None:
@@ -206,26 +210,26 @@ def test_bad_metadata_is_caught_before_anything_is_sent(tmp_path: Path) -> None:
 
 def test_non_tiny_model_needs_a_model_source(tmp_path: Path) -> None:
     with pytest.raises(KernelError, match="set kaggle.model_source"):
-        kernel.make_plan(dry(tmp_path, "model.name=xlm-roberta-large"), "tester")
+        kaggle_meta.make_plan(make_cfg(tmp_path, "model.name=xlm-roberta-large"), "tester")
     with pytest.raises(KernelError, match="expected a dataset owner/slug"):
-        kernel.make_plan(dry(tmp_path, "model.name=x", "kaggle.model_source=a/b/c"), "tester")
+        kaggle_meta.make_plan(dry(tmp_path, "model.name=x", "kaggle.model_source=a/b/c"), "tester")
 
 
 def test_kaggle_model_goes_to_model_sources(tmp_path: Path) -> None:
     cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=owner/xlmr/transformers/large/2")
-    plan = kernel.make_plan(cfg, "tester")
+    plan = kaggle_meta.make_plan(cfg, "tester")
     assert plan.model_mount == "xlmr/transformers/large/2"
-    meta = kernel.write_kernel(cfg, plan, tmp_path / "k")
+    meta = kaggle_bundle.write_kernel(cfg, plan, tmp_path / "k")
     assert meta["model_sources"] == ["owner/xlmr/transformers/large/2"]
     assert meta["dataset_sources"] == ["tester/jigsaw-sample-code"]
 
 
 def test_notebook_kernel_type_writes_an_ipynb(tmp_path: Path) -> None:
     cfg = dry(tmp_path, "kaggle.kernel_type=notebook")
-    meta = kernel.write_kernel(cfg, kernel.make_plan(cfg, "tester"), tmp_path / "k")
+    meta = kaggle_bundle.write_kernel(cfg, kaggle_meta.make_plan(cfg, "tester"), tmp_path / "k")
     nb = json.loads((tmp_path / "k" / meta["code_file"]).read_text())
     assert meta["code_file"] == "jigsaw-sample.ipynb" and nb["nbformat"] == 4
-    assert "kernel.notebook_main(CONFIG)" in nb["cells"][0]["source"]
+    assert "run(CODE_DATASET, CONFIG)" in nb["cells"][0]["source"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,11 +265,11 @@ def test_check_bundle_refuses_data_and_credentials(tmp_path: Path, bad: str) -> 
     folder = tmp_path / "bundle"
     (folder / "pipeline").mkdir(parents=True)
     (folder / "pipeline" / "a.py").write_text("x = 1\n")
-    kernel.check_bundle(folder)
+    kaggle_bundle.check_bundle(folder)
     (folder / bad).parent.mkdir(parents=True, exist_ok=True)
     (folder / bad).write_text("{}")
     with pytest.raises(KernelError, match="code bundle"):
-        kernel.check_bundle(folder)
+        kaggle_bundle.check_bundle(folder)
 
 
 def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -274,7 +278,7 @@ def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest
     (folder / "pipeline").mkdir(parents=True)
     (folder / "pipeline" / "a.py").write_text(f"KEY = {SENTINEL!r}\n")
     with pytest.raises(KernelError, match="contains a Kaggle credential") as info:
-        kernel.check_bundle(folder)
+        kaggle_bundle.check_bundle(folder)
     assert SENTINEL not in str(info.value)
 
 
@@ -283,11 +287,12 @@ def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest
 
 
 def test_dry_run_sends_nothing_and_says_what_would(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true"]) == 0
+    argv = ["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", "data.extra_files=[]"]
+    assert kernel.main(argv) == 0
     out = capsys.readouterr().out
     assert "your-kaggle-name" in out  # no credentials: a placeholder user, said so
-    assert "nothing sent" in out and "kaggle kernels status your-kaggle-name/jigsaw-sample" in out
-    assert "kaggle kernels output" in out and "files," in out  # the bundle's size is printed
+    assert "nothing sent" in out and "make kernel-status CONFIG=sample" in out
+    assert "make kernel-output CONFIG=sample" in out and "files," in out  # the bundle's size is printed
     assert (tmp_path / "kernel" / "jigsaw-sample" / "notebook" / "kernel-metadata.json").is_file()
 
 
@@ -296,9 +301,9 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
     api.dataset_states = ["pending"]  # created, then ready at the second poll
     cfg = make_cfg(tmp_path)
     sleeps = []
-    orig = kaggle_io.wait_dataset_ready
+    orig = kaggle_api.wait_dataset_ready
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kaggle_io, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
+        mp.setattr(kaggle_api, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
     assert names == ["dataset_status", "dataset_create_new", "dataset_status", "dataset_status", "kernels_push"]
@@ -311,7 +316,7 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
     assert len(sleeps) == 1
     out = capsys.readouterr().out
     assert "https://www.kaggle.com/code/tester/jigsaw-sample" in out
-    assert "kaggle kernels status tester/jigsaw-sample" in out and "make kernel-output CONFIG=sample" in out
+    assert "make kernel-status CONFIG=sample" in out and "make kernel-output CONFIG=sample" in out
 
 
 def test_second_push_adds_a_version(tmp_path: Path) -> None:
@@ -337,7 +342,7 @@ def test_push_without_credentials_says_how(tmp_path: Path) -> None:
     with pytest.raises(KaggleError, match="No Kaggle credentials found") as info:
         kernel.build_and_push(make_cfg(tmp_path))
     assert kaggle_io.credentials_hint() in str(info.value)
-    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}"]) == 2
+    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "data.extra_files=[]"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -396,7 +401,7 @@ def test_output_is_downloaded_and_installed(tmp_path: Path) -> None:
         "input/cache/abc/train_ids.npy": b"big",  # not wanted back
     }
     cfg = make_cfg(tmp_path)
-    installed = kernel.fetch_output(cfg, api=api)
+    installed = kaggle_output.fetch_output(cfg, api=api)
     assert [name for name, _ in api.calls] == ["kernels_status", "kernels_output"]
     assert (tmp_path / "models" / "sample" / "fold0" / "model.safetensors").read_bytes() == b"weights"
     assert (tmp_path / "models" / "sample" / "cv.json").is_file()
@@ -405,16 +410,53 @@ def test_output_is_downloaded_and_installed(tmp_path: Path) -> None:
     ).is_file()
     assert not (tmp_path / "kernel" / "jigsaw-sample" / "output" / "input").exists()
     assert (tmp_path / "kernel" / "jigsaw-sample" / "output" / "jigsaw-sample.log").is_file()
-    assert len(installed) == 4
+    assert len(installed) == 5
 
 
-@pytest.mark.parametrize(("state", "expected"), [("RUNNING", "is running, not complete"), ("ERROR", "failed: OOM")])
-def test_output_of_an_unfinished_kernel_is_refused(tmp_path: Path, state: str, expected: str) -> None:
+def test_output_of_an_unfinished_kernel_is_refused(tmp_path: Path) -> None:
     api = FakeKaggleApi()
-    api.kernel_state, api.failure_message = state, "OOM"
-    with pytest.raises(KernelError, match=expected):
-        kernel.fetch_output(make_cfg(tmp_path), api=api)
+    api.kernel_state = "RUNNING"
+    with pytest.raises(KernelError, match="is running, not complete; follow it with `make kernel-status"):
+        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
     assert [name for name, _ in api.calls] == ["kernels_status"]
+
+
+KAGGLE_LOG = json.dumps(  # the shape of a Kaggle kernel log: JSON entries of streamed text
+    [{"stream_name": "stdout", "time": i, "data": f"step {i}\n"} for i in range(30)]
+    + [{"stream_name": "stderr", "time": 31, "data": "torch.OutOfMemoryError: CUDA out of memory\n"}]
+)
+
+
+def test_output_of_a_failed_kernel_shows_its_log(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    api = FakeKaggleApi()
+    api.kernel_state, api.failure_message, api.log = "ERROR", "Your notebook tried to allocate more memory", KAGGLE_LOG
+    with pytest.raises(KernelError, match="failed: Your notebook tried to allocate more memory"):
+        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
+    assert [name for name, _ in api.calls] == ["kernels_status", "kernels_logs"]
+    out = capsys.readouterr().out
+    assert "| torch.OutOfMemoryError: CUDA out of memory" in out and "| step 29" in out
+    assert "| step 5\n" not in out  # only the tail
+    log = tmp_path / "kernel" / "jigsaw-sample" / "output" / "jigsaw-sample.log"
+    assert log.read_text().splitlines()[0] == "step 0"  # the whole log is kept, as text
+
+
+def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    api = FakeKaggleApi()
+    api.kernel_state, api.log = "RUNNING", KAGGLE_LOG
+    assert kaggle_output.kernel_status(make_cfg(tmp_path), api=api) == "running"
+    out = capsys.readouterr().out
+    assert "kernel tester/jigsaw-sample: running" in out and "| step 29" in out
+
+    states = iter(["RUNNING", "COMPLETE"])
+
+    def sleep(seconds: float) -> None:
+        api.kernel_state = next(states)
+        api.log = json.dumps([{"data": "done\n"}])
+
+    api.kernel_state = "QUEUED"
+    assert kaggle_output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=sleep) == "complete"
+    assert [n for n, _ in api.calls].count("kernels_status") == 4
+    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'k'}", "--status"]) == 2  # no credentials
 
 
 def test_output_access_denied(tmp_path: Path) -> None:
@@ -422,7 +464,7 @@ def test_output_access_denied(tmp_path: Path) -> None:
     # kaggle 2.2.5 turns a 401/403 on kernels_status into this ValueError
     api.fail["kernels_status"] = ValueError("Cannot access kernel 'x' (Permission 'kernels.get' was denied).")
     with pytest.raises(KaggleError, match=r"access denied \(403\)"):
-        kernel.fetch_output(make_cfg(tmp_path), api=api)
+        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,10 +483,15 @@ socket.getaddrinfo = _refuse
 
 
 def kaggle_layout(tmp_path: Path) -> tuple[Path, Path]:
-    """<tmp>/kaggle/input with the sample competition, and an empty <tmp>/kaggle/working."""
+    """<tmp>/kaggle/input with the sample competition under the real file names only, an empty working."""
     root = tmp_path / "kaggle"
-    sample.write(root / "input" / COMPETITION, seed=0, scale=LAYOUT_SCALE)
+    competition = root / "input" / "competitions" / COMPETITION  # where current images mount it
+    sample.write(competition, seed=0, scale=LAYOUT_SCALE)
+    for extra in {p.name for p in competition.iterdir()} - set(kaggle_meta.COMPETITION_FILES):
+        (competition / extra).unlink()  # e.g. translated-train.csv: the generator's, not Kaggle's
+    assert {p.name for p in competition.iterdir()} <= set(kaggle_meta.COMPETITION_FILES)
     (root / "working").mkdir(parents=True)
+    (root / "temp").mkdir()
     return root / "input", root / "working"
 
 
@@ -484,6 +531,7 @@ def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path) 
     env.update(
         KAGGLE_INPUT_ROOT=str(input_root),
         KAGGLE_WORKING_ROOT=str(working),
+        KAGGLE_TEMP_ROOT=str(working.parent / "temp"),
         PYTHONPATH=str(guard),  # not the repository: the code must come from the mounted bundle
         HOME=str(home),
         HF_HUB_OFFLINE="1",
@@ -498,7 +546,7 @@ def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path) 
 def check_submission(working: Path, input_root: Path, result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     sub = pd.read_csv(working / "submission.csv", dtype={"id": str})
-    expected = pd.read_csv(input_root / COMPETITION / "sample_submission.csv", dtype={"id": str})
+    expected = pd.read_csv(input_root / "competitions" / COMPETITION / "sample_submission.csv", dtype={"id": str})
     assert sub["id"].tolist() == expected["id"].tolist()
     assert sub["toxic"].between(0, 1).all()
     assert (working / "kernel-run.yaml").is_file()
@@ -506,19 +554,114 @@ def check_submission(working: Path, input_root: Path, result: subprocess.Complet
     assert str(REPO) not in line  # the bundle's code ran, not the repository's
 
 
-@pytest.mark.slow
-def test_sample_kernel_runs_end_to_end(tmp_path: Path) -> None:
-    """`make kernel ARGS="kaggle.dry_run=true"` on the sample: its kernel folder runs on a simulated Kaggle."""
-    input_root, working = kaggle_layout(tmp_path)
-    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", *SMALL]) == 0
-    root = tmp_path / "kernel" / "jigsaw-sample"
+def working_files(working: Path) -> list[str]:
+    return sorted(str(p.relative_to(working)) for p in working.rglob("*") if p.is_file())
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, subprocess.CompletedProcess]:
+    """`make kernel ARGS="kaggle.dry_run=true"` on the sample, its notebook run once on a simulated Kaggle,
+    training under torchrun with two CPU processes (gloo) standing for two T4s. (base, input, working, result)"""
+    base = tmp_path_factory.mktemp("sample-run")
+    input_root, working = kaggle_layout(base)
+    two = ["kaggle.gpus=2", "train.device=cpu"]
+    argv = ["--config", "sample", f"kaggle.dir={base / 'kernel'}", "kaggle.dry_run=true", "kaggle.user=tester"]
+    assert kernel.main([*argv, *SMALL, *two]) == 0
+    root = base / "kernel" / "jigsaw-sample"
     mount_code(root / "code", input_root, "jigsaw-sample-code", unpacked=True)
-    result = run_notebook(root / "notebook" / "jigsaw-sample.py", input_root, working, tmp_path)
+    result = run_notebook(root / "notebook" / "jigsaw-sample.py", input_root, working, base)
+    return base, input_root, working, result
+
+
+@pytest.mark.slow
+def test_sample_kernel_runs_end_to_end(sample_run) -> None:
+    _, input_root, working, result = sample_run
     check_submission(working, input_root, result)
-    assert (working / "models" / "sample" / "fold1" / "done.json").is_file()
     assert f"kernel: code from {input_root / 'jigsaw-sample-code' / 'pipeline'};" in result.stdout
+    assert "2 train processes" in result.stdout
+    for fold in (0, 1):
+        done = json.loads((working / "models" / "sample" / f"fold{fold}" / "done.json").read_text())
+        assert done["world"] == 2 and done["effective_batch"] == 2 * 32  # DDP: micro 32 x accumulation 1 x 2
+    # working keeps only what the user downloads: no token cache, no prepared table, no resume state
+    files = working_files(working)
+    fold_files = {f.split("/", 3)[3] for f in files if f.startswith("models/sample/fold0/")}
+    assert {"model.safetensors", "done.json", "oof.csv", "test.csv", "metrics.jsonl"} <= fold_files
+    assert not any(f.startswith("input/") or f.endswith("resume.pt") for f in files), files
+    assert {f for f in files if not f.startswith("models/")} == {"kernel-run.yaml", "submission.csv", "sample.csv"}
+    assert {f.split("/")[2] for f in files if f.startswith("models/")} >= {"cv.json", "oof.csv", "fold0", "fold1"}
+    temp = working.parent / "temp"
+    assert (temp / "input" / "prepared" / "sample").is_dir()  # the scratch went to temp
+    # what working holds is what the disk plan counts: two folds' weights and the small files
+    weights = sum((working / "models" / "sample" / f"fold{k}" / "model.safetensors").stat().st_size for k in (0, 1))
+    total = notebook.folder_bytes(working)
+    assert weights < total < weights + 5_000_000
     # the competition was read in place, never copied or edited
-    assert not (working / "input" / COMPETITION).exists()
+    assert not (working / "input").exists() and not (temp / "input" / COMPETITION).exists()
+
+
+def serve_working(working: Path) -> FakeKaggleApi:
+    """A fake API whose kernel output is what the notebook left in working."""
+    api = FakeKaggleApi()
+    api.outputs = {f: (working / f).read_bytes() for f in working_files(working)}
+    return api
+
+
+@pytest.mark.slow
+def test_downloaded_folds_are_used_locally(sample_run, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """After `make kernel-output`, a local `make train` finds every fold complete, and cv and predict use them."""
+    from pipeline import metrics, predict, train
+
+    _, input_root, working, result = sample_run
+    assert result.returncode == 0
+    local_raw = tmp_path / "raw"  # the same competition files, in a local folder
+    shutil.copytree(input_root / "competitions" / COMPETITION, local_raw)
+    args = [
+        "--config",
+        "sample",
+        f"input_dir={tmp_path / 'input'}",
+        f"models_dir={tmp_path / 'models'}",
+        f"submissions_dir={tmp_path / 'submissions'}",
+        f"kaggle.dir={tmp_path / 'kernel'}",
+        "kaggle.user=tester",
+        "data.source=dir",
+        f"data.dir={local_raw}",
+        *SMALL,
+    ]
+    kaggle_output.fetch_output(config.load("sample", args[2:]), api=serve_working(working))
+    from pipeline import data
+
+    assert data.main(args) == 0
+    capsys.readouterr()
+    assert train.main(args) == 0
+    out = capsys.readouterr().out
+    assert "fold 0: complete" in out and "fold 1: complete" in out and "epoch 1:" not in out, out
+    assert metrics.main(args) == 0
+    assert predict.main(args) == 0
+    assert "2 fold(s)" in capsys.readouterr().out
+
+
+def test_output_already_there_is_not_fetched_or_copied_again(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    api = FakeKaggleApi()
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.5\n",
+        "models/sample/fold0/model.safetensors": b"weights" * 100,
+        "models/sample/fold0/done.json": b"{}",
+    }
+    cfg = make_cfg(tmp_path)
+    assert len(kaggle_output.fetch_output(cfg, api=api)) == 3
+    assert sorted(api.written) == sorted(api.outputs)
+    api.written.clear()
+    assert kaggle_output.fetch_output(cfg, api=api) == []  # same sizes: nothing downloaded, nothing copied
+    assert api.written == [] and dict(api.calls)["kernels_output"]["force"] is False
+    assert "3 files already installed (same size and time)" in capsys.readouterr().out
+    # the kernel ran again: new weights of the same size, a new done.json
+    weights = tmp_path / "models" / "sample" / "fold0" / "model.safetensors"
+    os.utime(weights, (1, 1))  # the first download happened long ago
+    api.outputs["models/sample/fold0/model.safetensors"] = b"WEIGHTS" * 100
+    api.outputs["models/sample/fold0/done.json"] = b'{"auc": 0.9}'
+    installed = kaggle_output.fetch_output(cfg, api=api)
+    assert sorted(installed) == [weights.parent / "done.json", weights]
+    assert weights.read_bytes() == b"WEIGHTS" * 100
 
 
 @pytest.mark.slow
@@ -528,12 +671,15 @@ def test_kernel_with_a_model_folder_runs_end_to_end(tmp_path: Path) -> None:
     overrides = [*SMALL, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlmr-tiny-test"]
     cfg = dry(tmp_path, *overrides)
     # a model dataset whose weights sit one folder down: found by their config.json
-    tiny_model_folder(input_root / "xlmr-tiny-test" / "xlm-roberta-tiny", input_root / COMPETITION, cfg)
+    tiny_model_folder(
+        input_root / "xlmr-tiny-test" / "xlm-roberta-tiny", input_root / "competitions" / COMPETITION, cfg
+    )
     result = kernel.build_and_push(cfg)
     mount_code(result["code_dir"], input_root, "jigsaw-sample-code", unpacked=False)
     out = run_notebook(result["kernel_dir"] / "jigsaw-sample.py", input_root, working, tmp_path)
     check_submission(working, input_root, out)
     run_cfg = config.load_file(working / "kernel-run.yaml")
-    assert run_cfg.model.name == str(input_root / "xlmr-tiny-test" / "xlm-roberta-tiny")
-    assert run_cfg.data.source == "dir" and run_cfg.data.dir == str(input_root / COMPETITION)
-    assert run_cfg.models_dir == str(working / "models") and run_cfg.submissions_dir == str(working)
+    assert run_cfg.model.path == str(input_root / "xlmr-tiny-test" / "xlm-roberta-tiny")
+    assert run_cfg.model.name == "xlm-roberta-large"  # what it is; model.path says where
+    assert run_cfg.data.source == "dir" and run_cfg.data.dir == str(input_root / "competitions" / COMPETITION)
+    assert run_cfg.models_dir == str(working.parent / "temp" / "models") and run_cfg.submissions_dir == str(working)

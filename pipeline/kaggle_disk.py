@@ -1,0 +1,140 @@
+"""The disk plan of a Kaggle run: what /kaggle/working keeps and what /kaggle/temp holds for a while.
+
+`make kernel` prints this plan and refuses one whose kept output passes `kaggle.working_gb` (Kaggle
+keeps at most 20 GB of /kaggle/working): a run that fills it fails hours in, at a fold's save.
+
+Sizes are computed, not measured: a model's parameter count comes from its architecture (a known hub
+name, the tiny config, or a local folder's config.json), safetensors store 4 bytes a parameter, and a
+resume state 12 (fp32 weights and AdamW's two moments). Row counts come from the real competition.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.config import Config
+
+GB = 1e9  # Kaggle's quota is in decimal gigabytes
+# The architectures of the hub names configs use (their config.json on the hub), for offline sizing.
+KNOWN_MODELS = {
+    "xlm-roberta-base": {"vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12, "intermediate_size": 3072},
+    "xlm-roberta-large": {
+        "vocab_size": 250002,
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "intermediate_size": 4096,
+    },
+}
+# The real competition: 223,549 English rows of which 21,384 toxic; 8,000 validation rows; 63,812 test rows.
+ENGLISH_TOXIC, VALID_ROWS, TEST_ROWS = 21384, 8000, 63812
+OOF_ROW_BYTES, SUB_ROW_BYTES = 48, 24  # a CSV row of id,lang,toxic,fold,pred / of id,toxic
+TOKENIZER_BYTES_PER_TOKEN = 90  # tokenizer.json + sentencepiece model: 22 MB for XLM-R's 250k tokens
+LOGS_BYTES = 2_000_000  # kernel-run.yaml, pipeline.yaml, metrics.jsonl, done.json, cv.json, cv.png
+
+
+def transformer_parameters(arch: dict, max_positions: int = 514) -> int:
+    """Parameters of XLMRobertaForSequenceClassification with one label (no pooler), from config.json's keys."""
+    h, i, n = arch["hidden_size"], arch["intermediate_size"], arch["num_hidden_layers"]
+    positions = arch.get("max_position_embeddings", max_positions)
+    embeddings = (arch["vocab_size"] + positions + arch.get("type_vocab_size", 1)) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h  # attention, LayerNorm, FFN, LayerNorm
+    head = (h * h + h) + (h + 1)  # classifier.dense and classifier.out_proj
+    return embeddings + n * layer + head
+
+
+def model_architecture(cfg: Config) -> dict | None:
+    """config.json's size keys for model.name, or None when it cannot be known offline."""
+    name = cfg.model.name
+    if name == "tiny":
+        t = cfg.model.tiny
+        return {
+            "vocab_size": t.vocab,
+            "hidden_size": t.hidden,
+            "num_hidden_layers": t.layers,
+            "intermediate_size": t.intermediate,
+            "max_position_embeddings": cfg.model.max_length + 2,
+            "type_vocab_size": 2,  # XLMRobertaConfig's default, which tiny_config keeps
+        }
+    local = Path(name) / "config.json"
+    if local.is_file():
+        return json.loads(local.read_text(encoding="utf-8"))
+    return KNOWN_MODELS.get(Path(name).name.lower())
+
+
+@dataclass
+class DiskPlan:
+    working: list[tuple[str, int]] = field(default_factory=list)  # (what, bytes): kept as the kernel's output
+    temp: list[tuple[str, int]] = field(default_factory=list)  # (what, bytes): scratch, peak at once
+    parameters: int = 0  # 0 when the model's size is unknown
+
+    @property
+    def working_bytes(self) -> int:
+        return sum(b for _, b in self.working)
+
+    @property
+    def temp_bytes(self) -> int:
+        return sum(b for _, b in self.temp)
+
+
+def training_rows(cfg: Config) -> int:
+    """An upper bound of the training table's rows (extra files not counted: their size is not known here)."""
+    return ENGLISH_TOXIC + cfg.data.english_negatives + VALID_ROWS + cfg.data.bias_rows
+
+
+def plan_disk(cfg: Config, folds: int) -> DiskPlan:
+    """What a run of `folds` folds writes where (see pipeline/notebook.py for the layout)."""
+    arch = model_architecture(cfg)
+    params = transformer_parameters(arch) if arch else 0
+    weights, resume = 4 * params, 12 * params
+    tokenizer = TOKENIZER_BYTES_PER_TOKEN * (arch or {}).get("vocab_size", 0)
+    rows = training_rows(cfg)
+    exp = f"models/{cfg.name}"
+    plan = DiskPlan(parameters=params)
+    if cfg.kaggle.keep_weights:
+        plan.working.append((f"{exp}/fold<k>/model.safetensors: {folds} x {human(weights)}", folds * weights))
+    plan.working += [
+        (f"{exp}/fold<k>/tokenizer: {folds} x {human(tokenizer)}", folds * tokenizer),
+        (f"{exp}/ OOF predictions (per fold and together)", 2 * rows * OOF_ROW_BYTES),
+        (f"{exp}/fold<k>/test.csv, submission.csv, {cfg.name}.csv", (folds + 2) * TEST_ROWS * SUB_ROW_BYTES),
+        ("configs, metrics, cv.json, cv.png", LOGS_BYTES),
+    ]
+    cache = (rows + TEST_ROWS) * cfg.model.max_length * 4  # int32 token ids
+    plan.temp += [
+        ("input/: prepared table and token cache", cache + 2 * rows * 1000),  # ~1 kB of text a row
+        (f"{exp}/fold<k>/model.safetensors (read by predict): {folds} x {human(weights)}", folds * weights),
+        (f"{exp}/fold<k>/resume.pt while a fold trains: 2 x {human(resume)} (old and new, for a moment)", 2 * resume),
+    ]
+    return plan
+
+
+def human(n: float) -> str:
+    if n >= GB:
+        return f"{n / GB:.2f} GB"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} MB"
+    return f"{n / 1e3:.1f} kB" if n >= 1e3 else f"{int(n)} B"
+
+
+def format_plan(plan: DiskPlan, quota_gb: float) -> str:
+    size = f"{plan.parameters / 1e6:.1f}M parameters" if plan.parameters else "model size unknown"
+    lines = [f"kernel: disk plan ({size}); sizes are estimates"]
+    lines.append(f"  /kaggle/working (kept, at most {quota_gb:g} GB):")
+    lines += [f"    {human(b):>10}  {what}" for what, b in plan.working]
+    lines.append(f"    {human(plan.working_bytes):>10}  in all, of {quota_gb:g} GB")
+    lines.append("  /kaggle/temp (scratch, not kept):")
+    lines += [f"    {human(b):>10}  {what}" for what, b in plan.temp]
+    lines.append(f"    {human(plan.temp_bytes):>10}  at most")
+    return "\n".join(lines)
+
+
+def over_quota(plan: DiskPlan, quota_gb: float) -> str:
+    """The fix to print when the kept output passes the quota; "" when it fits."""
+    if plan.working_bytes <= quota_gb * GB:
+        return ""
+    return (
+        f"the run would keep {human(plan.working_bytes)} in /kaggle/working, more than the {quota_gb:g} GB Kaggle "
+        "keeps: set kaggle.keep_weights=false (weights stay in /kaggle/temp), train fewer folds "
+        "(train.folds=[0,1]), or push one kernel per fold (kaggle.kernel_slug=<name>-fold0 train.folds=[0])"
+    )

@@ -1,0 +1,148 @@
+"""`make kernel-output` and `make kernel-status`: what a pushed kernel did, brought back.
+
+Reads   the kernel's state, output files and log, through the kaggle API (pipeline/kaggle_api.py)
+Writes  kernel/<slug>/output/       the kernel's output as downloaded (models, OOF, submission) and its log;
+                                    kept between runs: kaggle fetches a file again only when the kernel's
+                                    copy is larger or newer
+        models/<name>/...           the kernel's models/<name>/ installed unchanged (fold folders, cv.json ...)
+        submissions/<name>.csv, submissions/submission.csv
+
+A kernel that failed gives back its log: the last lines, with Kaggle's failure message, are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.config import Config
+from pipeline.io import atomic_path, atomic_write_text
+from pipeline.kaggle_meta import KernelError, make_plan, resolve_user
+from pipeline.notebook import RUN_CONFIG
+
+FINAL = {"complete", "error", "cancel_acknowledged"}  # kernel states that do not change any more
+TAIL = 20  # log lines shown
+
+
+def folders(cfg: Config, kernel_slug: str) -> tuple[Path, Path, Path]:
+    """kernel/<slug>/code, notebook and output."""
+    root = Path(cfg.kaggle.dir) / kernel_slug
+    return root / "code", root / "notebook", root / "output"
+
+
+def output_pattern(cfg: Config) -> str:
+    """The output files worth downloading: the experiment's models and the submissions, nothing else."""
+    name = re.escape(cfg.name)
+    return rf"^(models/{name}/|submission\.csv$|{name}\.csv$|{re.escape(RUN_CONFIG)}$)"
+
+
+def log_lines(raw: str) -> list[str]:
+    """The text lines of a kernel log: Kaggle's JSON list of {stream_name, time, data} entries, or plain text."""
+    try:
+        entries = json.loads(raw)
+    except (json.JSONDecodeError, ValueError):
+        return raw.splitlines()
+    if not isinstance(entries, list):
+        return raw.splitlines()
+    text = "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
+    return text.splitlines()
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """`b` is an installed copy of `a`: same size and time (copies keep the time). A rerun's weights have the
+    same size as the old ones, but kaggle downloads them again (they are newer), so their time differs."""
+    if not b.is_file():
+        return False
+    sa, sb = a.stat(), b.stat()
+    return sa.st_size == sb.st_size and int(sa.st_mtime) == int(sb.st_mtime)
+
+
+def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
+    """Copy the output into models/<name>/ and submissions/ unchanged; files already there with the same
+    size and time are skipped. Returns (files copied, files skipped)."""
+    pairs = []
+    exp = out / "models" / cfg.name
+    if exp.is_dir():
+        dest = Path(cfg.models_dir) / cfg.name
+        pairs += [(p, dest / p.relative_to(exp)) for p in sorted(exp.rglob("*")) if p.is_file()]
+    for name in ("submission.csv", f"{cfg.name}.csv"):
+        if (out / name).is_file():
+            pairs.append((out / name, Path(cfg.submissions_dir) / name))
+    if not pairs:
+        raise KernelError(f"{out}: the kernel's output holds neither models/{cfg.name}/ nor submission.csv")
+    copied = []
+    for src, dest in pairs:
+        if same_file(src, dest):
+            continue
+        with atomic_path(dest) as tmp:  # never a half-copied weights file under its final name
+            shutil.copy2(src, tmp)  # keeps the time that same_file compares
+        copied.append(dest)
+    return copied, len(pairs) - len(copied)
+
+
+def show_log(ref: str, out: Path, api) -> list[str]:
+    """Download the kernel's log into `out`/<slug>.log and return its lines."""
+    from pipeline import kaggle_api
+
+    lines = log_lines(kaggle_api.kernel_log(ref, api))
+    atomic_write_text(out / f"{ref.split('/')[-1]}.log", "\n".join(lines) + "\n")
+    return lines
+
+
+def fetch_output(cfg: Config, api=None) -> list[Path]:
+    """`make kernel-output`: check the kernel finished, download its output, install it locally."""
+    from pipeline import kaggle_api, kaggle_io
+
+    if cfg.kaggle.dry_run:
+        plan = make_plan(cfg, resolve_user(cfg))
+        print(f"kernel: dry run: would download {plan.kernel_ref}'s output matching {output_pattern(cfg)}")
+        return []
+    api = kaggle_io.get_api() if api is None else api
+    plan = make_plan(cfg, resolve_user(cfg, api))
+    out = folders(cfg, plan.kernel_slug)[2]
+    status, failure = kaggle_api.kernel_status(plan.kernel_ref, api)
+    if status == "error":
+        tail = show_log(plan.kernel_ref, out, api)[-TAIL:]
+        print(f"kernel: the last lines of its log ({out / (plan.kernel_slug + '.log')}):")
+        print("\n".join(f"  | {line}" for line in tail))
+        raise KernelError(f"kernel {plan.kernel_ref} failed: {failure or 'see the log lines above'}")
+    if status != "complete":
+        raise KernelError(
+            f"kernel {plan.kernel_ref} is {status}, not complete; follow it with "
+            f"`make kernel-status CONFIG={cfg.name}` and run this again when it is"
+        )
+    files = kaggle_api.download_kernel_output(plan.kernel_ref, out, api, file_pattern=output_pattern(cfg))
+    print(f"kernel: {len(files)} output files in {out}")
+    copied, skipped = install_output(cfg, out)
+    for p in copied:
+        print(f"kernel: -> {p}")
+    if skipped:
+        print(f"kernel: {skipped} files already installed (same size and time); left as they are")
+    return copied
+
+
+def kernel_status(
+    cfg: Config, api=None, follow: bool = False, poll_s: float = 60, sleep: Callable[[float], None] = time.sleep
+) -> str:
+    """`make kernel-status`: the kernel's state and its log's last lines; with `follow`, until it ends."""
+    from pipeline import kaggle_api, kaggle_io
+
+    api = kaggle_io.get_api() if api is None else api
+    plan = make_plan(cfg, resolve_user(cfg, api))
+    out = folders(cfg, plan.kernel_slug)[2]
+    seen = 0
+    while True:
+        status, failure = kaggle_api.kernel_status(plan.kernel_ref, api)
+        lines = show_log(plan.kernel_ref, out, api)
+        new = lines[seen:] if seen else lines[-TAIL:]  # the tail first, then only what was added
+        if new:
+            print("\n".join(f"  | {line}" for line in new))
+        seen = len(lines)
+        print(f"kernel {plan.kernel_ref}: {status}" + (f": {failure}" if failure else ""))
+        if not follow or status in FINAL:
+            return status
+        sleep(poll_s)

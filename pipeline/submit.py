@@ -1,0 +1,191 @@
+"""Stage `make submit` (and `make submissions`): send a submission to the competition and record its score.
+
+Reads   submissions/<name>.csv (or kaggle.submit_file; after `make kernel-output` the kernel's own file),
+        models/<name>/cv.json for the OOF AUC, the competition's sample_submission.csv when present
+Writes  models/<name>/submissions.jsonl   one line per submission: time, file, message, ref, status,
+                                          public and private score
+
+Before anything is sent the file is checked like `make predict` checks it (the ids of
+sample_submission.csv, no NaN, values in [0, 1]): a failed check submits nothing. The message names
+the experiment, its OOF AUC and the git commit. The score is polled until Kaggle has it or
+`kaggle.submit_timeout` seconds have passed. `--list` (make submissions) prints every recorded
+submission beside its experiment's OOF AUC.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline import config as config_mod
+from pipeline.config import Config
+from pipeline.errors import PipelineError, run_stage
+from pipeline.io import atomic_write_text, read_json
+
+RECORD = "submissions.jsonl"
+
+
+class SubmitError(PipelineError):
+    pass
+
+
+def submission_file(cfg: Config) -> Path:
+    return Path(cfg.kaggle.submit_file) if cfg.kaggle.submit_file else Path(cfg.submissions_dir) / f"{cfg.name}.csv"
+
+
+def oof_auc(exp: Path) -> float | None:
+    path = exp / "cv.json"
+    return float(read_json(path)["oof_auc"]) if path.is_file() else None
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except OSError:
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def message(name: str, auc: float | None, commit: str) -> str:
+    parts = [name, f"OOF AUC {auc:.4f}" if auc is not None else "OOF AUC unknown"]
+    return "; ".join(parts + ([f"commit {commit}"] if commit else []))
+
+
+def check_file(path: Path, sample: Path | None) -> pd.DataFrame:
+    """The checks `make predict` applies; with no sample_submission.csv at hand, columns and values only."""
+    from pipeline import predict
+
+    if not path.is_file():
+        raise SubmitError(f"{path}: no such file; run `make predict` (or `make kernel-output`) first")
+    try:
+        sub = pd.read_csv(path, dtype={"id": str})
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise SubmitError(f"{path}: not a readable CSV ({exc})") from exc
+    if list(sub.columns) != ["id", "toxic"]:
+        raise SubmitError(f"{path}: columns {list(sub.columns)}, expected id,toxic")
+    if sample is not None and sample.is_file():
+        try:
+            predict.check_submission(sub, pd.read_csv(sample, dtype={"id": str}))
+        except PipelineError as exc:
+            raise SubmitError(f"{path}: {exc}") from exc
+    elif sub["toxic"].isna().any() or not sub["toxic"].between(0, 1).all():
+        raise SubmitError(f"{path}: toxic must be a number in [0, 1] on every row")
+    return sub
+
+
+def sample_submission(cfg: Config) -> Path | None:
+    from pipeline import data
+
+    try:
+        return data.raw_dir(cfg) / data.SUBMISSION
+    except PipelineError:
+        return None
+
+
+def wait_for_score(ref: int, api, timeout_s: float, poll_s: float = 15, sleep: Callable = time.sleep) -> dict:
+    from pipeline import kaggle_api
+
+    waited = 0.0
+    while True:
+        state = kaggle_api.submission_state(ref, api)
+        if state["status"] != "pending" or waited >= timeout_s:
+            return state
+        sleep(poll_s)
+        waited += poll_s
+
+
+def record(exp: Path, entry: dict) -> None:
+    """Append `entry` to models/<name>/submissions.jsonl (rewritten whole: never a half line)."""
+    path = exp / RECORD
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    atomic_write_text(path, old + json.dumps(entry) + "\n")
+
+
+def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
+    from pipeline import kaggle_api, kaggle_io, metrics
+
+    path = submission_file(cfg)
+    check_file(path, sample_submission(cfg))
+    exp = metrics.experiment_dir(cfg)
+    text = message(cfg.name, oof_auc(exp), git_commit())
+    api = kaggle_io.get_api() if api is None else api
+    ref = kaggle_api.submit(cfg.data.competition, path, text, api)
+    print(f"submit: {path} sent to {cfg.data.competition} as submission {ref} ({text})")
+    entry = {
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "file": str(path),
+        "message": text,
+        "ref": ref,
+        "status": "pending",
+        "public": "",
+        "private": "",
+    }
+    try:
+        if cfg.kaggle.submit_timeout > 0:
+            print(f"submit: waiting for the score (at most {cfg.kaggle.submit_timeout} s)")
+            state = wait_for_score(ref, api, cfg.kaggle.submit_timeout, sleep=sleep)
+            entry.update(status=state["status"], public=state["public"], private=state["private"])
+            if state["error"]:
+                entry["error"] = state["error"]
+    finally:
+        record(exp, entry)  # submitted is submitted: the record is kept even if polling fails
+    if entry["status"] == "error":
+        raise SubmitError(f"submission {ref} failed to score: {entry.get('error') or 'no reason given'}")
+    if entry["status"] == "complete":
+        print(f"submit: public score {entry['public'] or '(not published)'}, private {entry['private'] or '(hidden)'}")
+    else:
+        print(f"submit: not scored yet; see https://www.kaggle.com/competitions/{cfg.data.competition}/submissions")
+    return entry
+
+
+def table(models_dir: Path) -> list[dict]:
+    """Every recorded submission of every experiment, with the experiment's OOF AUC, oldest first."""
+    rows = []
+    for path in sorted(Path(models_dir).glob(f"*/{RECORD}")):
+        auc = oof_auc(path.parent)
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rows.append({"experiment": path.parent.name, "oof_auc": auc, **json.loads(line)})
+    return sorted(rows, key=lambda r: r["time"])
+
+
+def format_table(rows: list[dict]) -> str:
+    if not rows:
+        return "no submissions recorded yet (make submit)"
+    head = f"{'time':<26} {'experiment':<16} {'OOF AUC':>8} {'public':>8} {'private':>8}  status"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        auc = f"{r['oof_auc']:.4f}" if r["oof_auc"] is not None else "-"
+        lines.append(
+            f"{r['time']:<26} {r['experiment']:<16} {auc:>8} {r['public'] or '-':>8} {r['private'] or '-':>8}  "
+            f"{r['status']}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = config_mod.parser("Submit submissions/<name>.csv to the competition and wait for its score.")
+    p.add_argument("--list", action="store_true", help="list every recorded submission with its OOF AUC")
+    args = p.parse_args(argv)
+
+    def stage() -> None:
+        cfg = config_mod.from_args(args)
+        if args.list:
+            print(format_table(table(Path(cfg.models_dir))))
+        else:
+            submit(cfg)
+
+    return run_stage(stage)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""`make submit` and `make submissions` against the fake Kaggle API: checks first, then the score, recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_kaggle_io import FakeKaggleApi, http_error
+
+from pipeline import config, sample, submit
+from pipeline.kaggle_io import KaggleError
+from pipeline.submit import SubmitError
+
+COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
+
+
+@pytest.fixture(autouse=True)
+def no_credentials(no_kaggle_env: Path) -> Path:
+    return no_kaggle_env
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> config.Config:
+    """The sample experiment with a cv.json and a submission matching the sample competition's ids."""
+    raw = tmp_path / "raw"
+    sample.write(raw, seed=0, scale=0.05)
+    cfg = config.load(
+        "sample",
+        [
+            "data.source=dir",
+            f"data.dir={raw}",
+            f"models_dir={tmp_path / 'models'}",
+            f"submissions_dir={tmp_path / 'submissions'}",
+        ],
+    )
+    (tmp_path / "models" / "sample").mkdir(parents=True)
+    (tmp_path / "models" / "sample" / "cv.json").write_text(json.dumps({"oof_auc": 0.91234}))
+    ids = pd.read_csv(raw / "sample_submission.csv", dtype={"id": str})["id"]
+    (tmp_path / "submissions").mkdir()
+    pd.DataFrame({"id": ids, "toxic": 0.25}).to_csv(tmp_path / "submissions" / "sample.csv", index=False)
+    return cfg
+
+
+def no_sleep(seconds: float) -> None:
+    pass
+
+
+def test_submit_waits_for_the_score_and_records_it(cfg: config.Config, tmp_path: Path, capsys) -> None:
+    api = FakeKaggleApi()
+    api.submission_states = [
+        {"status": "PENDING"},
+        {"status": "COMPLETE", "public_score": "0.9312", "private_score": ""},
+    ]
+    entry = submit.submit(cfg, api=api, sleep=no_sleep)
+    sent = dict(api.calls)["competition_submit"]
+    assert sent["competition"] == COMPETITION and sent["file_name"] == str(tmp_path / "submissions" / "sample.csv")
+    assert sent["message"].startswith("sample; OOF AUC 0.9123")
+    assert [n for n, _ in api.calls] == ["competition_submit", "get_submission", "get_submission"]
+    assert entry["status"] == "complete" and entry["public"] == "0.9312"
+    assert "public score 0.9312" in capsys.readouterr().out
+    lines = (tmp_path / "models" / "sample" / "submissions.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["ref"] == 123
+    # a second submission is appended; `make submissions` lists both beside the OOF AUC
+    submit.submit(cfg, api=api, sleep=no_sleep)
+    rows = submit.table(tmp_path / "models")
+    assert [r["public"] for r in rows] == ["0.9312", "0.9312"] and rows[0]["oof_auc"] == pytest.approx(0.91234)
+    table = submit.format_table(rows)
+    assert "sample" in table and "0.9123" in table and "0.9312" in table
+
+
+def test_a_404_right_after_submitting_is_pending_and_a_timeout_keeps_the_record(cfg: config.Config, tmp_path: Path):
+    api = FakeKaggleApi()
+    api.submission_states = [http_error(404, "Not Found")]
+    cfg = config.from_dict({**cfg.to_dict(), "kaggle": {**cfg.to_dict()["kaggle"], "submit_timeout": 60}})
+    entry = submit.submit(cfg, api=api, sleep=no_sleep)
+    assert entry["status"] == "pending"
+    assert json.loads((tmp_path / "models" / "sample" / "submissions.jsonl").read_text())["status"] == "pending"
+
+
+def test_scoring_error_is_reported_and_recorded(cfg: config.Config, tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.submission_states = [{"status": "ERROR", "error_description": "Submission has 3 rows, expected 63812"}]
+    with pytest.raises(SubmitError, match="failed to score: Submission has 3 rows"):
+        submit.submit(cfg, api=api, sleep=no_sleep)
+    assert json.loads((tmp_path / "models" / "sample" / "submissions.jsonl").read_text())["status"] == "error"
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda f: f.iloc[:-1], "ids differ from sample_submission.csv"),
+        (lambda f: f.assign(toxic=1.5), r"\[0, 1\]"),
+        (lambda f: f.rename(columns={"toxic": "pred"}), "expected id,toxic"),
+    ],
+)
+def test_a_bad_file_is_never_submitted(cfg: config.Config, tmp_path: Path, damage, message: str) -> None:
+    path = tmp_path / "submissions" / "sample.csv"
+    damage(pd.read_csv(path, dtype={"id": str})).to_csv(path, index=False)
+    api = FakeKaggleApi()
+    with pytest.raises(SubmitError, match=message):
+        submit.submit(cfg, api=api, sleep=no_sleep)
+    assert api.calls == []
+    assert not (tmp_path / "models" / "sample" / "submissions.jsonl").exists()
+
+
+def test_no_file_says_how_to_make_one(cfg: config.Config, tmp_path: Path) -> None:
+    (tmp_path / "submissions" / "sample.csv").unlink()
+    with pytest.raises(SubmitError, match="run `make predict` \\(or `make kernel-output`\\) first"):
+        submit.submit(cfg, api=FakeKaggleApi(), sleep=no_sleep)
+
+
+@pytest.mark.parametrize(
+    ("failure", "result", "message"),
+    [
+        (http_error(403, "Forbidden"), None, "Accept the competition's rules"),
+        (http_error(429, "Too Many Requests: daily submission limit"), None, "daily submission limit reached"),
+        (None, {"ref": 0, "message": "You have reached the maximum number of submissions"}, "daily submission limit"),
+        (None, {"ref": 0, "message": "Could not submit to competition"}, "not accepted: Could not submit"),
+    ],
+)
+def test_refusals_are_one_line(cfg: config.Config, tmp_path: Path, failure, result, message: str) -> None:
+    api = FakeKaggleApi()
+    if failure is not None:
+        api.fail["competition_submit"] = failure
+    if result is not None:
+        api.submit_result = result
+    with pytest.raises(KaggleError, match=message) as info:
+        submit.submit(cfg, api=api, sleep=no_sleep)
+    assert "\n" not in str(info.value)
+    assert [n for n, _ in api.calls] == ["competition_submit"]  # nothing polled, nothing recorded
+    assert not (tmp_path / "models" / "sample" / "submissions.jsonl").exists()
+
+
+def test_no_credentials_submits_nothing(cfg: config.Config, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("KAGGLE_USERNAME", "me")  # a username alone is not a credential
+    args = ["--config", "sample", f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'submissions'}"]
+    args += ["data.source=dir", f"data.dir={tmp_path / 'raw'}"]
+    assert submit.main(args) == 2
+    assert "KAGGLE_USERNAME is set but KAGGLE_KEY is not" in capsys.readouterr().err
+    assert submit.main([*args, "--list"]) == 0
+    assert "no submissions recorded yet" in capsys.readouterr().out
