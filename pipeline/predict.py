@@ -21,7 +21,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, loop, metrics, modeling, tokens, trim
+from pipeline import distributed, io, loop, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import file_digest, read_json, write_csv, write_json
@@ -110,6 +110,8 @@ def fold_test_preds(
 
 
 def run(cfg: Config) -> Path:
+    io.preflight(cfg, "predict")  # paths and permissions, before any fold runs
+    io.hold_experiment_lock(cfg, "predict")  # a second run on this experiment stops at once
     exp = metrics.experiment_dir(cfg)
     dirs = metrics.fold_dirs(exp)
     if not dirs:

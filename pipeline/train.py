@@ -35,7 +35,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, loop, memory, metrics, modeling, tokens, trim
+from pipeline import distributed, io, loop, memory, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import (
@@ -191,6 +191,7 @@ def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         config_mod.save(cfg, tmp / "pipeline.yaml")
+        io.default_modes(tmp)  # safetensors writes its file 0600; every artifact gets the same mode
         for p in tmp.iterdir():
             os.replace(p, fold_dir / p.name)
     finally:
@@ -383,6 +384,8 @@ def train_fold(
 
 
 def run(cfg: Config) -> dict | None:
+    io.preflight(cfg, "train")  # paths and permissions, before any epoch
+    io.hold_experiment_lock(cfg, "train")  # a second run on this experiment stops at once
     d = distributed.setup(cfg.train.device)
     try:
         if d.device.type == "cpu" and d.enabled:
