@@ -324,9 +324,12 @@ def build_tables(cfg: Config, raw: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     check_lang(valid, path)
     if len(valid) < d.folds:
         raise DataError(f"{path}: {len(valid)} rows cannot make {d.folds} folds")
-    strata = valid["lang"] + "_" + (valid["toxic"] >= 0.5).astype(int).astype(str)
-    if strata.value_counts().min() < d.folds:
-        strata = valid["lang"]  # a tiny stratum cannot be spread over k folds; stratify on language alone
+    label = (valid["toxic"] >= 0.5).astype(int).astype(str)
+    # a stratum smaller than k cannot be spread over k folds: then the label alone (each fold keeps both
+    # classes), then the language alone
+    for strata in (valid["lang"] + "_" + label, label, valid["lang"]):
+        if strata.value_counts().min() >= d.folds:
+            break
     parts.append(
         pd.DataFrame(
             {
