@@ -28,7 +28,7 @@ def interactive(stream=None) -> bool:
 
 def bar(iterable=None, **kwargs) -> tqdm:
     """tqdm, with redraws spaced out when nobody watches a terminal."""
-    if not interactive():
+    if not interactive(kwargs.get("file")):
         kwargs.setdefault("mininterval", LOG_INTERVAL)
         # tqdm's monitor thread forces a redraw every maxinterval seconds: keep it as sparse as mininterval
         kwargs.setdefault("maxinterval", max(LOG_INTERVAL, kwargs["mininterval"]))
