@@ -211,7 +211,7 @@ def test_any_value_loads_in_range_or_fails_naming_the_key(key: str, value) -> No
     try:
         cfg = config.load("sample", [f"{key}={raw}"])
     except ConfigError as e:
-        assert str(e).startswith(key) and "\n" not in str(e), str(e)
+        assert key in str(e) and "\n" not in str(e), str(e)
         return
     got = config._get(cfg, key)
     ok = next(test for k, test, _ in config.RANGES if k == key)
