@@ -177,9 +177,8 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
     the pointer are replaced together or not at all."""
     tokenizer = ensure_tokenizer(cfg, table, test, meta, prepared)
     source = tokenizer_source(cfg, prepared)
-    key = cache_key(
-        tokenizer_digest(source, tokenizer), cfg.model.max_length, meta["table_digest"], meta["test_digest"]
-    )
+    tok_digest = tokenizer_digest(source, tokenizer)
+    key = cache_key(tok_digest, cfg.model.max_length, meta["table_digest"], meta["test_digest"])
     folder = cache_root(cfg) / key
     pointer = Path(prepared) / "tokens.json"
     if folder.exists():
@@ -205,6 +204,7 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
         rows = len(texts["train"]) + len(texts["test"])
         out = {
             "key": key,
+            "tokenizer_digest": tok_digest,
             "tokenizer": str(tokenizer_source(cfg)),  # where it lives once `make data` is done
             "max_length": cfg.model.max_length,
             "vocab_size": len(tokenizer),
@@ -231,7 +231,14 @@ def load(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:
     cmeta = check_cache(folder, deep=False)
     if cmeta is None:
         raise PipelineError(f"{folder}: token cache is missing or damaged; run `make data` again")
-    if cmeta["table_digest"] != meta["table_digest"] or cmeta["max_length"] != cfg.model.max_length:
+    source = tokenizer_source(cfg)
+    # the tiny tokenizer retrained in place (make data stopped before it updated tokens.json) gives other ids
+    stale_tokenizer = (
+        cfg.model.name == "tiny"
+        and "tokenizer_digest" in cmeta
+        and tokenizer_digest(source, None) != cmeta["tokenizer_digest"]
+    )
+    if cmeta["table_digest"] != meta["table_digest"] or cmeta["max_length"] != cfg.model.max_length or stale_tokenizer:
         raise PipelineError(f"{folder}: token cache is for other tables or settings; run `make data` again")
     splits = {
         s: Ragged(np.load(folder / f"{s}_ids.npy", mmap_mode="r"), np.load(folder / f"{s}_offsets.npy", mmap_mode="r"))

@@ -326,3 +326,15 @@ def test_translated_file_without_a_language_is_one_line(tmp_path: Path, raw_samp
     cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", "data.extra_files=[nothing-*.csv]")
     with pytest.raises(data.DataError, match=r"^nothing-\*\.csv: extra training file not found"):
         data.prepare(cfg, log=quiet)
+
+
+def test_cache_of_an_older_tokenizer_is_refused(tmp_path: Path, capsys) -> None:
+    assert data.main(args(tmp_path)) == 0
+    cfg = make_cfg(tmp_path)
+    _, _, meta = data.load_table(cfg)
+    tokens.load(cfg, meta)
+    # as if `make data` had retrained the tokenizer in place and stopped before it rewrote tokens.json
+    vocab = tokens.tokenizer_source(cfg) / "tokenizer.json"
+    vocab.write_text(vocab.read_text().replace('"<mask>"', '"<MASK>"'))
+    with pytest.raises(tokens.PipelineError, match="token cache is for other tables or settings"):
+        tokens.load(cfg, meta)
