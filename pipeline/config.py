@@ -32,8 +32,8 @@ class DataConfig:
     dir: str = ""  # for source=dir: a folder holding the competition's files
     competition: str = "jigsaw-multilingual-toxic-comment-classification"
     datasets: tuple[str, ...] = ()  # extra Kaggle datasets (owner/slug) downloaded with source=kaggle
-    # translated train CSVs (comment_text, toxic; lang from a lang column, else `file.csv:es`, else the file
-    # name, as in jigsaw-toxic-comment-train-google-es-cleaned.csv): paths or names, glob patterns allowed
+    # translated train CSVs (comment_text, toxic; the language given as `file.csv:es`, else a lang column, else
+    # the file name's, as in jigsaw-toxic-comment-train-google-es-cleaned.csv): paths or names, glob patterns
     extra_files: tuple[str, ...] = ()
     bias_rows: int = 0  # rows of jigsaw-unintended-bias-train.csv to add (0: none), toxic >= 0.5 as 1
     english_negatives: int = 20000  # non-toxic English train rows kept (all toxic rows are kept)

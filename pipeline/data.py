@@ -138,7 +138,7 @@ def lang_from_name(path: Path) -> str:
 
 
 def read_extra(path: Path, lang: str) -> pd.DataFrame:
-    """comment_text, lang, toxic of an extra file; lang from its column, else given, else from its name."""
+    """comment_text, lang, toxic of an extra file; lang as given for it, else its lang column, else its name."""
     frame = read_csv(path, ["comment_text", "toxic"], labels=("toxic",), usecols=False)
     if lang:  # given for the file: it wins over a lang column
         frame["lang"] = lang

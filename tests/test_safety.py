@@ -150,6 +150,10 @@ def test_unwritable_and_unreadable_paths(tmp_path: Path, raw_sample: Path, monke
     assert data.main(args(tmp_path, "data.source=dir", f"data.dir={raw_sample}")) == 2
     line = one_line_error(capsys)
     assert line.startswith(f"error: {raw_sample / data.VALID}: the competition folder (data.dir) cannot be read")
+    (tmp_path / "input").mkdir()
+    denied.add(tmp_path / "input")
+    assert data.main(args(tmp_path)) == 2
+    assert one_line_error(capsys).startswith(f"error: {tmp_path / 'input'}: the input folder (input_dir) cannot be")
 
 
 # ---------------------------------------------------------------- one run per experiment
