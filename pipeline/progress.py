@@ -26,13 +26,24 @@ def interactive(stream=None) -> bool:
         return False
 
 
+class _LogBar(tqdm):
+    """A bar for a log: a new postfix or description waits for the next timed redraw (tqdm redraws at once)."""
+
+    def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+
+    def set_description(self, desc=None, refresh=True):
+        super().set_description(desc, refresh=False)
+
+
 def bar(iterable=None, **kwargs) -> tqdm:
     """tqdm, with redraws spaced out when nobody watches a terminal."""
-    if not interactive(kwargs.get("file")):
-        kwargs.setdefault("mininterval", LOG_INTERVAL)
-        # tqdm's monitor thread forces a redraw every maxinterval seconds: keep it as sparse as mininterval
-        kwargs.setdefault("maxinterval", max(LOG_INTERVAL, kwargs["mininterval"]))
-    return tqdm(iterable, **kwargs)
+    if interactive(kwargs.get("file")):
+        return tqdm(iterable, **kwargs)
+    kwargs.setdefault("mininterval", LOG_INTERVAL)
+    # tqdm's monitor thread forces a redraw every maxinterval seconds: keep it as sparse as mininterval
+    kwargs.setdefault("maxinterval", max(LOG_INTERVAL, kwargs["mininterval"]))
+    return _LogBar(iterable, **kwargs)
 
 
 def silence_transformers() -> None:

@@ -21,8 +21,9 @@ def redraws(stream, seconds: float = 1.0) -> int:
     """Redraws of a bar over a `seconds`-long loop, written to `stream`."""
     steps = 20
     with progress.bar(range(steps), desc="work", file=stream) as it:
-        for _ in it:
+        for i in it:
             time.sleep(seconds / steps)
+            it.set_postfix(loss=f"{1 / (i + 1):.3f}")  # tqdm redraws on each new postfix, unless told not to
     return stream.getvalue().count("\r")
 
 
