@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 from tqdm.auto import tqdm
@@ -68,6 +69,34 @@ def fresh_line() -> None:
     sys.stderr.flush()
 
 
+class Ticker:
+    """`desc: 12 s` for work with no steps to count, shown once it has taken DELAY seconds (a quick run
+    prints nothing): redrawn in place on a terminal, a new line every LOG_INTERVAL seconds in a log."""
+
+    DELAY = 2.0
+
+    def __init__(self, desc: str, stream=None) -> None:
+        self.desc, self.stream = desc, stream or sys.stderr
+        self.start = time.monotonic()
+        self.shown = -1.0  # elapsed seconds at the last line; < 0: nothing shown yet
+        self.tty = interactive(self.stream)
+
+    def tick(self) -> None:
+        elapsed = time.monotonic() - self.start
+        if elapsed < self.DELAY or (not self.tty and self.shown >= 0 and elapsed - self.shown < LOG_INTERVAL):
+            return
+        self.stream.write(f"\r{self.desc}: {elapsed:.0f} s" if self.tty else f"{self.desc}: {elapsed:.0f} s\n")
+        self.stream.flush()
+        self.shown = elapsed
+
+    def close(self, how: str = "done in") -> None:
+        if self.shown >= 0:  # end what was shown with the total, on a line of its own
+            elapsed = time.monotonic() - self.start
+            self.stream.write(f"{chr(13) if self.tty else ''}{self.desc}: {how} {elapsed:.0f} s\n")
+            self.stream.flush()
+            self.shown = -1.0
+
+
 def _child(conn, fn: Callable, args: tuple) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides: Ctrl-C there terminates this process
     try:
@@ -93,15 +122,15 @@ def run_in_child(fn: Callable, *args, desc: str):
     proc = ctx.Process(target=_child, args=(send, fn, args), daemon=True)
     proc.start()
     send.close()
+    ticker, status = Ticker(desc), ""
     try:
-        # shown once the work has taken 2 s: a quick run prints nothing
-        with bar(total=None, desc=desc, bar_format="{desc}: {elapsed} elapsed", delay=2) as ticker:
-            while not recv.poll(0.2):
-                if not proc.is_alive() and not recv.poll(0.2):
-                    raise RuntimeError(f"{desc}: the worker process died (exit code {proc.exitcode})")
-                ticker.update(0)  # redraws the elapsed time, no more often than the bar's interval
-            status, value = recv.recv()
+        while not recv.poll(0.2):
+            if not proc.is_alive() and not recv.poll(0.2):
+                raise RuntimeError(f"{desc}: the worker process died (exit code {proc.exitcode})")
+            ticker.tick()
+        status, value = recv.recv()
     finally:
+        ticker.close("done in" if status else "stopped after")
         if proc.is_alive():
             proc.terminate()
             proc.join(2)

@@ -56,3 +56,18 @@ def test_stages_silence_transformers_bars() -> None:
         hf_logging.enable_progress_bar()
     run_stage(lambda: None)
     assert not hf_logging.is_progress_bar_enabled()
+
+
+def test_ticker_shows_slow_work_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = io.StringIO()
+    quick = progress.Ticker("train tokenizer", log)
+    quick.tick()
+    quick.close()
+    assert log.getvalue() == ""  # under two seconds: nothing
+    monkeypatch.setattr(progress.Ticker, "DELAY", 0.0)
+    slow = progress.Ticker("train tokenizer", log)
+    for _ in range(5):
+        slow.tick()  # in a log: one line, then one a minute
+    slow.close("stopped after")
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("train tokenizer: ") and "stopped after" in lines[1]
