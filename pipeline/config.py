@@ -235,6 +235,12 @@ def validate(cfg: Config) -> Config:
         value = _get(cfg, key)
         if not ok(value):
             raise ConfigError(f"{key}={_plain(value)!r} is out of range: must be {allowed}")
+    missing = [f for f in cfg.train.folds if f >= cfg.data.folds]
+    if missing:
+        raise ConfigError(
+            f"train.folds={list(cfg.train.folds)}: fold {missing[0]} does not exist with data.folds={cfg.data.folds} "
+            f"(folds are 0..{cfg.data.folds - 1})"
+        )
     if cfg.model.tiny.hidden % cfg.model.tiny.heads:
         raise ConfigError(
             f"model.tiny.hidden={cfg.model.tiny.hidden} must be a multiple of model.tiny.heads={cfg.model.tiny.heads}"

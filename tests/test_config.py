@@ -182,6 +182,12 @@ def test_out_of_range_is_one_line_naming_key_and_range(override: str, key: str) 
     assert "\n" not in message
 
 
+def test_train_folds_beyond_data_folds_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"train.folds=\[0, 7\]: fold 7 does not exist with data.folds=5"):
+        config.load("sample", ["train.folds=[0,", "7]"])  # make train ARGS="train.folds=[0, 7]"
+    assert config.load("sample", ["train.folds=[0,7]", "data.folds=8"]).train.folds == (0, 7)
+
+
 def test_range_edges_are_accepted() -> None:
     cfg = config.load(
         "sample",
