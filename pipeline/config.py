@@ -228,8 +228,11 @@ def check_device(device: str) -> None:
             raise ConfigError(f"train.device={device!r}: this machine has {count} CUDA device(s) (cuda:0..{count - 1})")
 
 
-def validate(cfg: Config) -> Config:
-    """Every setting in its allowed range; the first that is not becomes a one-line ConfigError naming it."""
+def validate(cfg: Config, device: bool = True) -> Config:
+    """Every setting in its allowed range; the first that is not becomes a one-line ConfigError naming it.
+
+    device=False skips the check that train.device exists here (a config packed to run on another machine).
+    """
     check_name(cfg.name)
     for key, ok, allowed in RANGES:
         value = _get(cfg, key)
@@ -245,7 +248,8 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"model.tiny.hidden={cfg.model.tiny.hidden} must be a multiple of model.tiny.heads={cfg.model.tiny.heads}"
         )
-    check_device(cfg.train.device)
+    if device:
+        check_device(cfg.train.device)
     return cfg
 
 
@@ -402,13 +406,13 @@ def _parse_value(key: str, raw: str):
         ) from None
 
 
-def load(name: str = "sample", overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def load(name: str = "sample", overrides: list[str] | tuple[str, ...] = (), device: bool = True) -> Config:
     """Defaults, then the YAML file, then `key.sub=value` overrides (values parsed as YAML); then validated."""
     tree = read_yaml(config_path(name))
     for item in join_overrides(overrides):
         key, raw = item.split("=", 1)
         _set(tree, key.strip(), _parse_value(key.strip(), raw))
-    return validate(_build(Config, tree))
+    return validate(_build(Config, tree), device=device)
 
 
 def from_dict(d: dict) -> Config:
@@ -433,5 +437,5 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def from_args(args: argparse.Namespace) -> Config:
-    return load(args.config, args.overrides)
+def from_args(args: argparse.Namespace, device: bool = True) -> Config:
+    return load(args.config, args.overrides, device=device)
