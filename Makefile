@@ -67,5 +67,5 @@ test: $(STAMP) ## run the test suite (no network)
 lint: $(STAMP) ## ruff
 	$(PY) -m ruff check pipeline tests
 
-clean: ## remove generated data, models and submissions (keeps .venv)
+clean: ## remove generated data, models and submissions (keeps .venv; `make data` itself drops unused token caches)
 	find input models submissions -mindepth 1 ! -name .gitkeep -exec rm -rf {} +

@@ -12,6 +12,8 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -30,7 +32,9 @@ class DataConfig:
     dir: str = ""  # for source=dir: a folder holding the competition's files
     competition: str = "jigsaw-multilingual-toxic-comment-classification"
     datasets: tuple[str, ...] = ()  # extra Kaggle datasets (owner/slug) downloaded with source=kaggle
-    extra_files: tuple[str, ...] = ()  # translated train CSVs (comment_text, lang, toxic), by file name
+    # translated train CSVs (comment_text, toxic; the language given as `file.csv:es`, else a lang column, else
+    # the file name's, as in jigsaw-toxic-comment-train-google-es-cleaned.csv): paths or names, glob patterns
+    extra_files: tuple[str, ...] = ()
     bias_rows: int = 0  # rows of jigsaw-unintended-bias-train.csv to add (0: none), toxic >= 0.5 as 1
     english_negatives: int = 20000  # non-toxic English train rows kept (all toxic rows are kept)
     folds: int = 5
@@ -168,6 +172,103 @@ class ConfigError(PipelineError, ValueError):
     pass
 
 
+def _finite(x: float) -> bool:
+    return math.isfinite(x)
+
+
+# (key, test, the allowed range as the error states it): checked when a config loads, so a setting that
+# would train nothing (micro_batch=-4 runs zero steps) or crash after an epoch stops before any work
+RANGES: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
+    ("data.folds", lambda v: v >= 2, "an integer >= 2"),
+    ("data.english_negatives", lambda v: v >= 0, "an integer >= 0"),
+    ("data.bias_rows", lambda v: v >= 0, "an integer >= 0"),
+    ("data.sample_scale", lambda v: _finite(v) and v > 0, "a number > 0"),
+    ("model.max_length", lambda v: v >= 8, "an integer >= 8"),
+    ("model.dropout", lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    ("model.tiny.layers", lambda v: v >= 1, "an integer >= 1"),
+    ("model.tiny.heads", lambda v: v >= 1, "an integer >= 1"),
+    ("model.tiny.hidden", lambda v: v >= 1, "an integer >= 1"),
+    ("model.tiny.intermediate", lambda v: v >= 1, "an integer >= 1"),
+    ("model.tiny.vocab", lambda v: v >= 16, "an integer >= 16"),
+    ("train.epochs", lambda v: v >= 1, "an integer >= 1"),
+    ("train.micro_batch", lambda v: v >= 1, "an integer >= 1"),
+    ("train.accumulation", lambda v: v >= 1, "an integer >= 1"),
+    ("train.eval_batch", lambda v: v >= 1, "an integer >= 1"),
+    ("train.lr", lambda v: _finite(v) and v > 0, "a finite number > 0"),
+    ("train.weight_decay", lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
+    ("train.warmup", lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    ("train.max_grad_norm", lambda v: _finite(v) and v > 0, "a finite number > 0"),
+    ("train.save_every_steps", lambda v: v >= 0, "an integer >= 0 (0: at epoch ends only)"),
+    ("train.max_bad_steps", lambda v: v >= 1, "an integer >= 1"),
+    ("train.max_memory_gb", lambda v: _finite(v) and v >= 0, "a finite number >= 0 (0: off)"),
+    ("train.folds", lambda v: all(f >= -1 for f in v), "a list of fold numbers >= 0, or -1 (a stage-1 model)"),
+)
+
+
+def _get(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def check_name(name: str) -> str:
+    """The experiment name is a folder name under input/prepared/ and models/: never empty, `.`, `..` or a path.
+
+    `name=` would make input/prepared/ itself the experiment's folder, and `make data` replaces that folder whole.
+    """
+    seps = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if not name.strip() or name in (".", "..") or any(s in name for s in seps) or "\0" in name:
+        raise ConfigError(f"name={name!r}: an experiment name must be a plain folder name (e.g. name=my-exp)")
+    return name
+
+
+def check_device(device: str) -> None:
+    """`auto`, `cpu`, `cuda` or `cuda:N` that exists on this machine (torch is imported only for cuda)."""
+    if device in ("auto", "cpu"):
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"train.device={device!r}: not a device; use auto, cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"train.device={device!r}: only auto, cpu, cuda or cuda:N are supported")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"train.device={device!r}: this machine has no CUDA device; use train.device=cpu or auto")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(f"train.device={device!r}: this machine has {count} CUDA device(s) (cuda:0..{count - 1})")
+
+
+def validate(cfg: Config, device: bool = True) -> Config:
+    """Every setting in its allowed range; the first that is not becomes a one-line ConfigError naming it.
+
+    device=False skips the check that train.device exists here (a config packed to run on another machine).
+    """
+    check_name(cfg.name)
+    if cfg.model.init_from:  # another experiment's folder under models/
+        check_name(cfg.model.init_from)
+    for key, ok, allowed in RANGES:
+        value = _get(cfg, key)
+        if not ok(value):
+            raise ConfigError(f"{key}={_plain(value)!r} is out of range: must be {allowed}")
+    missing = [f for f in cfg.train.folds if f >= cfg.data.folds]
+    if missing:
+        raise ConfigError(
+            f"train.folds={list(cfg.train.folds)}: fold {missing[0]} does not exist with data.folds={cfg.data.folds} "
+            f"(folds are 0..{cfg.data.folds - 1}, and -1 for a stage-1 model)"
+        )
+    if cfg.model.tiny.hidden % cfg.model.tiny.heads:
+        raise ConfigError(
+            f"model.tiny.hidden={cfg.model.tiny.hidden} must be a multiple of model.tiny.heads={cfg.model.tiny.heads}"
+        )
+    if device:
+        check_device(cfg.train.device)
+    return cfg
+
+
 def _plain(x):
     """Tuples as lists, so that the dict is plain JSON/YAML."""
     if isinstance(x, dict):
@@ -269,15 +370,65 @@ def config_path(name: str) -> Path:
     return p
 
 
-def load(name: str = "sample", overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Defaults, then the YAML file, then `key.sub=value` overrides (values parsed as YAML)."""
-    tree = yaml.safe_load(config_path(name).read_text()) or {}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value")
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error as one line: what is wrong and where (line and column, counted from 1)."""
+    mark = getattr(e, "problem_mark", None)
+    what = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"{what} at line {mark.line + 1}, column {mark.column + 1}" if mark else what
+
+
+def read_yaml(path: Path) -> dict:
+    """A config file's tree; a syntax error or a file that is not a mapping is one line naming the file."""
+    try:
+        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({_yaml_problem(e)}); fix the file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read the config ({e.__class__.__name__}: {e})") from None
+    if tree is None:
+        return {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: a config is a mapping of keys (name: ..., train: ...), not {type(tree).__name__}")
+    return tree
+
+
+def _open_brackets(text: str) -> int:
+    return text.count("[") + text.count("{") - text.count("]") - text.count("}")
+
+
+def join_overrides(items: list[str] | tuple[str, ...]) -> list[str]:
+    """Rejoin overrides the shell split at spaces: `make train ARGS="train.folds=[0, 7]"` arrives as the two
+    words `train.folds=[0,` and `7]`; a word without `=` that follows an unclosed bracket continues it."""
+    out: list[str] = []
+    for item in items:
+        if out and "=" in out[-1] and _open_brackets(out[-1]) > 0:
+            out[-1] = f"{out[-1]} {item}"
+        elif "=" not in item:
+            hint = " (a list with spaces? write it without: train.folds=[0,7])" if out else ""
+            raise ConfigError(f"override {item!r} is not key=value{hint}")
+        else:
+            out.append(item)
+    return out
+
+
+def _parse_value(key: str, raw: str):
+    if not raw.strip():
+        return ""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(
+            f"{key}={raw!r}: cannot parse the value ({_yaml_problem(e)}); lists are written like train.folds=[0,2]"
+        ) from None
+
+
+def load(name: str = "sample", overrides: list[str] | tuple[str, ...] = (), device: bool = True) -> Config:
+    """Defaults, then the YAML file, then `key.sub=value` overrides (values parsed as YAML); then validated."""
+    tree = read_yaml(config_path(name))
+    for item in join_overrides(overrides):
         key, raw = item.split("=", 1)
-        _set(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else "")
-    return _build(Config, tree)
+        _set(tree, key.strip(), _parse_value(key.strip(), raw))
+    return validate(_build(Config, tree), device=device)
 
 
 def from_dict(d: dict) -> Config:
@@ -291,7 +442,7 @@ def save(cfg: Config, path: Path) -> None:
 
 
 def load_file(path: Path) -> Config:
-    return from_dict(yaml.safe_load(Path(path).read_text()))
+    return from_dict(read_yaml(Path(path)))
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -302,5 +453,5 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def from_args(args: argparse.Namespace) -> Config:
-    return load(args.config, args.overrides)
+def from_args(args: argparse.Namespace, device: bool = True) -> Config:
+    return load(args.config, args.overrides, device=device)

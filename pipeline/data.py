@@ -6,15 +6,20 @@ Writes  input/<raw>/*.csv                  raw files as the source gives them (s
         input/prepared/<name>/test.csv     id, text, lang
         input/prepared/<name>/data.json    summary, provenance and the signature that makes reruns free
         input/prepared/<name>/config.yaml  the resolved config
-        input/cache/<key>/                 token ids (see pipeline.tokens)
+        input/prepared/<name>/tokenizer/   the tiny model's tokenizer; tokens.json: the cache it uses
+        input/cache/<key>/                 token ids (see pipeline.tokens); caches no table uses are removed
 
 Validation rows get folds 0..k-1 (stratified on language x label); rows used only for training get
-fold -1. The same config and files give the same table, byte for byte.
+fold -1. The same config and files give the same table, byte for byte. The tables, the tokenizer and
+tokens.json are replaced together: an interrupted or failed run leaves the previous set as it was.
 """
 
 from __future__ import annotations
 
 import codecs
+import glob
+import re
+import shutil
 import sys
 import time
 import warnings
@@ -25,10 +30,11 @@ import pandas as pd
 from sklearn.model_selection import StratifiedKFold
 
 from pipeline import config as config_mod
-from pipeline import sample
+from pipeline import io, sample, tokens
 from pipeline.config import Config
-from pipeline.errors import PipelineError, run_stage
+from pipeline.errors import run_stage
 from pipeline.io import atomic_dir, check_free_space, file_digest, read_json, write_csv, write_json
+from pipeline.tables import DataError, load_table, prepared_dir  # noqa: F401 - the later stages read them here
 
 TRAIN = "jigsaw-toxic-comment-train.csv"
 BIAS = "jigsaw-unintended-bias-train.csv"
@@ -37,10 +43,6 @@ TEST = "test.csv"
 SUBMISSION = "sample_submission.csv"
 REQUIRED = (TRAIN, VALID, TEST, SUBMISSION)
 TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
-
-
-class DataError(PipelineError, ValueError):
-    """A problem with the user's input files; the message is one line that names the file."""
 
 
 # ---------------------------------------------------------------- where things live
@@ -57,10 +59,6 @@ def raw_dir(cfg: Config) -> Path:
         return Path(cfg.input_dir) / d.competition
     name = "sample" if d.sample_scale == 1.0 else f"sample-x{d.sample_scale:g}"
     return Path(cfg.input_dir) / name
-
-
-def prepared_dir(cfg: Config) -> Path:
-    return Path(cfg.input_dir) / "prepared" / cfg.name
 
 
 # ---------------------------------------------------------------- acquire
@@ -97,14 +95,63 @@ def needed_files(cfg: Config) -> tuple[str, ...]:
     return REQUIRED + ((BIAS,) if cfg.data.bias_rows > 0 else ())
 
 
-def find_extra(cfg: Config, raw: Path, name: str) -> Path:
-    """An extra training file: a path, or a file name in the raw folder or a downloaded dataset's folder."""
-    candidates = [Path(name), raw / name]
-    candidates += [Path(cfg.input_dir) / slug.split("/")[-1] / name for slug in cfg.data.datasets]
-    for p in candidates:
-        if p.is_file():
-            return p
-    raise DataError(f"{name}: extra training file not found (looked in {', '.join(str(c.parent) for c in candidates)})")
+LANGS = ("ar", "de", "en", "es", "fr", "hi", "it", "ja", "nl", "pl", "pt", "ru", "tr", "zh")  # read from file names
+_LANG_SUFFIX = re.compile(r"^(?P<name>.+):(?P<lang>[a-z]{2,3})$")
+
+
+def split_extra(entry: str) -> tuple[str, str]:
+    """`file.csv:es` -> ('file.csv', 'es'); `file.csv` -> ('file.csv', '')."""
+    m = _LANG_SUFFIX.match(entry)
+    return (m["name"], m["lang"]) if m else (entry, "")
+
+
+def find_extra(cfg: Config, raw: Path, name: str) -> list[Path]:
+    """An extra training file or glob pattern: a path, or a name in the raw folder or a downloaded dataset's
+    folder. A pattern gives every file it matches, in name order; the first folder with a match wins."""
+    folders = [Path("."), raw, *[Path(cfg.input_dir) / slug.split("/")[-1] for slug in cfg.data.datasets]]
+    for folder in folders:
+        p = Path(name).expanduser()
+        # the folder is taken literally (a temporary folder may hold `[`); only the name is a pattern
+        pattern = str(p) if p.is_absolute() else str(Path(glob.escape(str(folder))) / p)
+        found = sorted(Path(m) for m in glob.glob(pattern) if Path(m).is_file())
+        if found:
+            return found
+    where = ", ".join(str(f) for f in folders)
+    raise DataError(f"{name}: extra training file not found (data.extra_files; looked in {where})")
+
+
+def extra_files(cfg: Config, raw: Path) -> list[tuple[Path, str]]:
+    """Every (file, language given for it) that data.extra_files names; a file named twice counts once."""
+    seen: dict[Path, str] = {}
+    for entry in cfg.data.extra_files:
+        name, lang = split_extra(entry)
+        for path in find_extra(cfg, raw, name):
+            seen.setdefault(path, lang)
+    return list(seen.items())
+
+
+def lang_from_name(path: Path) -> str:
+    """The language a translated file's name states: jigsaw-toxic-comment-train-google-es-cleaned.csv -> es."""
+    words = {w.lower() for w in re.split(r"[-_.\s]+", path.stem)}
+    found = sorted(words & set(LANGS))
+    if len(found) != 1:
+        seen = f" (it names {', '.join(found)})" if found else ""
+        raise DataError(
+            f"{path}: no lang column and no single language in its name{seen}; "
+            f"give it per file in data.extra_files, e.g. {path.name}:es"
+        )
+    return found[0]
+
+
+def read_extra(path: Path, lang: str) -> pd.DataFrame:
+    """comment_text, lang, toxic of an extra file; lang as given for it, else its lang column, else its name."""
+    frame = read_csv(path, ["comment_text", "toxic"], labels=("toxic",), usecols=False)
+    if lang:  # given for the file: it wins over a lang column
+        frame["lang"] = lang
+    elif "lang" not in frame.columns:
+        frame["lang"] = lang_from_name(path)
+    check_lang(frame, path)
+    return frame[["comment_text", "lang", "toxic"]]
 
 
 # ---------------------------------------------------------------- read and check
@@ -160,6 +207,11 @@ def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), useco
     missing = [c for c in columns if c not in header]
     if missing:
         raise DataError(f"{path}: missing column {missing[0]} (has: {', '.join(map(str, header))})")
+    # pandas renames a repeated name (lang, lang.1) and would read the first; which one is meant is a guess
+    names = pd.read_csv(path, nrows=1, header=None, dtype=str, keep_default_na=False, encoding="utf-8").iloc[0]
+    twice = [c for c in [*columns, "lang"] if (names == c).sum() > 1]
+    if twice:
+        raise DataError(f"{path}: column {twice[0]} appears twice in the header; keep one")
     try:
         # every column as text and no NA guessing: a comment that reads "null" stays "null". Every column is
         # parsed (usecols would let a row with an extra field, an unquoted comma, shift its values silently),
@@ -262,10 +314,8 @@ def build_tables(cfg: Config, raw: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             )
         )
 
-    for name in d.extra_files:
-        path = find_extra(cfg, raw, name)
-        extra = read_csv(path, ["comment_text", "lang", "toxic"], labels=("toxic",))
-        check_lang(extra, path)
+    for path, lang in extra_files(cfg, raw):
+        extra = read_extra(path, lang)
         parts.append(
             pd.DataFrame(
                 {
@@ -285,9 +335,12 @@ def build_tables(cfg: Config, raw: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     check_lang(valid, path)
     if len(valid) < d.folds:
         raise DataError(f"{path}: {len(valid)} rows cannot make {d.folds} folds")
-    strata = valid["lang"] + "_" + (valid["toxic"] >= 0.5).astype(int).astype(str)
-    if strata.value_counts().min() < d.folds:
-        strata = valid["lang"]  # a tiny stratum cannot be spread over k folds; stratify on language alone
+    label = (valid["toxic"] >= 0.5).astype(int).astype(str)
+    # a stratum smaller than k cannot be spread over k folds: then the label alone (each fold keeps both
+    # classes), then the language alone
+    for strata in (valid["lang"] + "_" + label, label, valid["lang"]):
+        if strata.value_counts().min() >= d.folds:
+            break
     parts.append(
         pd.DataFrame(
             {
@@ -305,6 +358,7 @@ def build_tables(cfg: Config, raw: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
     table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
     table["fold"] = table["fold"].astype(np.int64)
+    check_fold_classes(table, d.folds, path)
 
     path = raw / TEST
     test = read_csv(path, ["id", "content", "lang"])
@@ -318,6 +372,22 @@ def build_tables(cfg: Config, raw: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         raise DataError(f"{sub_path}: ids differ from {path.name}'s ({n} id(s) in only one of them)")
     test = pd.DataFrame({"id": test["id"], "text": test["content"], "lang": test["lang"]})
     return table[TABLE_COLUMNS], test
+
+
+def check_fold_classes(table: pd.DataFrame, k: int, valid_path: Path) -> None:
+    """Each fold's validation rows hold both classes: a fold of one class has no AUC and picks no best epoch."""
+    valid = table[table["fold"] >= 0]
+    positives, total = int(valid["toxic"].sum()), len(valid)
+    most = min(positives, total - positives)  # the most folds that can each get a row of the rarer class
+    for fold in range(k):
+        rows = valid[valid["fold"] == fold]
+        if rows["toxic"].nunique() < 2:
+            cls = "toxic" if int(rows["toxic"].iloc[0]) == 1 else "non-toxic"
+            fix = f"set data.folds={most} or fewer" if most >= 2 else "add validation rows of both classes"
+            raise DataError(
+                f"{valid_path}: fold {fold} of {k} would hold {len(rows)} validation rows, all {cls} "
+                f"({positives} of {total} validation rows are toxic); each fold needs both classes: {fix}"
+            )
 
 
 def summarize(table: pd.DataFrame, test: pd.DataFrame) -> dict:
@@ -339,15 +409,21 @@ def summarize(table: pd.DataFrame, test: pd.DataFrame) -> dict:
 def signature(cfg: Config, raw: Path) -> dict:
     """What the table depends on: the data settings and each raw file's size and modification time."""
     files = sorted(p for p in raw.iterdir() if p.suffix == ".csv")
-    files += [find_extra(cfg, raw, n) for n in cfg.data.extra_files if not (raw / n).exists()]
+    # a pattern's matches are listed: a new file that matches it rebuilds the table
+    files += [p for p, _ in extra_files(cfg, raw) if p.parent.resolve() != raw.resolve()]
     return {
         "data": cfg.to_dict()["data"],
         "files": {str(p.resolve()): [p.stat().st_size, p.stat().st_mtime_ns] for p in files},
     }
 
 
-def prepare(cfg: Config, api=None, log=print) -> dict:
-    """Acquire, build and write the tables, unless the same inputs already made them. Returns data.json."""
+def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
+    """Acquire, build and write the tables, unless the same inputs already made them. Returns data.json.
+
+    finish(folder, table, test, meta), if given, completes the prepared folder (the tokenizer and token
+    cache): on a rebuild it runs in the staging folder, before that replaces the old one, so an interrupted
+    run leaves the previous table and tokenizer together.
+    """
     raw = acquire(cfg, api=api)
     out = prepared_dir(cfg)
     sig = signature(cfg, raw)
@@ -356,7 +432,11 @@ def prepare(cfg: Config, api=None, log=print) -> dict:
         meta = read_json(meta_path)
         if meta.get("signature") == sig and file_digest(out / "folds.csv") == meta.get("table_digest"):
             log(f"data: {out}/folds.csv is up to date")
+            if finish is not None:
+                table, test, meta = load_table(cfg)
+                finish(out, table, test, meta)
             return meta
+    log(f"data: building the tables from {raw}")
     table, test = build_tables(cfg, raw)
     # the frames in memory (text plus per-value overhead) bound the CSVs they become
     need = int(table.memory_usage(deep=True).sum() + test.memory_usage(deep=True).sum())
@@ -364,7 +444,7 @@ def prepare(cfg: Config, api=None, log=print) -> dict:
     tok_dir = out / "tokenizer"
     with atomic_dir(out) as tmp:
         if tok_dir.exists():  # a trained tokenizer is kept; pipeline.tokens retrains it if the texts changed
-            tok_dir.rename(tmp / "tokenizer")
+            shutil.copytree(tok_dir, tmp / "tokenizer")  # a copy: an interrupted run keeps the old one in place
         write_csv(tmp / "folds.csv", table)
         write_csv(tmp / "test.csv", test)
         meta = {
@@ -376,35 +456,57 @@ def prepare(cfg: Config, api=None, log=print) -> dict:
         }
         write_json(tmp / "data.json", meta)
         config_mod.save(cfg, tmp / "config.yaml")
+        if finish is not None:
+            finish(tmp, table, test, meta)
     return meta
 
 
-def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """The prepared tables and data.json, for the stages after this one."""
-    out = prepared_dir(cfg)
-    if not (out / "data.json").exists():
-        raise DataError(f"{out}: no prepared data; run `make data CONFIG=...` with the same config first")
-    meta = read_json(out / "data.json")
-    if meta["signature"]["data"] != cfg.to_dict()["data"]:
-        raise DataError(f"{out}: built with other data settings; rerun `make data` with this config")
-    dtypes = {"id": str, "text": str, "lang": str, "source": str}
-    table = pd.read_csv(out / "folds.csv", dtype=dtypes, keep_default_na=False)
-    test = pd.read_csv(out / "test.csv", dtype=dtypes, keep_default_na=False)
-    return table, test, meta
+def prune_caches(cfg: Config) -> list[Path]:
+    """Remove the token caches that no prepared folder's tokens.json points at; returns what went.
+
+    Staging folders (.<name>.tmp-<pid>) of a `make data` running for another experiment count too, and
+    folders being written (hidden names) are never touched.
+    """
+    root = tokens.cache_root(cfg)
+    prepared = Path(cfg.input_dir) / "prepared"
+    used = set()
+    pointers = [*prepared.glob("*/tokens.json"), *prepared.glob(".*/tokens.json")] if prepared.is_dir() else []
+    for pointer in pointers:
+        try:
+            used.add(read_json(pointer)["key"])
+        except (OSError, ValueError, KeyError):
+            return []  # a pointer that cannot be read: keep everything rather than guess
+    gone = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else ():
+        if folder.is_dir() and not folder.name.startswith(".") and folder.name not in used:
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
 
 
-def report(meta: dict, cache: dict, seconds: float) -> str:
+def _rows(n: int) -> str:
+    return f"{n:,} row{'s' if n != 1 else ''}"
+
+
+def report(meta: dict, cache: dict, seconds: float, pruned: int = 0) -> str:
+    """The readable summary `make data` ends with: one line per source and language, folds, test, cache."""
     s = meta["summary"]
-    parts = ", ".join(
-        f"{r['source']}/{r['lang']} {r['rows']} ({r['toxic_rate']:.1%} toxic)" for r in s["by_source_lang"]
-    )
-    folds = ", ".join(f"{k}: {v}" for k, v in s["folds"].items())
-    langs = ", ".join(f"{k} {v}" for k, v in s["test_langs"].items())
-    return (
-        f"data: {s['rows']} training rows, {s['toxic_rate']:.1%} toxic: {parts}. "
-        f"Rows per fold {{{folds}}} (-1: training only). Test: {s['test_rows']} rows ({langs}). "
-        f"Token cache {cache['key']} ({cache['status']}, {cache['tokens']:,} tokens). {seconds:.1f} s."
-    )
+    lines = [f"data: {_rows(s['rows'])} for training and validation, {s['toxic_rate']:.1%} toxic"]
+    width = max((len(f"{r['source']}/{r['lang']}") for r in s["by_source_lang"]), default=0)
+    for r in s["by_source_lang"]:
+        name = f"{r['source']}/{r['lang']}"
+        lines.append(f"  {name:<{width}}  {r['rows']:>9,} rows  {r['toxic_rate']:6.1%} toxic")
+    folds = s["folds"]
+    train_only = folds.get("-1", 0)
+    per_fold = ", ".join(f"{k}: {v:,}" for k, v in folds.items() if k != "-1")
+    lines.append(f"  folds       validation rows per fold {{{per_fold}}}; {train_only:,} rows for training only")
+    langs = ", ".join(f"{k} {v:,}" for k, v in s["test_langs"].items())
+    lines.append(f"  test        {_rows(s['test_rows'])} ({langs})")
+    lines.append(f"  tokens      cache {cache['key']} ({cache['status']}, {cache['tokens']:,} tokens)")
+    if pruned:
+        lines.append(f"  removed     {pruned} token cache(s) no prepared table uses")
+    lines.append(f"  done in {seconds:.1f} s")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -413,13 +515,19 @@ def main(argv=None) -> int:
     )
 
     def stage() -> None:
-        from pipeline import tokens
-
         start = time.perf_counter()
         cfg = config_mod.from_args(args)
-        meta = prepare(cfg)
-        cache = tokens.prepare(cfg)
-        print(report(meta, cache, time.perf_counter() - start))
+        io.preflight(cfg, "data")
+        tokens.check_max_length(cfg)
+        cache: dict = {}
+
+        def finish(folder: Path, table, test, meta: dict) -> None:
+            cache.update(tokens.build(cfg, folder, table, test, meta))
+
+        with io.experiment_lock(cfg, "data"):
+            meta = prepare(cfg, finish=finish)
+            pruned = prune_caches(cfg)
+        print(report(meta, cache, time.perf_counter() - start, len(pruned)))
 
     return run_stage(stage)
 

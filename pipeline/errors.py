@@ -11,13 +11,21 @@ class PipelineError(Exception):
 
 
 def run_stage(stage: Callable[[], None]) -> int:
-    """Run a stage's body; a PipelineError becomes `error: ...` on stderr and exit status 2."""
+    """Run a stage's body; a PipelineError becomes `error: ...` on stderr and exit status 2.
+
+    Every stage starts here, so this is also where transformers' own progress bars are switched off.
+    """
+    from pipeline import progress
+
+    progress.silence_transformers()
     try:
         stage()
     except PipelineError as e:
+        progress.fresh_line()  # the message starts its own line, never at the end of a bar's
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        progress.fresh_line()
         print("interrupted", file=sys.stderr)
         return 130
     return 0

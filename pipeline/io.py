@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
@@ -18,6 +20,28 @@ from pipeline.errors import PipelineError
 
 class DiskFullError(PipelineError, OSError):
     """Not enough free disk space for what a stage is about to write; one line, exit status 2."""
+
+
+def _umask() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines() if Path("/proc/self/status").exists() else ():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: read it by setting it, and put it back at once
+    os.umask(mask)
+    return mask
+
+
+def default_modes(path: Path | str) -> None:
+    """Give `path` (a file, or a folder and everything in it) the modes a plain `open` would: 0644 under
+    umask 022. Writers that go through a private temporary file (safetensors writes 0600) otherwise leave
+    one artifact readable by its owner only."""
+    path = Path(path)
+    mask = _umask()
+    items = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for p in items:
+        if p.is_symlink():
+            continue
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
 def _tmp(path: Path) -> Path:
@@ -35,6 +59,8 @@ def atomic_path(path: Path | str):
         if tmp.is_file():
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())  # the bytes reach the disk before the name does
+        if tmp.exists():
+            default_modes(tmp)
         os.replace(tmp, path)
     finally:
         if tmp.is_dir():
@@ -53,6 +79,7 @@ def atomic_dir(path: Path | str):
     tmp.mkdir()
     try:
         yield tmp
+        default_modes(tmp)
         old = path.with_name(f".{path.name}.old-{os.getpid()}")
         if path.exists():
             os.replace(path, old)  # a folder cannot be renamed over a non-empty one
@@ -109,3 +136,140 @@ def check_free_space(folder: Path | str, need_bytes: int, what: str) -> None:
             f"not enough disk space for {what} in {folder}: need about {need_bytes / 2**30:.2f} GiB, "
             f"{free / 2**30:.2f} GiB free"
         )
+
+
+# ---------------------------------------------------------------- files and folders, checked before work starts
+
+
+class PathError(PipelineError, OSError):
+    """A file or folder the stage needs is the wrong kind or lacks a permission; one line naming it."""
+
+
+_access = os.access  # the seam tests use: root passes every os.access check
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_readable(path: Path | str, what: str) -> None:
+    """`path` (a file, or a folder and the files in it) can be read."""
+    path = Path(path)
+    if not path.exists():
+        return  # the stage itself says what is missing and how to make it
+    items = [path, *[p for p in path.iterdir() if p.is_file()]] if path.is_dir() and _access(path, os.R_OK) else [path]
+    for p in items:
+        need = os.R_OK | os.X_OK if p.is_dir() else os.R_OK
+        if not _access(p, need):
+            raise PathError(f"{p}: {what} cannot be read (permission denied); fix its permissions (chmod u+r)")
+
+
+def check_writable_dir(path: Path | str, what: str) -> None:
+    """`path` is a folder (or can be made one) that this user can write into."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            raise PathError(f"{p}: is a file, but {what} must be a folder there; move the file away")
+    base = _existing(path)
+    if not _access(base, os.W_OK | os.X_OK):
+        raise PathError(f"{base}: {what} cannot be written (permission denied); fix its permissions or choose another")
+
+
+def check_file_target(path: Path | str, what: str) -> None:
+    """A file will be written at `path`: it is not a folder, and its folder is writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise PathError(f"{path}: is a folder, but {what} is written there as a file; remove or rename the folder")
+    check_writable_dir(path.parent, f"the folder of {what}")
+
+
+def preflight(cfg, stage: str) -> None:
+    """Every path `stage` (data | train | predict) reads or writes, checked before any work is done."""
+    inputs = Path(cfg.input_dir)
+    prepared = inputs / "prepared" / cfg.name
+    if stage == "data":
+        if cfg.data.source == "dir" and cfg.data.dir:
+            check_readable(Path(cfg.data.dir).expanduser(), "the competition folder (data.dir)")
+        check_writable_dir(inputs, "the input folder (input_dir)")
+    if stage in ("train", "predict"):
+        check_readable(prepared, "the prepared data")
+    if stage == "train":
+        check_writable_dir(Path(cfg.models_dir) / cfg.name, "the models folder (models_dir)")
+    if stage == "predict":
+        subs = Path(cfg.submissions_dir)
+        check_writable_dir(subs, "the submissions folder (submissions_dir)")
+        for name in (f"{cfg.name}.csv", "submission.csv"):
+            check_file_target(subs / name, "the submission")
+        # fold<k>/test.csv caches the test predictions
+        check_writable_dir(Path(cfg.models_dir) / cfg.name, "the models folder (models_dir)")
+
+
+# ---------------------------------------------------------------- one run per experiment at a time
+
+
+class LockError(PipelineError, RuntimeError):
+    """Another process works on the same experiment."""
+
+
+_held: dict[str, int] = {}  # lock path -> open descriptor, for the locks this process holds
+
+
+def _is_worker_rank() -> bool:
+    # torchrun starts one process per device with RANK set: the ranks of one run must not refuse each
+    # other, so only rank 0 (or a process outside torchrun) takes the experiment's lock for the group
+    return os.environ.get("RANK", "0") != "0"
+
+
+def lock_path(cfg) -> Path:
+    return Path(cfg.input_dir) / "locks" / f"{cfg.name}.lock"
+
+
+def acquire_lock(path: Path | str, what: str, stage: str = "") -> bool:
+    """Take the lock at `path` for this process; False if this process holds it already.
+
+    flock is released by the kernel when its holder dies, so the lock of a killed run is taken over at once;
+    the file keeps the holder's pid and command only for the message.
+    """
+    path = Path(path)
+    key = str(path.resolve())
+    if key in _held or _is_worker_rank():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+        os.close(fd)
+        raise LockError(f"{what} is in use by {holder}; wait for it to finish or stop it (lock: {path})") from None
+    os.ftruncate(fd, 0)
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:200]
+    os.write(fd, f"pid {os.getpid()} ({stage + ': ' if stage else ''}{command})\n".encode())
+    _held[key] = fd
+    return True
+
+
+def release_lock(path: Path | str) -> None:
+    fd = _held.pop(str(Path(path).resolve()), None)
+    if fd is not None:
+        os.ftruncate(fd, 0)  # the file stays: removing it would let a waiting process lock a stale inode
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+@contextlib.contextmanager
+def experiment_lock(cfg, stage: str):
+    """Hold the experiment's lock for the block (a lock this process already holds is left as it is)."""
+    path = lock_path(cfg)
+    taken = acquire_lock(path, f"experiment {cfg.name!r}", stage)
+    try:
+        yield
+    finally:
+        if taken:
+            release_lock(path)
+
+
+def hold_experiment_lock(cfg, stage: str) -> None:
+    """Take the experiment's lock until this process exits (one line at the start of a stage)."""
+    acquire_lock(lock_path(cfg), f"experiment {cfg.name!r}", stage)

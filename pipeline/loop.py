@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from pipeline.config import TrainConfig
 from pipeline.errors import PipelineError
+from pipeline.progress import bar as progress_bar
 from pipeline.tokens import Ragged
 
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -276,7 +276,7 @@ def train_epoch(
     for _ in range(state.halvings):  # a resumed epoch replays the halvings it had made
         windows = [halve_window(win) for win in windows]
     ddp = world > 1
-    bar = tqdm(
+    bar = progress_bar(
         total=len(windows),
         initial=state.window,
         desc=desc,
@@ -387,7 +387,7 @@ def predict(
     out = np.empty(len(idx), dtype=np.float64)
     order = np.argsort(-data.lengths[idx], kind="stable")
     multiple = 8 if precision != "fp32" else 1
-    for s in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
+    for s in progress_bar(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
         pos = order[s : s + batch_size]
         batch = to_device(collate(data, idx[pos], pad_id, multiple), device)
         logits = predict_logits(model, batch, precision, device)

@@ -23,7 +23,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, fingerprint, loop, metrics, modeling, tokens, trim
+from pipeline import distributed, fingerprint, io, loop, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import read_json, write_csv, write_json
@@ -140,6 +140,8 @@ def record_test_score(cfg: Config, dirs: list[Path], score: dict) -> None:
 
 
 def run(cfg: Config) -> Path:
+    io.preflight(cfg, "predict")  # paths and permissions, before any fold runs
+    io.hold_experiment_lock(cfg, "predict")  # a second run on this experiment stops at once
     _, test, meta = data_mod.load_table(cfg)
     digest = fingerprint.fold_fingerprint(cfg, meta, data_mod.prepared_dir(cfg))
     dirs = metrics.usable_folds(cfg, digest, what="predict")

@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from pipeline import config as config_mod
-from pipeline import data as data_mod
-from pipeline import modeling
+from pipeline import modeling, progress
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import atomic_dir, check_free_space, file_digest, read_json, write_json
+from pipeline.tables import load_table, prepared_dir
 
 SPLITS = ("train", "test")
 CHUNK = 2048
@@ -61,16 +60,46 @@ def cache_root(cfg: Config) -> Path:
     return Path(cfg.input_dir) / "cache"
 
 
-def tokenizer_source(cfg: Config) -> Path | str:
-    """The tiny model's trained tokenizer folder, else the model's name or folder."""
+def tokenizer_source(cfg: Config, folder: Path | None = None) -> Path | str:
+    """The tiny model's trained tokenizer folder (in `folder`, default the prepared one), else the model's name."""
     if cfg.model.name == "tiny":
-        return data_mod.prepared_dir(cfg) / "tokenizer"
+        return Path(folder or prepared_dir(cfg)) / "tokenizer"
     return cfg.model.path or cfg.model.name
 
 
-def ensure_tokenizer(cfg: Config, table, test, meta: dict):
+class LengthError(PipelineError, ValueError):
+    pass
+
+
+def max_positions(cfg: Config) -> int | None:
+    """The longest input the model can take, read from a local folder's config.json; None when unknown.
+
+    XLM-R numbers positions from pad_token_id + 1 (2), so a checkpoint with 514 position embeddings takes 512.
+    The tiny model is built with room for model.max_length, and a hub name is not read (no network here).
+    """
+    conf = Path(cfg.model.path or cfg.model.name).expanduser() / "config.json"
+    if cfg.model.name == "tiny" or not conf.is_file():
+        return None
+    info = read_json(conf)
+    if "max_position_embeddings" not in info:
+        return None
+    offset = info.get("pad_token_id", 1) + 1 if "roberta" in info.get("model_type", "xlm-roberta") else 0
+    return int(info["max_position_embeddings"]) - offset
+
+
+def check_max_length(cfg: Config) -> None:
+    """model.max_length no longer than the model's position embeddings: refused in `make data`, not after an epoch."""
+    limit = max_positions(cfg)
+    if limit is not None and cfg.model.max_length > limit:
+        raise LengthError(
+            f"model.max_length={cfg.model.max_length} is longer than {cfg.model.name} can take "
+            f"({limit} tokens, from its config.json); set model.max_length={limit} or less"
+        )
+
+
+def ensure_tokenizer(cfg: Config, table, test, meta: dict, folder: Path | None = None):
     """Load the tokenizer; for the tiny model, (re)train it when the texts it was trained on changed."""
-    source = tokenizer_source(cfg)
+    source = tokenizer_source(cfg, folder)
     if cfg.model.name == "tiny":
         note = {"table_digest": meta["table_digest"], "test_digest": meta["test_digest"], "vocab": cfg.model.tiny.vocab}
         stamp = Path(source) / "trained_on.json"
@@ -83,7 +112,10 @@ def ensure_tokenizer(cfg: Config, table, test, meta: dict):
                     f"model.tiny.vocab={cfg.model.tiny.vocab} is too small for the {n} distinct characters "
                     f"of the texts; set model.tiny.vocab above {n + len(modeling.SPECIALS)}"
                 )
-            modeling.train_tokenizer(texts, cfg.model.tiny.vocab, Path(source), note)
+            # in a child process: SentencePiece ignores Ctrl-C until it is done (about 50 s on the real slice)
+            progress.run_in_child(
+                modeling.train_tokenizer, texts, cfg.model.tiny.vocab, Path(source), note, desc="train tokenizer"
+            )
     return modeling.load_tokenizer(source)
 
 
@@ -108,7 +140,7 @@ def cache_key(tok_digest: str, max_length: int, table_digest: str, test_digest: 
 def tokenize(tokenizer, texts: list[str], max_length: int, desc: str = "tokenize") -> Ragged:
     """Batched fast tokenization, with special tokens, truncated to max_length; no padding."""
     rows: list[list[int]] = []
-    for start in tqdm(range(0, len(texts), CHUNK), desc=desc, unit="chunk", disable=len(texts) < 4 * CHUNK):
+    for start in progress.bar(range(0, len(texts), CHUNK), desc=desc, unit="chunk", disable=len(texts) < 4 * CHUNK):
         enc = tokenizer(
             texts[start : start + CHUNK],
             truncation=True,
@@ -135,14 +167,20 @@ def check_cache(folder: Path, deep: bool = True) -> dict | None:
 
 def prepare(cfg: Config, log=print) -> dict:
     """Build the token cache for the prepared tables unless a valid one with the same key exists."""
-    table, test, meta = data_mod.load_table(cfg)
-    tokenizer = ensure_tokenizer(cfg, table, test, meta)
-    source = tokenizer_source(cfg)
-    key = cache_key(
-        tokenizer_digest(source, tokenizer), cfg.model.max_length, meta["table_digest"], meta["test_digest"]
-    )
+    table, test, meta = load_table(cfg)
+    return build(cfg, prepared_dir(cfg), table, test, meta, log=log)
+
+
+def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> dict:
+    """The tokenizer (tiny: trained into `prepared`) and the token cache of these tables; `prepared`/tokens.json
+    points at the cache. `make data` calls this on its staging folder, so that the table, the tokenizer and
+    the pointer are replaced together or not at all."""
+    tokenizer = ensure_tokenizer(cfg, table, test, meta, prepared)
+    source = tokenizer_source(cfg, prepared)
+    tok_digest = tokenizer_digest(source, tokenizer)
+    key = cache_key(tok_digest, cfg.model.max_length, meta["table_digest"], meta["test_digest"])
     folder = cache_root(cfg) / key
-    pointer = data_mod.prepared_dir(cfg) / "tokens.json"
+    pointer = Path(prepared) / "tokens.json"
     if folder.exists():
         cached = check_cache(folder)
         if cached is not None:
@@ -166,7 +204,8 @@ def prepare(cfg: Config, log=print) -> dict:
         rows = len(texts["train"]) + len(texts["test"])
         out = {
             "key": key,
-            "tokenizer": str(source),
+            "tokenizer_digest": tok_digest,
+            "tokenizer": str(tokenizer_source(cfg)),  # where it lives once `make data` is done
             "max_length": cfg.model.max_length,
             "vocab_size": len(tokenizer),
             "pad_id": tokenizer.pad_token_id,
@@ -185,14 +224,21 @@ def prepare(cfg: Config, log=print) -> dict:
 
 def load(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:
     """The cached splits as memory-mapped arrays, checked against the prepared tables they belong to."""
-    pointer = data_mod.prepared_dir(cfg) / "tokens.json"
+    pointer = prepared_dir(cfg) / "tokens.json"
     if not pointer.exists():
         raise PipelineError(f"no token cache for {pointer.parent}; run `make data` with this config first")
     folder = cache_root(cfg) / read_json(pointer)["key"]
     cmeta = check_cache(folder, deep=False)
     if cmeta is None:
         raise PipelineError(f"{folder}: token cache is missing or damaged; run `make data` again")
-    if cmeta["table_digest"] != meta["table_digest"] or cmeta["max_length"] != cfg.model.max_length:
+    source = tokenizer_source(cfg)
+    # the tiny tokenizer retrained in place (make data stopped before it updated tokens.json) gives other ids
+    stale_tokenizer = (
+        cfg.model.name == "tiny"
+        and "tokenizer_digest" in cmeta
+        and tokenizer_digest(source, None) != cmeta["tokenizer_digest"]
+    )
+    if cmeta["table_digest"] != meta["table_digest"] or cmeta["max_length"] != cfg.model.max_length or stale_tokenizer:
         raise PipelineError(f"{folder}: token cache is for other tables or settings; run `make data` again")
     splits = {
         s: Ragged(np.load(folder / f"{s}_ids.npy", mmap_mode="r"), np.load(folder / f"{s}_offsets.npy", mmap_mode="r"))

@@ -33,7 +33,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import distributed, fingerprint, lineage, loop, memory, metrics, modeling, tokens, trim
+from pipeline import distributed, fingerprint, io, lineage, loop, memory, metrics, modeling, tokens, trim
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.io import (
@@ -184,6 +184,7 @@ def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         config_mod.save(cfg, tmp / "pipeline.yaml")
+        io.default_modes(tmp)  # safetensors writes its file 0600; every artifact gets the same mode
         for p in tmp.iterdir():
             os.replace(p, fold_dir / p.name)
     finally:
@@ -205,9 +206,8 @@ def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distrib
         trim.trim_model(model, keep)
     # before any state is written: a resume state is ~16 bytes a parameter (fp32 weights + AdamW moments), the
     # weights 4 more; every rank checks, so all of them stop together
-    check_free_space(
-        fold_dir.parent, modeling.count_parameters(model) * (16 + 4), f"{fold_dir.name}'s resume state and weights"
-    )
+    need = modeling.count_parameters(model) * (16 + 4)
+    check_free_space(fold_dir.parent, need, f"fold {fold_dir.name[4:]}'s resume state and weights")
     if d.is_main:  # the map beside the weights lets predict remap test ids; an untrimmed run removes a stale one
         vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
         trim.save_map(fold_dir, vmap)
@@ -458,6 +458,8 @@ def train_fold(cfg, fold, table, data, tokenizer, d, stop, digest, keep=None) ->
 
 
 def run(cfg: Config) -> dict | None:
+    io.preflight(cfg, "train")  # paths and permissions, before any epoch
+    io.hold_experiment_lock(cfg, "train")  # a second run on this experiment stops at once
     d = distributed.setup(cfg.train.device)
     try:
         if d.device.type == "cpu" and d.enabled:

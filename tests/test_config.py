@@ -6,6 +6,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline import config
 from pipeline.config import CHOICES, Config, ConfigError
@@ -139,3 +141,142 @@ def test_config_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.train.epochs = 99  # type: ignore[misc]
     assert isinstance(cfg.train.folds, tuple)  # lists become tuples: nothing inside can change either
+
+
+# ---------------------------------------------------------------- ranges, names, devices, YAML and ARGS
+
+OUT_OF_RANGE = [
+    ("train.micro_batch=-4", "train.micro_batch"),
+    ("train.micro_batch=0", "train.micro_batch"),
+    ("train.accumulation=-1", "train.accumulation"),
+    ("train.max_grad_norm=-1", "train.max_grad_norm"),
+    ("train.max_grad_norm=0", "train.max_grad_norm"),
+    ("train.epochs=0", "train.epochs"),
+    ("train.eval_batch=0", "train.eval_batch"),
+    ("data.folds=1", "data.folds"),
+    ("train.lr=0", "train.lr"),
+    ("train.lr=-0.1", "train.lr"),
+    ("train.lr=.nan", "train.lr"),
+    ("train.lr=.inf", "train.lr"),
+    ("model.dropout=1", "model.dropout"),
+    ("model.dropout=-0.1", "model.dropout"),
+    ("train.warmup=1.0", "train.warmup"),
+    ("train.warmup=-0.5", "train.warmup"),
+    ("data.english_negatives=-1", "data.english_negatives"),
+    ("data.bias_rows=-3", "data.bias_rows"),
+    ("model.max_length=7", "model.max_length"),
+    ("train.save_every_steps=-1", "train.save_every_steps"),
+    ("train.max_bad_steps=0", "train.max_bad_steps"),
+    ("train.max_memory_gb=-2", "train.max_memory_gb"),
+    ("train.weight_decay=-0.01", "train.weight_decay"),
+    ("train.folds=[0,-2]", "train.folds"),
+]
+
+
+@pytest.mark.parametrize(("override", "key"), OUT_OF_RANGE)
+def test_out_of_range_is_one_line_naming_key_and_range(override: str, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.load("sample", [override])
+    message = str(info.value)
+    assert message.startswith(f"{key}=") and "must be" in message, message
+    assert "\n" not in message
+
+
+def test_train_folds_beyond_data_folds_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"train.folds=\[0, 7\]: fold 7 does not exist with data.folds=5"):
+        config.load("sample", ["train.folds=[0,", "7]"])  # make train ARGS="train.folds=[0, 7]"
+    assert config.load("sample", ["train.folds=[0,7]", "data.folds=8"]).train.folds == (0, 7)
+
+
+def test_range_edges_are_accepted() -> None:
+    cfg = config.load(
+        "sample",
+        [
+            "train.micro_batch=1",
+            "train.accumulation=1",
+            "data.folds=2",
+            "model.dropout=0",
+            "train.warmup=0",
+            "data.english_negatives=0",
+            "model.max_length=8",
+            "train.weight_decay=0",
+            "train.max_memory_gb=0",
+        ],
+    )
+    assert cfg.data.folds == 2 and cfg.model.max_length == 8
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=st.sampled_from([k for k, _, _ in config.RANGES if k != "train.folds"]),
+    value=st.one_of(st.integers(-(10**6), 10**6), st.floats(allow_nan=True, allow_infinity=True, width=32)),
+)
+def test_any_value_loads_in_range_or_fails_naming_the_key(key: str, value) -> None:
+    """Every value either loads and satisfies its range, or is one ConfigError line naming the key."""
+    raw = {float("inf"): ".inf", float("-inf"): "-.inf"}.get(value, ".nan" if value != value else repr(value))
+    try:
+        cfg = config.load("sample", [f"{key}={raw}"])
+    except ConfigError as e:
+        assert key in str(e) and "\n" not in str(e), str(e)
+        return
+    got = config._get(cfg, key)
+    ok = next(test for k, test, _ in config.RANGES if k == key)
+    assert ok(got), (key, got)
+
+
+@pytest.mark.parametrize("name", ["", " ", ".", "..", "a/b", "../x", "/tmp/x", "a\\b"])
+def test_unsafe_names_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="name="):
+        config.load("sample", [f"name={name}"])
+
+
+def test_device_must_exist(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"train.device='cuda': this machine has no CUDA device"):
+        config.load("sample", ["train.device=cuda"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert config.load("sample", ["train.device=cuda:1"]).train.device == "cuda:1"
+    with pytest.raises(ConfigError, match=r"has 2 CUDA device\(s\)"):
+        config.load("sample", ["train.device=cuda:2"])
+    for bad in ("gpu", "cuda:x", "meta"):
+        with pytest.raises(ConfigError, match="train.device="):
+            config.load("sample", [f"train.device={bad}"])
+    assert config.load("sample", ["train.device=cpu"]).train.device == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # a config packed for another machine (make kernel) is not checked against this one's devices
+    assert config.load("sample", ["train.device=cuda"], device=False).train.device == "cuda"
+
+
+def test_list_with_spaces_split_by_the_shell_is_joined() -> None:
+    # make train ARGS="train.folds=[0, 2]" reaches argv as two words
+    assert config.load("sample", ["train.folds=[0,", "2]"]).train.folds == (0, 2)
+    assert config.load("sample", ["train.folds=[0,", "1,", "2]", "train.epochs=1"]).train.epochs == 1
+    with pytest.raises(ConfigError, match=r"override '7' is not key=value \(a list with spaces"):
+        config.load("sample", ["train.epochs=1", "7"])
+    with pytest.raises(ConfigError) as info:
+        config.load("sample", ["train.folds=[0,"])
+    assert str(info.value).startswith("train.folds=") and "\n" not in str(info.value)
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntrain:\n  epochs: [1\n  lr: 3\n")
+    with pytest.raises(ConfigError) as info:
+        config.load(str(bad))
+    message = str(info.value)
+    assert message.startswith(f"{bad}: not valid YAML") and "line" in message and "\n" not in message
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match=rf"{listed}: a config is a mapping"):
+        config.load(str(listed))
+
+
+def test_stage_prints_one_line_for_bad_settings(capsys) -> None:
+    from pipeline import data
+
+    assert data.main(["train.micro_batch=-4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: train.micro_batch=-4") and "\n" not in err

@@ -187,7 +187,9 @@ def test_main_builds_table_and_cache(tmp_path: Path, capsys: pytest.CaptureFixtu
     args = [f"input_dir={tmp_path / 'input'}", f"data.sample_scale={SCALE}", "model.tiny.vocab=1000"]
     assert data.main(args) == 0
     out = capsys.readouterr().out
-    assert out.startswith("data: ") and "Token cache" in out and "(built," in out
+    assert out.startswith("data: ") and "tokens      cache" in out and "(built," in out
+    summary = out[out.index("for training and validation") :].splitlines()
+    assert len(summary) >= 6 and max(map(len, summary)) <= 120  # a readable block, not one long line
     assert data.main(args) == 0
     assert "(hit," in capsys.readouterr().out
 
@@ -473,7 +475,7 @@ def test_kaggle_without_credentials_exits_2(tmp_path: Path, no_kaggle_env: Path,
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
     assert kaggle_io.credentials_hint() in err
-    assert not input_dir.exists()  # nothing written
+    assert [p.name for p in input_dir.rglob("*")] in ([], ["locks", "sample.lock"])  # nothing but the lock
     assert not (no_kaggle_env / ".kaggle").exists() and not (no_kaggle_env / ".config").exists()
 
 

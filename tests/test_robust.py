@@ -105,6 +105,8 @@ def frame_damage(draw):
         col = draw(st.one_of(st.sampled_from(list(frame.columns) + ["", "Unnamed: 0"]), texts.filter(lambda t: t)))
         values = draw(st.lists(texts, min_size=n, max_size=n))
         frame.insert(draw(st.integers(0, len(frame.columns))), col, values, allow_duplicates=True)
+        if col in REQUIRED[name] or (col == "lang" and "lang" in base_frames()[name].columns):
+            expect = "appears twice"  # which of the two is meant would be a guess
     elif kind == "text":
         for _ in range(draw(st.integers(1, 3))):
             frame.iloc[draw(st.integers(0, n - 1)), frame.columns.get_loc(TEXT[name])] = draw(texts)
