@@ -25,6 +25,7 @@ with one line before building anything.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import subprocess
@@ -196,7 +197,6 @@ def run_row(cfg: Config, spec: dict) -> dict:
     from transformers import XLMRobertaForSequenceClassification
 
     from pipeline import distributed, loop, memory, modeling, trim
-    from pipeline.tokens import Ragged
 
     b = cfg.bench
     device = distributed.pick_device(cfg.train.device)
@@ -235,19 +235,48 @@ def run_row(cfg: Config, spec: dict) -> dict:
         optimizer=spec["optimizer"],
     )
     timed = np.arange(1, len(ids))
+    profiler = Profiler(device) if b.profile else contextlib.nullcontext()
     if spec["runner"] == "ours":
-        step_seconds, halvings = _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, Ragged)
-        out["halvings"] = halvings
+        step_seconds, halvings = _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler)
+        if halvings:  # out of memory: train_epoch halved the micro-batches until a window fit
+            out["halvings"], out["micro"] = halvings, -(-micro // 2**halvings)
+            out["accumulation"] = b.effective_batch // out["micro"]
     else:
-        step_seconds, out["trainer_args"] = _run_trainer(model, tcfg, ids, labels, timed, precision, device)
+        step_seconds, out["trainer_args"] = _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler)
+    if b.profile:
+        out["profile"] = profiler.top
     out.update(_memory_peak(device, start))
     out.update(report.step_stats(step_seconds, b.effective_batch))
     return out
 
 
-def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, Ragged) -> tuple[list[float], int]:
+class Profiler:
+    """torch.profiler around the timed steps (`bench.profile=true`); `top` is the ops that took the most time."""
+
+    def __init__(self, device, n: int = 15):
+        self.device, self.n, self.top = device, n, []
+
+    def __enter__(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        self.prof = profile(activities=acts)
+        self.prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.prof.__exit__(*exc)
+        # on CUDA the kernels' own time is what the GPU spends; on CPU the ops' self time
+        key = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        ops = sorted(self.prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[: self.n]
+        self.top = [{"op": e.key, "self_ms": getattr(e, key) / 1e3, "calls": e.count} for e in ops]
+        return False
+
+
+def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler) -> tuple[list[float], int]:
     """pipeline.loop.train_epoch over the timed rows: (seconds of each optimizer step, out-of-memory halvings)."""
     from pipeline import loop, modeling
+    from pipeline.tokens import Ragged
 
     if tcfg.checkpointing and not spec["autofit"]:
         modeling.enable_checkpointing(model)
@@ -267,21 +296,11 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, Ragged) 
         marks.append(_now(device))  # one mark per optimizer step
         return False
 
-    state = loop.train_epoch(
-        model,
-        plan,
-        data,
-        labels,
-        optimizer,
-        scheduler,
-        scaler,
-        tcfg,
-        precision,
-        device,
-        pad_id=PAD,
-        progress=False,
-        after_window=tick,
-    )
+    with profiler:
+        state = loop.train_epoch(
+            model, plan, data, labels, optimizer, scheduler, scaler, tcfg, precision, device,
+            pad_id=PAD, progress=False, after_window=tick,
+        )  # fmt: skip
     return list(np.diff(marks)), state.halvings
 
 
@@ -357,7 +376,7 @@ def trainer_settings(args) -> dict:
     return out
 
 
-def _run_trainer(model, tcfg, ids, labels, timed, precision, device) -> tuple[list[float], dict]:
+def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -> tuple[list[float], dict]:
     """The same job through transformers.Trainer: (seconds of each optimizer step, its settings)."""
     import torch
     import torch.nn.functional as F
@@ -392,7 +411,8 @@ def _run_trainer(model, tcfg, ids, labels, timed, precision, device) -> tuple[li
         trainer = Trainer(model=model, args=args, train_dataset=Rows(), compute_loss_func=bce, callbacks=[clock])
         warm_up(model, ids, precision, device)
         init_state(trainer.create_optimizer())  # train() reuses this optimizer, state and all
-        trainer.train()
+        with profiler:
+            trainer.train()
     return list(np.diff(clock.marks)), trainer_settings(args)
 
 
@@ -415,7 +435,7 @@ def trainer_spec(spec: dict, ours: dict) -> dict:
     """The Trainer row for one of ours: the same job, without the switches Trainer lacks."""
     # trimming is ours only: a Trainer user trains the full vocabulary; auto-fit is ours only: Trainer
     # gets the micro-batch ours picked (the one it ended with, after any out-of-memory halving)
-    micro = ours["micro"] // 2 ** ours.get("halvings", 0)
+    micro = ours["micro"]
     return {**spec, "runner": "trainer", "trim": False, "autofit": False, "micro": micro, "force_micro": micro}
 
 
@@ -461,6 +481,8 @@ def run(cfg: Config, runner, log=print) -> dict:
     atomic_write_text(out / f"{cfg.bench.model}.md", table)
     atomic_write_text(out / f"{cfg.bench.model}.json", json.dumps(summary, indent=1, default=str))
     report.plot(summary, out / f"{cfg.bench.model}.png", f"{cfg.bench.model}, seq {cfg.bench.seq_len}")
+    if cfg.bench.profile:
+        atomic_write_text(out / f"{cfg.bench.model}.profile.md", report.format_profiles(summary))
     log("\n" + table)
     log(f"wrote {out}/{cfg.bench.model}.md, .json, .png")
     return summary

@@ -201,8 +201,29 @@ def format_table(bench, summary: dict, explain: list[str] = ()) -> str:
             x = r[who] or {}
             if "na" in x or "failed" in x:
                 notes.append(f"{r['spec']['label']} ({who}): {x.get('na') or 'failed, ' + x['failed']}.")
+    if any((r["ours"] or {}).get("profile") for r in rows):
+        notes.append("Profiled (bench.profile=true): the profiler slows every step; take speeds from a run without it.")
     notes += list(explain)
     return head + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def format_profiles(summary: dict) -> str:
+    """The ops that took the most time in each row's timed steps (`bench.profile=true`), ours beside Trainer."""
+    out = ["# Where the time goes: torch.profiler over each row's timed steps (self time, top ops)\n"]
+    for r in summary["rows"]:
+        for who in ("ours", "trainer"):
+            x = r[who] or {}
+            if not x.get("profile"):
+                continue
+            total = sum(p["self_ms"] for p in x["profile"])
+            out.append(
+                f"## {r['spec']['label']} ({who})\n\n| op | self ms | calls | share of these |\n|---|---:|---:|---:|"
+            )
+            out += [
+                f"| {p['op']} | {p['self_ms']:,.0f} | {p['calls']} | {p['self_ms'] / total:.0%} |" for p in x["profile"]
+            ]
+            out.append("")
+    return "\n".join(out) + "\n"
 
 
 def plot(summary: dict, path: Path, title: str) -> None:

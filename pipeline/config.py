@@ -115,6 +115,7 @@ class BenchConfig:
     vocab_used: int = 60000  # distinct token ids in the data (what trimming keeps); see bench.py
     max_memory_gb: float = 11.0  # the cap of the auto-fit row
     rows: tuple[str, ...] = ()  # only these rows (fp32 mp mp_acc mp_ckpt all3 trim adamw8bit autofit); () all
+    profile: bool = False  # torch.profiler over the timed steps: top ops per row in <model>.profile.md (slower)
 
 
 @dataclass(frozen=True)

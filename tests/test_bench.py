@@ -93,7 +93,7 @@ def test_trainer_8bit_row_names_trainers_bitsandbytes_optimizer(tmp_path) -> Non
 
 def test_trainer_row_drops_the_switches_trainer_lacks() -> None:
     spec = next(s for s in bench.plan(config.load("sample", TINY)) if s["key"] == "trim")
-    t = bench.trainer_spec(spec, {"micro": 8, "halvings": 1})
+    t = bench.trainer_spec(spec, {"micro": 4, "halvings": 1})
     assert t["trim"] is False and t["runner"] == "trainer" and t["force_micro"] == 4  # the micro-batch ours ran
     assert "trimming" in spec["only_ours"] and "sparse" in spec["only_ours"]
 
@@ -173,3 +173,14 @@ def test_gpu_preset_fails_fast_without_cuda(tmp_path, capsys, monkeypatch) -> No
 def test_too_few_steps_is_refused() -> None:
     with pytest.raises(bench.PipelineError, match="bench.steps"):
         bench.plan(config.load("sample", [*TINY, "bench.steps=2"]))
+
+
+def test_profile_names_the_ops_of_each_run(tmp_path) -> None:
+    cfg = config.load("sample", [*TINY, f"models_dir={tmp_path}", "bench.rows=[mp]", "bench.profile=true"])
+    summary = bench.run(cfg, lambda spec: bench.run_row(cfg, spec), log=lambda *a: None)
+    mp = summary["rows"][1]
+    assert mp["ours"]["profile"] and mp["trainer"]["profile"]
+    assert any(p["op"].startswith("aten::") for p in mp["ours"]["profile"])
+    text = (tmp_path / "bench" / "tiny.profile.md").read_text()
+    assert "## mixed precision (ours)" in text and "## mixed precision (trainer)" in text
+    assert "Profiled" in (tmp_path / "bench" / "tiny.md").read_text()
