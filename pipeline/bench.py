@@ -202,6 +202,8 @@ def run_row(cfg: Config, spec: dict) -> dict:
     device = distributed.pick_device(cfg.train.device)
     precision = loop.resolve_precision(spec["precision"], device)
     out = {"key": spec["key"], "runner": spec["runner"], "device": str(device), "precision": precision}
+    if device.type == "cpu":
+        out["cpu_bf16_native"] = loop.cpu_has_bf16()  # without it CPU bf16 is emulated: slower than fp32
     if spec["optimizer"] == "adamw8bit" and device.type != "cuda":
         # the same refusal make_optimizer gives, without building a model for it
         return {**out, "na": "8-bit AdamW (bitsandbytes) runs only on a CUDA GPU"}

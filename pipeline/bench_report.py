@@ -158,6 +158,14 @@ def format_table(bench, summary: dict, explain: list[str] = ()) -> str:
     device = next((r["ours"]["device"] for r in rows if "device" in r["ours"]), "?")
     cuda = device.startswith("cuda")
     precision = next((r["ours"]["precision"] for r in rows[1:] if "precision" in r["ours"]), "?")
+    native = next((r["ours"]["cpu_bf16_native"] for r in rows if "cpu_bf16_native" in r["ours"]), None)
+    cpu_note = ""
+    if precision == "bf16" and native is not None:
+        cpu_note = (
+            ", computed natively by this CPU (AVX512-BF16 or AMX)"
+            if native
+            else ", emulated on this CPU (no AVX512-BF16 or AMX): slower than fp32"
+        )
     head = (
         f"# make bench: {bench.model}, sequence length {bench.seq_len}, effective batch {bench.effective_batch}, "
         f"{bench.steps} timed optimizer steps per row after a warm-up, {device}\n\n"
@@ -172,7 +180,7 @@ def format_table(bench, summary: dict, explain: list[str] = ()) -> str:
         "samples/s: at the median timed optimizer step, ± half the range of the steps (the spread). A ratio is "
         "the ratio of medians, with in brackets the range it takes when one side's slowest step meets the "
         "other's fastest; a range that holds 1.00 is a **tie**: the difference is within the spread.",
-        f"Mixed precision here is {precision} autocast (fp32 master weights); every row sees the same "
+        f"Mixed precision here is {precision} autocast (fp32 master weights){cpu_note}; every row sees the same "
         f"{bench.effective_batch * bench.steps} rows per timed run, random token ids at full length, random weights.",
         "Peak memory: "
         + (

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from pipeline import bench, bench_report, config
+from pipeline import bench, bench_report, config, loop
 
 TINY = [
     "bench.model=tiny",
@@ -50,6 +50,8 @@ def test_table_rows_ratios_and_files(tmp_path) -> None:
     table = (tmp_path / "bench" / "tiny.md").read_text()
     assert "all three + vocabulary trimming" in table and "Floor:" in table and "n/a" in table
     assert "optim=adamw_torch_fused" in table and "switches Trainer lacks" in table
+    # auto precision is bf16 on CPU only where it is native; the notes say which it was
+    assert ("computed natively" in table) == loop.cpu_has_bf16()
     assert (tmp_path / "bench" / "tiny.png").stat().st_size > 0
     assert json.loads((tmp_path / "bench" / "tiny.json").read_text())["parameters"] == summary["parameters"]
 
