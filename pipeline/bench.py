@@ -14,7 +14,7 @@ pipeline.bench_report turns them into a median, a spread and ratios that call a 
 Each row runs in a fresh process (`python -m pipeline.bench --row ...`, which prints one JSON line)
 so that no row inherits another's memory, ours first and then the same job through Trainer, so that
 each ratio compares two runs made side by side. Trainer gets the TrainingArguments a user would write
-for the job and its own defaults for the rest (its default optimizer included); `trainer_arguments`
+for the job and its own defaults for the rest (its default optimizer included); `bench_trainer`
 builds them and the table's notes print them back. Peak memory: on CUDA torch.cuda.max_memory_allocated
 (and reserved); on CPU the process's peak resident memory minus its resident memory before the model.
 
@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import bench_report as report
+from pipeline import bench_trainer
 from pipeline import config as config_mod
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
@@ -306,78 +307,6 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
     return list(np.diff(marks)), state.halvings
 
 
-def trainer_arguments(tcfg, precision: str, device, max_steps: int, output_dir: str):
-    """The TrainingArguments of a Trainer row: the job's settings, and Trainer's own defaults for the rest.
-
-    The optimizer is left at Trainer's default (adamw_torch_fused on torch >= 2.8): what a user gets.
-    Only the 8-bit row names one, Trainer's bitsandbytes AdamW.
-    """
-    from transformers import TrainingArguments
-
-    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
-    # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name is an alias)
-    ckpt = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
-    optim = {"optim": "adamw_bnb_8bit"} if tcfg.optimizer == "adamw8bit" else {}
-    return TrainingArguments(
-        output_dir=output_dir,
-        per_device_train_batch_size=tcfg.micro_batch,
-        gradient_accumulation_steps=tcfg.accumulation,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        **{ckpt: tcfg.checkpointing, f"{ckpt}_kwargs": {"use_reentrant": False}},
-        **optim,
-        learning_rate=tcfg.lr,
-        weight_decay=tcfg.weight_decay,
-        max_grad_norm=tcfg.max_grad_norm,
-        lr_scheduler_type="linear",
-        warmup_steps=0,
-        max_steps=max_steps,
-        eval_strategy="no",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to="none",
-        dataloader_num_workers=0,
-        disable_tqdm=True,
-        seed=tcfg.seed,
-        use_cpu=device.type == "cpu",
-    )
-
-
-TRAINER_KEYS = (
-    "optim",
-    "bf16",
-    "fp16",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "activation_checkpointing",
-    "gradient_checkpointing",
-    "activation_checkpointing_kwargs",
-    "gradient_checkpointing_kwargs",
-    "learning_rate",
-    "weight_decay",
-    "max_grad_norm",
-    "lr_scheduler_type",
-    "warmup_steps",
-    "adam_beta1",
-    "adam_beta2",
-    "adam_epsilon",
-)
-
-
-def trainer_settings(args) -> dict:
-    """What the table's notes name: the settings Trainer actually ran with, read back from its arguments."""
-    import transformers
-
-    out = {"transformers": transformers.__version__}
-    # transformers 5 keeps gradient_checkpointing* as aliases of activation_checkpointing*: name one pair
-    alias = "gradient_checkpointing" if hasattr(args, "activation_checkpointing") else "activation_checkpointing"
-    for key in TRAINER_KEYS:
-        if hasattr(args, key) and not key.startswith(alias):
-            v = getattr(args, key)
-            out[key] = getattr(v, "value", v)  # OptimizerNames and scheduler types are enums
-    return out
-
-
 def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -> tuple[list[float], dict]:
     """The same job through transformers.Trainer: (seconds of each optimizer step, its settings)."""
     import torch
@@ -409,13 +338,13 @@ def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -
     clock = Clock()
     with tempfile.TemporaryDirectory() as tmp:
         steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
-        args = trainer_arguments(tcfg, precision, device, steps, tmp)
+        args = bench_trainer.trainer_arguments(tcfg, precision, device, steps, tmp)
         trainer = Trainer(model=model, args=args, train_dataset=Rows(), compute_loss_func=bce, callbacks=[clock])
         warm_up(model, ids, precision, device)
         init_state(trainer.create_optimizer())  # train() reuses this optimizer, state and all
         with profiler:
             trainer.train()
-    return list(np.diff(clock.marks)), trainer_settings(args)
+    return list(np.diff(clock.marks)), bench_trainer.trainer_settings(args)
 
 
 # ---------------------------------------------------------------- the table

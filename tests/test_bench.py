@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from pipeline import bench, bench_report, config, loop
+from pipeline import bench, bench_report, bench_trainer, config, loop
 
 TINY = [
     "bench.model=tiny",
@@ -69,9 +69,9 @@ def test_trainer_gets_its_default_optimizer_and_the_jobs_settings(tmp_path) -> N
     from transformers import Trainer, TrainingArguments
 
     tcfg = dataclasses.replace(config.TrainConfig(), micro_batch=4, accumulation=8, checkpointing=True)
-    args = bench.trainer_arguments(tcfg, "bf16", torch.device("cpu"), max_steps=3, output_dir=str(tmp_path))
+    args = bench_trainer.trainer_arguments(tcfg, "bf16", torch.device("cpu"), max_steps=3, output_dir=str(tmp_path))
     default = next(f.default for f in dataclasses.fields(TrainingArguments) if f.name == "optim")
-    got = bench.trainer_settings(args)
+    got = bench_trainer.trainer_settings(args)
     # what a user gets from TrainingArguments(): fused AdamW on torch >= 2.8 (2.13 here)
     assert got["optim"] == default == "adamw_torch_fused"
     assert got["bf16"] is True and got["fp16"] is False
@@ -89,8 +89,8 @@ def test_trainer_gets_its_default_optimizer_and_the_jobs_settings(tmp_path) -> N
 
 def test_trainer_8bit_row_names_trainers_bitsandbytes_optimizer(tmp_path) -> None:
     tcfg = dataclasses.replace(config.TrainConfig(), optimizer="adamw8bit")
-    args = bench.trainer_arguments(tcfg, "fp16", torch.device("cpu"), max_steps=1, output_dir=str(tmp_path))
-    assert bench.trainer_settings(args)["optim"] == "adamw_bnb_8bit"
+    args = bench_trainer.trainer_arguments(tcfg, "fp16", torch.device("cpu"), max_steps=1, output_dir=str(tmp_path))
+    assert bench_trainer.trainer_settings(args)["optim"] == "adamw_bnb_8bit"
 
 
 def test_trainer_row_drops_the_switches_trainer_lacks() -> None:
