@@ -186,3 +186,11 @@ def test_profile_names_the_ops_of_each_run(tmp_path) -> None:
     text = (tmp_path / "bench" / "tiny.profile.md").read_text()
     assert "## mixed precision (ours)" in text and "## mixed precision (trainer)" in text
     assert "Profiled" in (tmp_path / "bench" / "tiny.md").read_text()
+
+
+def test_a_row_that_halved_reports_the_micro_batch_it_ran(monkeypatch) -> None:
+    cfg = config.load("sample", TINY)
+    monkeypatch.setattr(bench, "_run_ours", lambda *a: ([0.1, 0.1, 0.1], 1))  # one out-of-memory halving
+    out = bench.run_row(cfg, {**bench.plan(cfg)[0], "runner": "ours"})  # fp32, batch 4 in one go
+    assert (out["micro"], out["accumulation"], out["halvings"]) == (2, 2, 1)
+    assert bench.trainer_spec(bench.plan(cfg)[0], out)["force_micro"] == 2  # Trainer runs what fit
