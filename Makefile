@@ -14,7 +14,7 @@ RUN = $(VENV)/bin/torchrun --standalone --nproc_per_node=$(GPUS) -m
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help data train predict cv baseline bench kernel kernel-output kernel-status submit submissions test lint clean venv
+.PHONY: help data train predict cv baseline bench bench-gpu kernel kernel-output kernel-status submit submissions test lint clean venv
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ baseline: $(STAMP) ## TF-IDF + logistic regression on the same folds, side by si
 
 bench: $(STAMP) ## peak memory and speed of each memory technique, side by side with HF Trainer
 	$(PY) -m pipeline.bench --config $(CONFIG) $(ARGS)
+
+bench-gpu: $(STAMP) ## the same for XLM-R large on one CUDA GPU (seq 256, batch 32); models/bench/xlm-roberta-large.*
+	$(PY) -m pipeline.bench --config bench-gpu $(ARGS)
 
 kernel: $(STAMP) ## pack the pipeline into a Kaggle dataset and push a GPU notebook
 	$(PY) -m pipeline.kernel --config $(CONFIG) $(ARGS)

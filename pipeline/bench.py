@@ -1,25 +1,31 @@
 """Stage `make bench`: peak memory and speed of each memory technique, ours beside Hugging Face Trainer.
 
+Reads   nothing (random weights and token ids; no download)
 Writes  models/bench/<model>.md     the table, the floor and the notes (also printed)
-        models/bench/<model>.json   every row's raw measurements
+        models/bench/<model>.json   every row's raw measurements, per-step times included
         models/bench/<model>.png    bar chart: peak memory and samples per second per row
 
 The model is XLM-R's architecture from a config (base or large sizes, the real 250,002-token
-vocabulary, random weights: no download); the data is random token ids at full length. Every row
-trains on the same rows at the same effective batch: an untimed warm-up (one forward/backward on one
-row, and the optimizer state created by a zero step), then `bench.steps` timed optimizer steps.
+vocabulary, random weights); the data is random token ids at full length. Every row trains on the
+same rows at the same effective batch: an untimed warm-up (one forward/backward on one row, and the
+optimizer state created by a zero step), then `bench.steps` optimizer steps, each timed on its own;
+pipeline.bench_report turns them into a median, a spread and ratios that call a tie a tie.
 
 Each row runs in a fresh process (`python -m pipeline.bench --row ...`, which prints one JSON line)
-so that no row inherits another's memory. Peak memory: on CUDA torch.cuda.max_memory_allocated (and
-reserved); on CPU the process's peak resident memory minus its resident memory before the model exists.
+so that no row inherits another's memory, ours first and then the same job through Trainer, so that
+each ratio compares two runs made side by side. Trainer gets the TrainingArguments a user would write
+for the job and its own defaults for the rest (its default optimizer included); `bench_trainer`
+builds them and the table's notes print them back. Peak memory: on CUDA torch.cuda.max_memory_allocated
+(and reserved); on CPU the process's peak resident memory minus its resident memory before the model.
 
-The floor is what training cannot go below: weights + gradients + AdamW's two moments, 16 bytes per
-trainable fp32 parameter.
+`make bench-gpu` (config bench-gpu) is the XLM-R large run for one CUDA GPU; without CUDA it stops
+with one line before building anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import subprocess
@@ -30,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline import bench_report as report
+from pipeline import bench_trainer
 from pipeline import config as config_mod
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
@@ -40,7 +48,6 @@ SPECIALS = (0, 1, 2, 3)  # <s> <pad> </s> <unk>: ids below and at the pad id sta
 PAD = 1
 SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 ARCH = {"xlm-roberta-base": (768, 12, 12, 3072), "xlm-roberta-large": (1024, 24, 16, 4096)}  # published sizes
-FLOOR_BYTES = 16  # fp32 weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4, per trainable parameter
 ROW_TAG = "BENCH_ROW "
 
 
@@ -52,9 +59,12 @@ def plan(cfg: Config) -> list[dict]:
     b = cfg.bench
     if b.effective_batch % b.micro_batch:
         raise PipelineError(f"bench.micro_batch={b.micro_batch} must divide bench.effective_batch={b.effective_batch}")
+    if b.steps < 3:
+        raise PipelineError(f"bench.steps={b.steps}: a median and a spread need at least 3 timed steps per row")
     big, small = b.effective_batch, b.micro_batch
     base = {"precision": "auto", "micro": big, "checkpointing": False, "trim": False, "optimizer": "adamw"}
-    base["autofit"] = False
+    # every row of ours has sparse word-embedding gradients, as `make train` in one process
+    base |= {"autofit": False, "only_ours": "sparse embedding grads"}
     all3 = {**base, "micro": small, "checkpointing": True}
     rows = [
         {**base, "key": "fp32", "label": f"fp32 baseline (batch {big} in one go)", "precision": "fp32"},
@@ -63,9 +73,11 @@ def plan(cfg: Config) -> list[dict]:
         | {"micro": small},
         {**base, "key": "mp_ckpt", "label": "mixed precision + checkpointing", "checkpointing": True},
         {**all3, "key": "all3", "label": "all three"},
-        {**all3, "key": "trim", "label": "all three + vocabulary trimming", "trim": True},
+        {**all3, "key": "trim", "label": "all three + vocabulary trimming", "trim": True}
+        | {"only_ours": "sparse embedding grads, trimming (Trainer: full vocabulary)"},
         {**all3, "key": "adamw8bit", "label": "all three + 8-bit AdamW", "optimizer": "adamw8bit"},
-        {**all3, "key": "autofit", "label": f"all three + auto-fit (cap {b.max_memory_gb:g} GB)", "autofit": True},
+        {**all3, "key": "autofit", "label": f"all three + auto-fit (cap {b.max_memory_gb:g} GB)", "autofit": True}
+        | {"only_ours": "sparse embedding grads, auto-fit (Trainer: the micro-batch ours picked)"},
     ]
     unknown = set(b.rows) - {r["key"] for r in rows}
     if unknown:
@@ -141,11 +153,13 @@ def _memory_peak(device, start: int) -> dict:
     return {"peak_mb": (memory.rss_bytes("VmHWM") - start) / 2**20}
 
 
-def _sync(device) -> None:
+def _now(device) -> float:
+    """The clock, once the device has finished what was queued (CUDA runs asynchronously)."""
     import torch
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def warm_up(model, ids, precision: str, device) -> None:
@@ -184,12 +198,13 @@ def run_row(cfg: Config, spec: dict) -> dict:
     from transformers import XLMRobertaForSequenceClassification
 
     from pipeline import distributed, loop, memory, modeling, trim
-    from pipeline.tokens import Ragged
 
     b = cfg.bench
     device = distributed.pick_device(cfg.train.device)
     precision = loop.resolve_precision(spec["precision"], device)
     out = {"key": spec["key"], "runner": spec["runner"], "device": str(device), "precision": precision}
+    if device.type == "cpu":
+        out["cpu_bf16_native"] = loop.cpu_has_bf16()  # without it CPU bf16 is emulated: slower than fp32
     if spec["optimizer"] == "adamw8bit" and device.type != "cuda":
         # the same refusal make_optimizer gives, without building a model for it
         return {**out, "na": "8-bit AdamW (bitsandbytes) runs only on a CUDA GPU"}
@@ -223,18 +238,48 @@ def run_row(cfg: Config, spec: dict) -> dict:
         optimizer=spec["optimizer"],
     )
     timed = np.arange(1, len(ids))
+    profiler = Profiler(device) if b.profile else contextlib.nullcontext()
     if spec["runner"] == "ours":
-        seconds = _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, Ragged)
+        step_seconds, halvings = _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler)
+        if halvings:  # out of memory: train_epoch halved the micro-batches until a window fit
+            out["halvings"], out["micro"] = halvings, -(-micro // 2**halvings)
+            out["accumulation"] = b.effective_batch // out["micro"]
     else:
-        seconds = _run_trainer(model, tcfg, spec, ids, labels, timed, precision, device)
+        step_seconds, out["trainer_args"] = _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler)
+    if b.profile:
+        out["profile"] = profiler.top
     out.update(_memory_peak(device, start))
-    out["seconds"] = seconds
-    out["samples_per_second"] = len(timed) / seconds
+    out.update(report.step_stats(step_seconds, b.effective_batch))
     return out
 
 
-def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, Ragged) -> float:
+class Profiler:
+    """torch.profiler around the timed steps (`bench.profile=true`); `top` is the ops that took the most time."""
+
+    def __init__(self, device, n: int = 15):
+        self.device, self.n, self.top = device, n, []
+
+    def __enter__(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        self.prof = profile(activities=acts)
+        self.prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.prof.__exit__(*exc)
+        # on CUDA the kernels' own time is what the GPU spends; on CPU the ops' self time
+        key = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        ops = sorted(self.prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[: self.n]
+        self.top = [{"op": e.key, "self_ms": getattr(e, key) / 1e3, "calls": e.count} for e in ops]
+        return False
+
+
+def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler) -> tuple[list[float], int]:
+    """pipeline.loop.train_epoch over the timed rows: (seconds of each optimizer step, out-of-memory halvings)."""
     from pipeline import loop, modeling
+    from pipeline.tokens import Ragged
 
     if tcfg.checkpointing and not spec["autofit"]:
         modeling.enable_checkpointing(model)
@@ -248,20 +293,25 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, Ragged) 
     plan = [[timed[i : i + tcfg.micro_batch]] for i in range(0, len(timed), tcfg.micro_batch)]
     warm_up(model, ids, precision, device)
     init_state(optimizer)
-    _sync(device)
-    t0 = time.perf_counter()
-    loop.train_epoch(
-        model, plan, data, labels, optimizer, scheduler, scaler, tcfg, precision, device, pad_id=PAD, progress=False
-    )
-    _sync(device)
-    return time.perf_counter() - t0
+    marks = [_now(device)]
+
+    def tick(state) -> bool:
+        marks.append(_now(device))  # one mark per optimizer step
+        return False
+
+    with profiler:
+        state = loop.train_epoch(
+            model, plan, data, labels, optimizer, scheduler, scaler, tcfg, precision, device,
+            pad_id=PAD, progress=False, after_window=tick,
+        )  # fmt: skip
+    return list(np.diff(marks)), state.halvings
 
 
-def _run_trainer(model, tcfg, spec, ids, labels, timed, precision, device) -> float:
-    """The same settings through transformers.Trainer; timed from its train begin to its train end."""
+def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -> tuple[list[float], dict]:
+    """The same job through transformers.Trainer: (seconds of each optimizer step, its settings)."""
     import torch
     import torch.nn.functional as F
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from transformers import Trainer, TrainerCallback
 
     class Rows(torch.utils.data.Dataset):
         def __len__(self):
@@ -277,47 +327,24 @@ def _run_trainer(model, tcfg, spec, ids, labels, timed, precision, device) -> fl
         return loss / (num_items_in_batch if num_items_in_batch is not None else len(targets))
 
     class Clock(TrainerCallback):
+        marks: list[float] = []
+
         def on_train_begin(self, *a, **k):
-            _sync(device)
-            self.t0 = time.perf_counter()
+            self.marks = [_now(device)]
 
-        def on_train_end(self, *a, **k):
-            _sync(device)
-            self.seconds = time.perf_counter() - self.t0
+        def on_step_end(self, *a, **k):  # after each optimizer step, as ours is marked
+            self.marks.append(_now(device))
 
-    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
-    # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name is an alias)
-    ckpt = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     clock = Clock()
     with tempfile.TemporaryDirectory() as tmp:
-        args = TrainingArguments(
-            output_dir=tmp,
-            per_device_train_batch_size=tcfg.micro_batch,
-            gradient_accumulation_steps=tcfg.accumulation,
-            bf16=precision == "bf16",
-            fp16=precision == "fp16",
-            **{ckpt: tcfg.checkpointing, f"{ckpt}_kwargs": {"use_reentrant": False}},
-            optim="adamw_bnb_8bit" if tcfg.optimizer == "adamw8bit" else "adamw_torch",
-            learning_rate=tcfg.lr,
-            weight_decay=tcfg.weight_decay,
-            max_grad_norm=tcfg.max_grad_norm,
-            lr_scheduler_type="linear",
-            warmup_steps=0,
-            max_steps=len(timed) // (tcfg.micro_batch * tcfg.accumulation),
-            eval_strategy="no",
-            save_strategy="no",
-            logging_strategy="no",
-            report_to="none",
-            dataloader_num_workers=0,
-            disable_tqdm=True,
-            seed=tcfg.seed,
-            use_cpu=device.type == "cpu",
-        )
+        steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
+        args = bench_trainer.trainer_arguments(tcfg, precision, device, steps, tmp)
         trainer = Trainer(model=model, args=args, train_dataset=Rows(), compute_loss_func=bce, callbacks=[clock])
         warm_up(model, ids, precision, device)
         init_state(trainer.create_optimizer())  # train() reuses this optimizer, state and all
-        trainer.train()
-    return clock.seconds
+        with profiler:
+            trainer.train()
+    return list(np.diff(clock.marks)), bench_trainer.trainer_settings(args)
 
 
 # ---------------------------------------------------------------- the table
@@ -335,19 +362,35 @@ def run_subprocess(cfg_args: list[str], spec: dict) -> dict:
     return {"key": spec["key"], "runner": spec["runner"], "failed": f"exit {proc.returncode}: {tail[:200]}"}
 
 
+def trainer_spec(spec: dict, ours: dict) -> dict:
+    """The Trainer row for one of ours: the same job, without the switches Trainer lacks."""
+    # trimming is ours only: a Trainer user trains the full vocabulary; auto-fit is ours only: Trainer
+    # gets the micro-batch ours picked (the one it ended with, after any out-of-memory halving)
+    micro = ours["micro"]
+    return {**spec, "runner": "trainer", "trim": False, "autofit": False, "micro": micro, "force_micro": micro}
+
+
+def _same_job(a: dict) -> tuple:
+    return tuple(a[k] for k in ("precision", "force_micro", "checkpointing", "trim", "optimizer"))
+
+
 def measure(cfg: Config, runner, log=print) -> list[dict]:
-    """Each row ours, then the same settings through Trainer: a list of {spec, ours, trainer}."""
-    results = []
+    """Each row ours, then the same job through Trainer: a list of {spec, ours, trainer}."""
+    results, done = [], {}
     for spec in plan(cfg):
         t0 = time.perf_counter()
         ours = runner({**spec, "runner": "ours"})
         log(f"bench: {spec['label']} (ours): {_brief(ours)} [{time.perf_counter() - t0:.0f} s]")
         trainer = None
         if cfg.bench.trainer and "na" not in ours and "failed" not in ours:
-            t0 = time.perf_counter()
-            # the same micro-batch ours ended with (the auto-fit row's pick included)
-            trainer = runner({**spec, "runner": "trainer", "force_micro": ours["micro"]})
-            log(f"bench: {spec['label']} (Trainer): {_brief(trainer)} [{time.perf_counter() - t0:.0f} s]")
+            tspec = trainer_spec(spec, ours)
+            if _same_job(tspec) in done:  # e.g. the trimming row's Trainer run is the all-three row's
+                trainer = done[_same_job(tspec)]
+                log(f"bench: {spec['label']} (Trainer): the same job as a row above, not run again")
+            else:
+                t0 = time.perf_counter()
+                trainer = done[_same_job(tspec)] = runner(tspec)
+                log(f"bench: {spec['label']} (Trainer): {_brief(trainer)} [{time.perf_counter() - t0:.0f} s]")
         results.append({"spec": spec, "ours": ours, "trainer": trainer})
     return results
 
@@ -357,143 +400,34 @@ def _brief(r: dict) -> str:
         return f"n/a ({r['na']})"
     if "failed" in r:
         return f"failed ({r['failed']})"
-    return f"peak {r['peak_mb']:,.0f} MB, {r['samples_per_second']:.2f} samples/s"
-
-
-def _ok(r: dict | None) -> bool:
-    return r is not None and "peak_mb" in r
-
-
-def summarize(cfg: Config, results: list[dict]) -> dict:
-    """Ratios to the baseline, to the floor and ours / Trainer, added to each row."""
-    base = results[0]["ours"]
-    params = next((r["ours"]["parameters"] for r in results if _ok(r["ours"])), 0)
-    floor_mb = FLOOR_BYTES * params / 2**20
-    for r in results:
-        o, t = r["ours"], r["trainer"]
-        if _ok(o):
-            r["floor_mb"] = FLOOR_BYTES * o["trained_parameters"] / 2**20
-            r["mem_vs_floor"] = o["peak_mb"] / floor_mb
-            if _ok(base):
-                r["speed_vs_base"] = o["samples_per_second"] / base["samples_per_second"]
-                if base["peak_mb"] > 0:  # a tiny model's peak can round to nothing
-                    r["mem_vs_base"] = o["peak_mb"] / base["peak_mb"]
-            if _ok(t):
-                r["speed_vs_trainer"] = o["samples_per_second"] / t["samples_per_second"]
-                if t["peak_mb"] > 0:
-                    r["mem_vs_trainer"] = o["peak_mb"] / t["peak_mb"]
-    return {"parameters": params, "floor_mb": floor_mb, "rows": results}
-
-
-def _cell(r: dict | None, key: str, fmt: str) -> str:
-    if r is None:
-        return "-"
-    if "na" in r:
-        return "n/a"
-    if "failed" in r:
-        return "failed"
-    return format(r[key], fmt) if key in r else "-"
-
-
-def format_table(cfg: Config, summary: dict) -> str:
-    b = cfg.bench
-    rows = summary["rows"]
-    device = next((r["ours"]["device"] for r in rows if "device" in r["ours"]), "?")
-    cuda = device.startswith("cuda")
-    precision = next((r["ours"]["precision"] for r in rows[1:] if "precision" in r["ours"]), "?")
-    head = (
-        f"# make bench: {b.model}, sequence length {b.seq_len}, effective batch {b.effective_batch}, "
-        f"{b.steps} timed step(s) per row, {device}\n\n"
-        "| row | micro x accum | peak MB | x baseline | x floor | samples/s | x baseline | "
-        "Trainer peak MB | Trainer samples/s | memory ours/Trainer | speed ours/Trainer |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-    )
-    lines = []
-    for r in rows:
-        o, t = r["ours"], r["trainer"]
-        shape = f"{o['micro']} x {o['accumulation']}" if "micro" in o else "-"
-        peak = _cell(o, "peak_mb", ",.0f")
-        if cuda and _ok(o):
-            peak += f" ({o['reserved_mb']:,.0f} reserved)"
-        lines.append(
-            f"| {r['spec']['label']} | {shape} | {peak} | {_cell(r, 'mem_vs_base', '.2f')} | "
-            f"{_cell(r, 'mem_vs_floor', '.2f')} | {_cell(o, 'samples_per_second', '.2f')} | "
-            f"{_cell(r, 'speed_vs_base', '.2f')} | {_cell(t, 'peak_mb', ',.0f')} | "
-            f"{_cell(t, 'samples_per_second', '.2f')} | {_cell(r, 'mem_vs_trainer', '.2f')} | "
-            f"{_cell(r, 'speed_vs_trainer', '.2f')} |"
-        )
-    notes = [
-        f"Floor: weights + gradients + AdamW state = {FLOOR_BYTES} bytes x {summary['parameters']:,} trainable "
-        f"parameters = {summary['floor_mb']:,.0f} MB; 'x floor' is each row's peak divided by it.",
-        f"Mixed precision here is {precision} autocast (fp32 master weights); every row sees the same "
-        f"{b.effective_batch * b.steps} rows per timed run, random token ids at full length, random weights.",
-        "Peak memory: "
-        + (
-            "torch.cuda.max_memory_allocated (max reserved in brackets)."
-            if cuda
-            else "peak resident memory of the row's own process minus its resident memory before the model "
-            "existed (Linux VmHWM, reset at that point)."
-        ),
-        "Ours is pipeline.loop.train_epoch with loop.make_optimizer (torch AdamW, fused: no parameter-sized "
-        "temporaries); Trainer uses optim=adamw_torch (the for-loop AdamW) with the same lr, weight decay, "
-        "clipping, BCE-with-logits loss, micro-batch, accumulation and checkpointing (use_reentrant=False).",
-        f"Trimming keeps the {b.vocab_used:,} ids the data is drawn from. That count stands in for the distinct "
-        "XLM-R ids of the competition's texts: no XLM-R tokenizer is reachable offline to count them on "
-        "../shared/jigsaw-real, so it is a documented, conservative guess (override with bench.vocab_used).",
-    ]
-    for r in rows:
-        if "autofit" in r["ours"]:
-            notes.append(f"Auto-fit picked micro-batch {r['ours']['micro']}: {r['ours']['autofit']}.")
-        if "na" in r["ours"]:
-            notes.append(f"{r['spec']['label']}: n/a, {r['ours']['na']}.")
-    if not cuda:
-        notes.append(
-            "Speeds come from few steps on a shared CPU: treat differences under ~10% as noise. Mixed precision "
-            "on CPU is bf16 autocast, whose speed depends on the CPU's bf16 support."
-        )
-    return head + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
-
-
-def plot(summary: dict, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = summary["rows"]
-    labels = [r["spec"]["label"] for r in rows]
-    y = np.arange(len(rows))
-
-    def values(who: str, key: str) -> list[float]:
-        return [r[who][key] if _ok(r[who]) else 0.0 for r in rows]
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * len(rows) + 1.8), sharey=True)
-    for ax, key, name in ((axes[0], "peak_mb", "peak memory (MB)"), (axes[1], "samples_per_second", "samples/s")):
-        ax.barh(y - 0.2, values("ours", key), 0.4, label="ours")
-        ax.barh(y + 0.2, values("trainer", key), 0.4, label="HF Trainer")
-        ax.set_xlabel(name)
-    axes[0].axvline(summary["floor_mb"], color="k", ls="--", lw=1, label="floor (16 B/param)")
-    axes[0].set_yticks(y, labels)
-    axes[0].invert_yaxis()
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper right", ncol=3, fontsize=8)  # clear of the bars
-    fig.suptitle(title, x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return f"peak {r['peak_mb']:,.0f} MB, {report.speed_cell(r)} samples/s"
 
 
 def run(cfg: Config, runner, log=print) -> dict:
     """Measure every row with `runner(spec) -> result` (a fresh process each), print and write the table."""
-    summary = summarize(cfg, measure(cfg, runner, log))
-    table = format_table(cfg, summary)
+    summary = report.summarize(measure(cfg, runner, log))
+    table = report.format_table(cfg.bench, summary, explain=[])
     out = Path(cfg.models_dir) / "bench"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"{cfg.bench.model}.md", table)
     atomic_write_text(out / f"{cfg.bench.model}.json", json.dumps(summary, indent=1, default=str))
-    plot(summary, out / f"{cfg.bench.model}.png", f"{cfg.bench.model}, seq {cfg.bench.seq_len}")
+    report.plot(summary, out / f"{cfg.bench.model}.png", f"{cfg.bench.model}, seq {cfg.bench.seq_len}")
+    if cfg.bench.profile:
+        atomic_write_text(out / f"{cfg.bench.model}.profile.md", report.format_profiles(summary))
     log("\n" + table)
     log(f"wrote {out}/{cfg.bench.model}.md, .json, .png")
     return summary
+
+
+def check_device(cfg: Config) -> None:
+    """A run meant for CUDA stops here, before any model or process, on a machine without it."""
+    import torch
+
+    if cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
+        raise PipelineError(
+            f"train.device={cfg.train.device}: no CUDA GPU here (torch {torch.__version__}); run this bench on "
+            "a CUDA machine, or `make bench` for the CPU table"
+        )
 
 
 def main(argv=None) -> int:
@@ -506,6 +440,7 @@ def main(argv=None) -> int:
 
     def stage() -> None:
         cfg = config_mod.from_args(args)
+        check_device(cfg)
         # every row's process gets the same resolved settings
         cfg_args = ["--config", args.config, *args.overrides, f"bench.seq_len={cfg.bench.seq_len}"]
         run(cfg, lambda spec: run_subprocess(cfg_args, spec))

@@ -124,14 +124,15 @@ class BenchConfig:
     """`make bench`: the memory and speed table (random weights and token ids, no download)."""
 
     model: str = "xlm-roberta-base"  # xlm-roberta-base | xlm-roberta-large (architecture only)
-    seq_len: int = 256  # on 2 CPU cores the whole table takes about 20 minutes at 256 (bench.seq_len=128: 8)
+    seq_len: int = 256
     effective_batch: int = 32
     micro_batch: int = 4  # the accumulation rows: micro_batch x (effective_batch / micro_batch)
-    steps: int = 1  # timed optimizer steps per row, after an untimed warm-up
+    steps: int = 3  # timed optimizer steps per row, after an untimed warm-up: the median and spread of these
     trainer: bool = True  # also run each row with Hugging Face Trainer
     vocab_used: int = 60000  # distinct token ids in the data (what trimming keeps); see bench.py
     max_memory_gb: float = 11.0  # the cap of the auto-fit row
     rows: tuple[str, ...] = ()  # only these rows (fp32 mp mp_acc mp_ckpt all3 trim adamw8bit autofit); () all
+    profile: bool = False  # torch.profiler over the timed steps: top ops per row in <model>.profile.md (slower)
 
 
 @dataclass(frozen=True)
