@@ -149,7 +149,7 @@ def test_table_marks_ties() -> None:
 
 
 def test_gpu_preset_plan() -> None:
-    cfg = config.load("bench-gpu")
+    cfg = config.load("bench-gpu", device=False)
     b = cfg.bench
     assert (b.model, b.seq_len, b.effective_batch, cfg.train.device) == ("xlm-roberta-large", 256, 32, "cuda")
     rows = bench.plan(cfg)
@@ -168,7 +168,7 @@ def test_gpu_preset_fails_fast_without_cuda(tmp_path, capsys, monkeypatch) -> No
     monkeypatch.setattr(bench, "run_subprocess", never)
     assert bench.main(["--config", "bench-gpu", f"models_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: train.device=cuda: no CUDA GPU here")
+    assert len(err.splitlines()) == 1 and err.startswith("error: train.device='cuda': this machine has no CUDA device")
     assert not (tmp_path / "bench").exists()
 
 
