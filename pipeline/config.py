@@ -40,6 +40,11 @@ class DataConfig:
     folds: int = 5
     seed: int = 42
     sample_scale: float = 1.0  # size of the built-in sample competition
+    # an experiment or blend whose fold-k test predictions label the test rows for this experiment's fold k
+    pseudo_from: str = ""
+    pseudo_labels: str = "soft"  # soft: the teacher's probability; hard: 0/1 at the confident ends only
+    pseudo_low: float = 0.1  # hard labels: at most this is 0 ...
+    pseudo_high: float = 0.9  # ... at least this is 1; the middle is dropped
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,7 @@ class Config:
 
 CHOICES = {
     "data.source": ("sample", "dir", "kaggle"),
+    "data.pseudo_labels": ("soft", "hard"),
     "train.precision": ("fp32", "fp16", "bf16", "auto"),
     "train.optimizer": ("adamw", "adamw8bit"),
     "predict.ensemble": ("mean", "rank"),
@@ -249,8 +255,14 @@ def validate(cfg: Config, device: bool = True) -> Config:
     device=False skips the check that train.device exists here (a config packed to run on another machine).
     """
     check_name(cfg.name)
-    if cfg.model.init_from:  # another experiment's folder under models/
-        check_name(cfg.model.init_from)
+    for other in (cfg.model.init_from, cfg.data.pseudo_from):  # another experiment's folder under models/
+        if other:
+            check_name(other)
+    if not 0 <= cfg.data.pseudo_low < cfg.data.pseudo_high <= 1:
+        raise ConfigError(
+            f"data.pseudo_low={cfg.data.pseudo_low}, data.pseudo_high={cfg.data.pseudo_high}: "
+            f"need 0 <= pseudo_low < pseudo_high <= 1"
+        )
     for key, ok, allowed in RANGES:
         value = _get(cfg, key)
         if not ok(value):

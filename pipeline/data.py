@@ -2,7 +2,8 @@
 
 Reads   the source named by `data.source`: the built-in sample, a folder, or Kaggle.
 Writes  input/<raw>/*.csv                  raw files as the source gives them (sample and kaggle; never edited)
-        input/prepared/<name>/folds.csv    one row per comment: id, text, lang, toxic, source, fold
+        input/prepared/<name>/folds.csv    one row per comment: id, text, lang, toxic, source, fold (and
+                                           pseudo_for with data.pseudo_from: see pipeline.pseudo)
         input/prepared/<name>/test.csv     id, text, lang
         input/prepared/<name>/data.json    summary, provenance and the signature that makes reruns free
         input/prepared/<name>/config.yaml  the resolved config
@@ -30,7 +31,7 @@ import pandas as pd
 from sklearn.model_selection import StratifiedKFold
 
 from pipeline import config as config_mod
-from pipeline import io, sample, tokens
+from pipeline import io, pseudo, sample, tokens
 from pipeline.config import Config
 from pipeline.errors import run_stage
 from pipeline.io import atomic_dir, check_free_space, file_digest, read_json, write_csv, write_json
@@ -371,7 +372,7 @@ def build_tables(cfg: Config, raw: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         n = len(set(sub["id"]) ^ set(test["id"]))
         raise DataError(f"{sub_path}: ids differ from {path.name}'s ({n} id(s) in only one of them)")
     test = pd.DataFrame({"id": test["id"], "text": test["content"], "lang": test["lang"]})
-    return table[TABLE_COLUMNS], test
+    return pseudo.add(cfg, table[TABLE_COLUMNS], test), test
 
 
 def check_fold_classes(table: pd.DataFrame, k: int, valid_path: Path) -> None:
@@ -414,6 +415,7 @@ def signature(cfg: Config, raw: Path) -> dict:
     return {
         "data": cfg.to_dict()["data"],
         "files": {str(p.resolve()): [p.stat().st_size, p.stat().st_mtime_ns] for p in files},
+        "pseudo": pseudo.signature(cfg),  # a retrained teacher relabels the test rows
     }
 
 

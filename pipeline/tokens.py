@@ -104,7 +104,8 @@ def ensure_tokenizer(cfg: Config, table, test, meta: dict, folder: Path | None =
         note = {"table_digest": meta["table_digest"], "test_digest": meta["test_digest"], "vocab": cfg.model.tiny.vocab}
         stamp = Path(source) / "trained_on.json"
         if not stamp.exists() or read_json(stamp) != note:
-            texts = list(table["text"]) + list(test["text"])
+            # pseudo-labelled rows are test texts already counted: the tokenizer stays the teacher's
+            texts = list(table.loc[table["source"] != "pseudo", "text"]) + list(test["text"])
             n = len(set().union(*texts))
             # the unigram model needs a piece for every distinct character of the texts
             if cfg.model.tiny.vocab < n + len(modeling.SPECIALS):
