@@ -6,8 +6,9 @@ Writes  models/<blend>/fold<k>/oof.csv    fold k's rows, blended with weights fi
         models/<blend>/fold<k>/test.csv   the members' fold-k test predictions, blended with those weights
         models/<blend>/fold<k>/done.json  members, weights and a digest of the members' digests
         models/<blend>/oof.csv, cv.json, cv.png   the report of `make cv`, plus members and weights
-        submissions/<blend>.csv           weights fit on all OOF, on each member's fold-ensembled test
-                                          predictions; checked like any submission
+        submissions/<blend>.csv           weights fit on all OOF, on each member's test predictions
+                                          (its folds ensembled first, by predict.ensemble); checked like
+                                          any submission
 
 Each member's predictions are rank-normalised to [0, 1] (AUC only sees order, and members on other
 scales then count alike); the blend is a weighted mean of those ranks, weights non-negative and summing

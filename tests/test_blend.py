@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import SCALE, make_cfg
 from experiments import ids_of_test, sample_submission, validation, write_experiment
 
-from pipeline import blend, config, metrics, predict
+from pipeline import baseline, blend, config, data, metrics, predict
 from pipeline.blend import BlendError
 from pipeline.io import read_json
 
@@ -189,3 +190,22 @@ def test_make_blend_passes_the_members() -> None:
         ["make", "-n", "blend", "BLEND= exp1  exp2 ", "ARGS=blend.step=0.1"], cwd=ROOT, capture_output=True, text=True
     ).stdout
     assert "-m pipeline.blend --config sample blend.members=exp1,exp2 blend.step=0.1" in out
+
+
+def test_blend_of_two_baselines_on_the_sample(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """End to end on the stages' own files: two TF-IDF experiments on the sample, blended through main()."""
+    common = [f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'subs'}"]
+    for name, negatives in (("wide", 300), ("narrow", 30)):
+        cfg = make_cfg(tmp_path, f"name={name}", f"data.english_negatives={negatives}", *common)
+        data.prepare(cfg, log=lambda *_: None)
+        baseline.run(cfg)
+    capsys.readouterr()
+    args = [f"input_dir={tmp_path / 'input'}", f"data.sample_scale={SCALE}"]
+    assert blend.main([*args, *common, "blend.members=wide-tfidf,narrow-tfidf"]) == 0
+    out = capsys.readouterr().out
+    assert "wide-tfidf" in out and "narrow-tfidf" in out and "blend, nested (honest)" in out
+    sub = pd.read_csv(tmp_path / "subs" / "wide-tfidf+narrow-tfidf.csv", dtype={"id": str}, keep_default_na=False)
+    sample = pd.read_csv(data.raw_dir(cfg) / data.SUBMISSION, dtype={"id": str}, keep_default_na=False)
+    assert list(sub["id"]) == list(sample["id"]) and sub["toxic"].between(0, 1).all()
+    cv = read_json(tmp_path / "models" / "wide-tfidf+narrow-tfidf" / "cv.json")
+    assert cv["rows"] == len(data.load_table(cfg)[0].query("fold >= 0"))
