@@ -80,7 +80,7 @@ def fit_weights(ranks: np.ndarray, y: np.ndarray, step: float = 0.05) -> np.ndar
     if m == 1:
         return w
     grid = np.linspace(0.0, 1.0, int(round(1.0 / step)) + 1)
-    best = metrics.auc(y, ranks @ w)
+    best = metrics.auc(y, mix(ranks, w))
     for _ in range(50):  # a bound that is never reached in practice: each round must raise the AUC
         moved = False
         for j in range(m):
@@ -88,12 +88,18 @@ def fit_weights(ranks: np.ndarray, y: np.ndarray, step: float = 0.05) -> np.ndar
             share = rest / rest.sum() if rest.sum() > 0 else np.full(m - 1, 1.0 / (m - 1))
             for t in grid:
                 cand = np.insert(share * (1.0 - t), j, t)
-                a = metrics.auc(y, ranks @ cand)
+                a = metrics.auc(y, mix(ranks, cand))
                 if a > best + 1e-12:  # strictly better only: ties keep the earlier, more even weights
                     best, w, moved = a, cand, True
         if not moved:
             break
     return w
+
+
+def mix(ranks: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The weighted mean of the members' ranks, rounded to 10 decimals: sums of ranks tie often, and
+    float noise (1e-16) would break those ties differently once a CSV has rounded it, changing the AUC."""
+    return np.round(ranks @ w, 10)
 
 
 def nested_weights(ranks: np.ndarray, y: np.ndarray, folds: np.ndarray, step: float) -> dict[int, np.ndarray]:
@@ -105,7 +111,7 @@ def apply_weights(ranks: np.ndarray, folds: np.ndarray, fold_weights: dict[int, 
     """Each row blended with its own fold's weights."""
     out = np.empty(len(ranks))
     for k, w in fold_weights.items():
-        out[folds == k] = ranks[folds == k] @ w
+        out[folds == k] = mix(ranks[folds == k], w)
     return out
 
 
@@ -127,6 +133,14 @@ def blend_name(cfg: Config, names: list[str]) -> str:
     if name in names:
         raise BlendError(f"blend.name={name!r} is a member's name; choose another so the member is kept")
     return name
+
+
+def check_replaceable(exp: Path) -> None:
+    """The blend rewrites its whole folder: refuse a folder that holds an experiment, not an earlier blend."""
+    if (exp / "pipeline.yaml").exists() or any(
+        "members" not in read_json(d / "done.json") for d in metrics.fold_dirs(exp)
+    ):
+        raise BlendError(f"{exp} holds an experiment, not a blend; choose another blend.name")
 
 
 def maker(name: str, done: dict) -> str:
@@ -199,6 +213,16 @@ def digest(members: list[Member], weights, step: float) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def test_auc(raw: Path, sub: pd.DataFrame) -> float | None:
+    """The submission's AUC on the competition's test_labels.csv (id, toxic; -1 unscored), where present."""
+    path = raw / "test_labels.csv"
+    if not path.exists():
+        return None
+    labels = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
+    scored = labels[labels["toxic"].isin([0, 1])].merge(sub, on="id", suffixes=("", "_pred"))
+    return metrics.auc(scored["toxic"], scored["toxic_pred"])
+
+
 def per_lang_table(rows: list[tuple[str, str, pd.Series]], oof: pd.DataFrame) -> str:
     """Name, weight and OOF AUC overall and per language for each (name, weight, predictions)."""
     langs = sorted(oof["lang"].unique())
@@ -218,6 +242,7 @@ def run(cfg: Config) -> dict:
     names = member_names(cfg)
     name = blend_name(cfg, names)
     models = Path(cfg.models_dir)
+    check_replaceable(models / name)
     members = [load_member(models, n) for n in names]
     ids = check_aligned(members)
     sample_path = data_mod.raw_dir(cfg) / data_mod.SUBMISSION
@@ -233,7 +258,7 @@ def run(cfg: Config) -> dict:
     oof["pred"] = apply_weights(ranks, folds, fold_weights)
 
     on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
-    sub = predict.check_submission(pd.DataFrame({"id": ids, "toxic": on_test @ weights}), sample)
+    sub = predict.check_submission(pd.DataFrame({"id": ids, "toxic": mix(on_test, weights)}), sample)
 
     exp = models / name
     minutes = round(sum(d.get("minutes", 0) for m in members for d in m.done.values()), 2)
@@ -246,21 +271,29 @@ def run(cfg: Config) -> dict:
             "fold_weights": {k: dict(zip(names, [round(float(x), 4) for x in w])) for k, w in fold_weights.items()},
             "member_oof_auc": {m.name: metrics.auc(m.oof["toxic"], m.oof["pred"]) for m in members},
             "member_digests": {m.name: {k: d.get("digest") for k, d in m.done.items()} for m in members},
-            "oof_auc_in_sample": metrics.auc(y, ranks @ weights),  # optimistic: weights fit on the rows scored
+            "oof_auc_in_sample": metrics.auc(y, mix(ranks, weights)),  # optimistic: weights fit on the rows scored
             "step": cfg.blend.step,
             "members_minutes": minutes,
         }
+        on_labels = test_auc(data_mod.raw_dir(cfg), sub)
+        if on_labels is not None:
+            summary["test_auc"] = on_labels
         write_csv(tmp / "oof.csv", oof)
         write_json(tmp / "cv.json", summary)
         metrics.plot(oof, summary, tmp / "cv.png")
     write_csv(Path(cfg.submissions_dir) / f"{name}.csv", sub)
 
     rows = [(m.name, f"{w:.2f}", m.oof["pred"]) for m, w in zip(members, weights)]
-    rows += [("blend, nested (honest)", "", oof["pred"]), ("blend, all-OOF weights", "", pd.Series(ranks @ weights))]
+    rows += [
+        ("blend, nested (honest)", "", oof["pred"]),
+        ("blend, all-OOF weights", "", pd.Series(mix(ranks, weights))),
+    ]
     print(per_lang_table(rows, oof))
     print(
         f"blend {name}: OOF AUC {summary['oof_auc']:.4f} (best member "
-        f"{max(summary['blend']['member_oof_auc'].values()):.4f}), {time.perf_counter() - start:.1f} s -> "
+        f"{max(summary['blend']['member_oof_auc'].values()):.4f})"
+        + (f", test AUC {summary['test_auc']:.4f}" if "test_auc" in summary else "")
+        + f", {time.perf_counter() - start:.1f} s -> "
         f"{exp}/cv.json, cv.png, {Path(cfg.submissions_dir) / (name + '.csv')}"
     )
     return summary
@@ -275,7 +308,7 @@ def write_folds(
         rows = oof[oof["fold"] == k]
         on_test = np.column_stack([rank01(fold_test(m, k, ids)) for m in members])
         write_csv(out / f"fold{k}" / "oof.csv", rows)
-        write_csv(out / f"fold{k}" / "test.csv", pd.DataFrame({"id": ids, "toxic": on_test @ w}))
+        write_csv(out / f"fold{k}" / "test.csv", pd.DataFrame({"id": ids, "toxic": mix(on_test, w)}))
         done[k] = {
             "fold": k,
             "digest": digest(members, w, step),

@@ -106,6 +106,8 @@ def test_oracle_on_one_fold_gets_no_credit_for_it() -> None:
 def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     rows, made = two_members(tmp_path)
     cfg = cfg_for(tmp_path, "blend.members=[a,b]")
+    labels = pd.DataFrame({"id": ids_of_test(), "toxic": np.arange(90) % 3 - 1})  # -1: not scored
+    labels.to_csv(tmp_path / "raw" / "test_labels.csv", index=False)
     summary = blend.run(cfg)
     out = capsys.readouterr().out
     exp = tmp_path / "models" / "a+b"
@@ -141,6 +143,8 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     w = np.array([cv["blend"]["weights"]["a"], cv["blend"]["weights"]["b"]])
     tests = [blend.rank01(predict.ensemble(list(made["test"][n].values()))) for n in ("a", "b")]
     np.testing.assert_allclose(sub.set_index("id").loc[ids_of_test(), "toxic"], w @ np.vstack(tests), atol=1e-4)
+    scored = labels[labels["toxic"] >= 0].merge(sub, on="id")
+    assert cv["test_auc"] == pytest.approx(metrics.auc(scored["toxic_x"], scored["toxic_y"]))
 
     # printed: each member beside the blend, per language
     assert "OOF AUC" in out and all(f" {lg}" in out for lg in ("es", "it", "tr"))
@@ -156,6 +160,10 @@ def test_blend_name_and_refusals(tmp_path: Path) -> None:
         blend.run(cfg_for(tmp_path, "blend.members=[a]"))
     with pytest.raises(BlendError, match="member's name"):
         blend.run(cfg_for(tmp_path, "blend.members=[a,b]", "blend.name=a"))
+    write_experiment(tmp_path / "models", "other", rows, rows["toxic"].to_numpy(), None)
+    with pytest.raises(BlendError, match="holds an experiment"):  # its folder would be replaced
+        blend.run(cfg_for(tmp_path, "blend.members=[a,b]", "blend.name=other"))
+    assert (tmp_path / "models" / "other" / "fold0" / "oof.csv").exists()
     with pytest.raises(BlendError, match="'nope'.*make train"):
         blend.run(cfg_for(tmp_path, "blend.members=[a,nope]"))
 
