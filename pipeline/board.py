@@ -28,14 +28,28 @@ BOARD = "board.md"
 
 
 def summary_of(exp: Path) -> dict | None:
-    """cv.json, or the same summary computed from the completed folds; None for a folder with neither."""
+    """cv.json, or the same summary computed from the completed folds; None for a folder with neither.
+
+    Folds without OOF rows (a stage-1 run on the training-only rows, fold -1) count as done, without AUC."""
     if (exp / "cv.json").exists():
         return read_json(exp / "cv.json")
     dirs = metrics.fold_dirs(exp)
     if not dirs:
         return None
-    oof = pd.concat([pd.read_csv(d / "oof.csv", dtype={"id": str}, keep_default_na=False) for d in dirs])
-    return metrics.cv_summary(oof, {int(d.name[4:]): read_json(d / "done.json") for d in dirs})
+    done = {int(d.name[4:]): read_json(d / "done.json") for d in dirs}
+    scored = [d for d in dirs if (d / "oof.csv").exists()]
+    if not scored:
+        return {"oof_auc": math.nan, "per_lang": {}, "folds": {}, "fold_details": done}
+    oof = pd.concat([pd.read_csv(d / "oof.csv", dtype={"id": str}, keep_default_na=False) for d in scored])
+    return metrics.cv_summary(oof, done)
+
+
+def folds_done(summary: dict, total) -> str:
+    """`3/5` folds complete of data.folds; a run on the training-only rows alone (fold -1) is `stage 1`."""
+    done = [int(k) for k in summary.get("fold_details", {}) or summary["folds"]]
+    if done == [-1]:
+        return "stage 1"
+    return f"{sum(k >= 0 for k in done)}/{total}"
 
 
 def settings(exp: Path, summary: dict) -> dict:
@@ -77,7 +91,7 @@ def rows(models: Path) -> list[dict]:
                 "name": exp.name,
                 "oof": summary["oof_auc"],
                 "per_lang": summary["per_lang"],
-                "folds": f"{len(summary['folds'])}/{s.pop('folds_total')}",
+                "folds": folds_done(summary, s.pop("folds_total")),
                 "minutes": minutes,
                 "test": summary.get("test_auc"),
                 **s,

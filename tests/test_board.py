@@ -19,7 +19,8 @@ def noisy(y: np.ndarray, scale: float, seed: int) -> np.ndarray:
 
 def make_models(tmp_path: Path) -> Path:
     """A trained experiment (pipeline.yaml, 2 of 5 folds, a test AUC), a TF-IDF baseline, a blend of the
-    two, one experiment with folds but no cv.json yet, and a folder that is no experiment."""
+    two, one experiment with folds but no cv.json yet, a stage-1 run (fold -1 alone, no OOF) and a folder
+    that is no experiment."""
     models = tmp_path / "models"
     rows = validation(600)
     y = rows["toxic"].to_numpy()
@@ -38,6 +39,8 @@ def make_models(tmp_path: Path) -> Path:
     partial = rows[rows["fold"] < 2]
     write_experiment(models, "partial", partial, noisy(partial["toxic"].to_numpy(), 3.0, 3), None)
     config.save(config.load("sample", ["name=partial"]), models / "partial" / "pipeline.yaml")
+    write_json(models / "stage1" / "fold-1" / "done.json", {"fold": -1, "epochs": 2, "minutes": 4.0})
+    config.save(config.load("sample", ["name=stage1"]), models / "stage1" / "pipeline.yaml")
     (models / "bench").mkdir()
     (models / "bench" / "xlm-roberta-base.md").write_text("a table\n")
     return models
@@ -51,10 +54,10 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
 
     lines = text.splitlines()[2:]
     names = [line.split("|")[1].strip() for line in lines]
-    assert sorted(names) == ["partial", "xlmr", "xlmr+xlmr-tfidf", "xlmr-tfidf"]  # bench is no experiment
-    oof = [float(line.split("|")[2]) for line in lines]
+    assert sorted(names) == ["partial", "stage1", "xlmr", "xlmr+xlmr-tfidf", "xlmr-tfidf"]  # bench is none
+    oof = [float(line.split("|")[2]) for line in lines[:-1]]
     assert oof == sorted(oof, reverse=True)  # best OOF first
-    assert names[-1] == "partial"  # the noisiest
+    assert names[-2:] == ["partial", "stage1"]  # the noisiest, then the one without OOF
 
     head = [c.strip() for c in text.splitlines()[0].split("|")[1:-1]]
     assert head[:6] == ["experiment", "OOF AUC", "es", "it", "tr", "folds"]
@@ -75,6 +78,8 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     w = read_json(models / "xlmr+xlmr-tfidf" / "cv.json")["blend"]["weights"]
     assert row["xlmr+xlmr-tfidf"]["model"] == f"blend: xlmr {w['xlmr']:.2f} + xlmr-tfidf {w['xlmr-tfidf']:.2f}"
     assert row["xlmr+xlmr-tfidf"]["minutes"] == "15.0"  # its members' minutes
+    assert row["stage1"]["folds"] == "stage 1" and row["stage1"]["OOF AUC"] == "-"
+    assert row["stage1"]["minutes"] == "4.0"
     assert not (models / "partial" / "cv.json").exists()  # the board reads, it does not write experiments
 
 
