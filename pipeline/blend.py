@@ -81,7 +81,7 @@ def fit_weights(ranks: np.ndarray, y: np.ndarray, step: float = 0.05) -> np.ndar
         return w
     grid = np.linspace(0.0, 1.0, int(round(1.0 / step)) + 1)
     best = metrics.auc(y, mix(ranks, w))
-    for _ in range(50):  # a bound that is never reached in practice: each round must raise the AUC
+    for _ in range(50):  # a safety bound: a round that moves raises the AUC, so the search ends well before
         moved = False
         for j in range(m):
             rest = np.delete(w, j)
@@ -125,6 +125,8 @@ def member_names(cfg: Config) -> list[str]:
     dup = [n for n in names if names.count(n) > 1]
     if dup:
         raise BlendError(f"blend.members names {dup[0]!r} twice")
+    if not 0 < cfg.blend.step <= 0.5:
+        raise BlendError(f"blend.step={cfg.blend.step:g}: the weight grid step must be in (0, 0.5], e.g. 0.05")
     return names
 
 

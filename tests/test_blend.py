@@ -158,6 +158,8 @@ def test_blend_name_and_refusals(tmp_path: Path) -> None:
 
     with pytest.raises(BlendError, match="two or more"):
         blend.run(cfg_for(tmp_path, "blend.members=[a]"))
+    with pytest.raises(BlendError, match="blend.step=0"):
+        blend.run(cfg_for(tmp_path, "blend.members=[a,b]", "blend.step=0"))
     with pytest.raises(BlendError, match="member's name"):
         blend.run(cfg_for(tmp_path, "blend.members=[a,b]", "blend.name=a"))
     write_experiment(tmp_path / "models", "other", rows, rows["toxic"].to_numpy(), None)
