@@ -291,6 +291,8 @@ def run(cfg: Config) -> dict:
         ("blend, all-OOF weights", "", pd.Series(mix(ranks, weights))),
     ]
     print(per_lang_table(rows, oof))
+    per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in fold_weights.items())
+    print(f"weights fit without each fold (fold: {' '.join(names)}): {per_fold}")
     print(
         f"blend {name}: OOF AUC {summary['oof_auc']:.4f} (best member "
         f"{max(summary['blend']['member_oof_auc'].values()):.4f})"
