@@ -2,19 +2,22 @@
 # ARGS adds key=value overrides, e.g.  make train CONFIG=xlmr-large ARGS="train.folds=[0]"
 CONFIG ?= sample
 ARGS ?=
+BLEND ?=
 GPUS ?= 1
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN = $(PY) -m
+comma := ,
+space := $(subst ,, )
 # GPUS>1 launches one process per device through torchrun (DDP); see README "More than one GPU"
 ifneq ($(GPUS),1)
 RUN = $(VENV)/bin/torchrun --standalone --nproc_per_node=$(GPUS) -m
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help data train predict cv baseline bench bench-gpu kernel kernel-output kernel-status submit submissions test lint clean venv
+.PHONY: help data train predict cv baseline blend board bench bench-gpu kernel kernel-output kernel-status submit submissions test lint clean venv
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -42,6 +45,12 @@ cv: $(STAMP) ## fold and per-language AUC of what has been trained so far
 
 baseline: $(STAMP) ## TF-IDF + logistic regression on the same folds, side by side with the trained model
 	$(PY) -m pipeline.baseline --config $(CONFIG) $(ARGS)
+
+blend: $(STAMP) ## BLEND="exp1 exp2 ...": rank-average with weights fit on OOF (nested); submissions/<blend>.csv
+	$(PY) -m pipeline.blend --config $(CONFIG) $(if $(strip $(BLEND)),blend.members=$(subst $(space),$(comma),$(strip $(BLEND)))) $(ARGS)
+
+board: $(STAMP) ## every experiment and blend under models/, best OOF first; models/board.md
+	$(PY) -m pipeline.board --config $(CONFIG) $(ARGS)
 
 bench: $(STAMP) ## peak memory and speed of each memory technique, side by side with HF Trainer
 	$(PY) -m pipeline.bench --config $(CONFIG) $(ARGS)

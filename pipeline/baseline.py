@@ -1,80 +1,135 @@
 """`make baseline`: TF-IDF character n-grams + logistic regression on the same folds and rows.
 
-Reads   input/prepared/<name>/folds.csv
-Writes  models/<name>-tfidf/fold<k>/oof.csv, done.json and the same cv.json / cv.png as `make train`
+Reads   input/prepared/<name>/folds.csv and test.csv
+Writes  models/<name>-tfidf/fold<k>/oof.csv    the fold's validation rows with their predictions
+        models/<name>-tfidf/fold<k>/test.csv   that fold's model on the test table (id, toxic)
+        models/<name>-tfidf/fold<k>/done.json  written last; fields as a trained fold's where they apply
+        models/<name>-tfidf/cv.json, cv.png, oof.csv   the same report as `make train`
 
 A yardstick for the transformer: the same training rows (other folds and fold -1) and the same
 validation rows, so the two OOF AUCs compare directly. Printed side by side with models/<name>/cv.json
-when that exists.
+when that exists. Its folders are laid out like a trained experiment's, so `make blend` can use it as a
+member. A fold complete with the same tables and settings (its done.json digest) is not fitted again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import fingerprint, metrics
-from pipeline.errors import run_stage
+from pipeline import lineage, metrics
+from pipeline.errors import PipelineError, run_stage
 from pipeline.io import read_json, write_csv, write_json
 
-RECIPE = "char_wb 2-5 grams, min_df 2, sublinear tf, 400k features; liblinear logistic regression C=4"
+MODEL = "tfidf+lr"  # the `model` field of its done.json: what `make board` shows
+VECTORIZER = {"analyzer": "char_wb", "ngram_range": (2, 5), "min_df": 2, "sublinear_tf": True, "max_features": 400_000}
+CLASSIFIER = {"C": 4.0, "max_iter": 2000, "solver": "liblinear"}
 
 
-def fit_predict(train_text, train_y, valid_text, seed: int) -> np.ndarray:
-    vectorizer = TfidfVectorizer(
-        analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True, max_features=400_000, dtype=np.float32
-    )
+def fit_predict(train_text, train_y, predict_texts, seed: int) -> list[np.ndarray]:
+    """Fit on the training texts; the probability of toxic for each of `predict_texts` (a list of text columns)."""
+    vectorizer = TfidfVectorizer(**VECTORIZER, dtype=np.float32)
     x_train = vectorizer.fit_transform(train_text)
-    model = LogisticRegression(C=4.0, max_iter=2000, solver="liblinear", random_state=seed)
+    model = LogisticRegression(**CLASSIFIER, random_state=seed)
     model.fit(x_train, train_y)
-    return model.predict_proba(vectorizer.transform(valid_text))[:, 1]
+    return [model.predict_proba(vectorizer.transform(texts))[:, 1] for texts in predict_texts]
+
+
+def baseline_digest(meta: dict, seed: int) -> str:
+    """What a fold's result depends on: the prepared tables, the model's settings and the seed."""
+    blob = json.dumps(
+        {
+            "model": MODEL,
+            "vectorizer": VECTORIZER,
+            "classifier": CLASSIFIER,
+            "seed": seed,
+            "table": meta.get("table_digest"),
+            "test": meta.get("test_digest"),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def is_complete(fold_dir: Path, digest: str) -> bool:
+    done = fold_dir / "done.json"
+    return (
+        done.exists()
+        and read_json(done).get("digest") == digest
+        and (fold_dir / "oof.csv").exists()
+        and (fold_dir / "test.csv").exists()
+    )
+
+
+def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path, digest: str, seed: int) -> dict:
+    """Fit on every row outside `fold`; write the fold's OOF and test predictions, then done.json."""
+    start = time.perf_counter()
+    train = table.iloc[lineage.training_rows(table, fold)]  # the other folds, training-only and own pseudo rows
+    valid = table[table["fold"] == fold]
+    oof, on_test = fit_predict(train["text"], train["toxic"], [valid["text"], test["text"]], seed)
+    write_csv(fold_dir / "oof.csv", valid[["id", "lang", "toxic", "fold"]].assign(pred=oof))
+    write_csv(fold_dir / "test.csv", pd.DataFrame({"id": test["id"], "toxic": on_test}))
+    result = {
+        "fold": fold,
+        "digest": digest,
+        "model": MODEL,
+        "epochs": 1,
+        "best_epoch": 1,
+        "auc": metrics.auc(valid["toxic"], oof),
+        "auc_per_lang": metrics.auc_by_lang(valid["toxic"], oof, valid["lang"]),
+        "minutes": round((time.perf_counter() - start) / 60, 2),
+    }
+    write_json(fold_dir / "done.json", result)  # last: its presence means the fold is complete
+    return result
+
+
+def compare(cfg, summary: dict) -> None:
+    """The transformer's OOF beside the baseline's, when models/<name>/cv.json exists."""
+    xlmr = Path(metrics.experiment_dir(cfg)) / "cv.json"
+    if not xlmr.exists():
+        return
+    other = read_json(xlmr)
+    langs = list(summary["per_lang"])
+    print(f"\n{'model':<12} {'OOF AUC':>8} " + " ".join(f"{lg:>6}" for lg in langs) + f" {'minutes':>8}")
+    for name, s in ((cfg.model.name, other), (MODEL, summary)):
+        minutes = sum(d.get("minutes", 0) for d in s["fold_details"].values())
+        per = " ".join(f"{s['per_lang'].get(lg, float('nan')):>6.4f}" for lg in langs)
+        print(f"{name:<12} {s['oof_auc']:>8.4f} {per} {minutes:>8.1f}")
 
 
 def run(cfg) -> dict:
-    table, _, meta = data_mod.load_table(cfg)
+    table, test, meta = data_mod.load_table(cfg)
     base = replace(cfg, name=f"{cfg.name}-tfidf")
-    # the same table and the same recipe make the same folds (the recipe is this module's code)
-    digest = fingerprint.fold_fingerprint(base, meta, data_mod.prepared_dir(cfg), model={"tfidf": RECIPE})
     exp = metrics.experiment_dir(base)
-    for fold in list(cfg.train.folds) or range(cfg.data.folds):
-        start = time.perf_counter()
-        train = table[table["fold"] != fold]
-        valid = table[table["fold"] == fold]
-        preds = fit_predict(train["text"], train["toxic"], valid["text"], cfg.train.seed)
+    k = cfg.data.folds
+    folds = list(cfg.train.folds) or list(range(k))
+    bad = [f for f in folds if not 0 <= f < k]
+    if bad:
+        raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k})")
+    digest = baseline_digest(meta, cfg.train.seed)
+    for fold in folds:
         fold_dir = exp / f"fold{fold}"
-        write_csv(fold_dir / "oof.csv", valid[["id", "lang", "toxic", "fold"]].assign(pred=preds))
-        a = metrics.auc(valid["toxic"], preds)
-        minutes = (time.perf_counter() - start) / 60
-        write_json(
-            fold_dir / "done.json",
-            {"fold": fold, "digest": digest, "epochs": 1, "auc": a, "minutes": round(minutes, 2)},
-        )
-        print(f"tfidf fold {fold}: AUC {a:.4f} ({minutes:.1f} min)")
+        if is_complete(fold_dir, digest):
+            auc = read_json(fold_dir / "done.json")["auc"]
+            print(f"tfidf fold {fold}: complete with these settings (AUC {auc:.4f}); skipped")
+            continue
+        result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed)
+        print(f"tfidf fold {fold}: AUC {result['auc']:.4f} ({result['minutes']:.1f} min)")
     summary = metrics.cv_report(base, digest)
     print(metrics.format_table(summary))
-    xlmr = Path(metrics.experiment_dir(cfg)) / "cv.json"
-    if xlmr.exists():
-        other = read_json(xlmr)
-        langs = list(summary["per_lang"])
-        minutes = sum(d.get("minutes", 0) for d in other["fold_details"].values())
-        print(f"\n{'model':<12} {'OOF AUC':>8} " + " ".join(f"{lg:>6}" for lg in langs) + f" {'minutes':>8}")
-        for name, s, m in (
-            (cfg.model.name, other, minutes),
-            ("tfidf+lr", summary, sum(d["minutes"] for d in summary["fold_details"].values())),
-        ):
-            print(
-                f"{name:<12} {s['oof_auc']:>8.4f} "
-                + " ".join(f"{s['per_lang'][lg]:>6.4f}" for lg in langs)
-                + f" {m:>8.1f}"
-            )
+    print(f"wrote {exp}/cv.json, cv.png, oof.csv and fold<k>/test.csv")
+    compare(cfg, summary)
     return summary
 
 

@@ -100,6 +100,15 @@ class PredictConfig:
 
 
 @dataclass(frozen=True)
+class BlendConfig:
+    """`make blend`: experiments combined with rank-average weights fit on their OOF (see pipeline/blend.py)."""
+
+    members: tuple[str, ...] = ()  # experiment names under models/ (make blend BLEND="a b" sets this)
+    name: str = ""  # the blend's folder and submission name; "" means the members joined by "+"
+    step: float = 0.05  # weight grid step of the coordinate search on the simplex
+
+
+@dataclass(frozen=True)
 class KaggleConfig:
     """`make kernel`: the pipeline run in a Kaggle GPU notebook (see pipeline/kernel.py)."""
 
@@ -151,6 +160,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     predict: PredictConfig = field(default_factory=PredictConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
+    blend: BlendConfig = field(default_factory=BlendConfig)
     kaggle: KaggleConfig = field(default_factory=KaggleConfig)
 
     def to_dict(self) -> dict:

@@ -39,6 +39,12 @@ def experiment_dir(cfg: Config) -> Path:
     return Path(cfg.models_dir) / cfg.name
 
 
+def fold_dirs(exp: Path) -> list[Path]:
+    """Every fold folder with a done.json, in fold order (fold-1, a stage-1 model, first); no fingerprint check."""
+    dirs = [p.parent for p in exp.glob("fold*/done.json")]
+    return sorted(dirs, key=lambda p: int(p.name[4:]))
+
+
 def cv_summary(oof: pd.DataFrame, done: dict[int, dict]) -> dict:
     folds = {int(k): auc(g["toxic"], g["pred"]) for k, g in oof.groupby("fold")}
     return {

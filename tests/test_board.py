@@ -1,0 +1,88 @@
+"""`make board`: every experiment and blend under models/, best OOF first, also in models/board.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from experiments import sample_submission, validation, write_experiment
+
+from pipeline import blend, board, config, metrics
+from pipeline.errors import PipelineError
+from pipeline.io import read_json, write_json
+
+
+def noisy(y: np.ndarray, scale: float, seed: int) -> np.ndarray:
+    return y + np.random.default_rng(seed).normal(0, scale, len(y))
+
+
+def make_models(tmp_path: Path) -> Path:
+    """A trained experiment (pipeline.yaml, 2 of 5 folds, a test AUC), a TF-IDF baseline, a blend of the
+    two, one experiment with folds but no cv.json yet, a stage-1 run (fold -1 alone, no OOF) and a folder
+    that is no experiment."""
+    models = tmp_path / "models"
+    rows = validation(600)
+    y = rows["toxic"].to_numpy()
+    tests = {k: np.random.default_rng(k).random(90) for k in range(5)}
+    xlmr = write_experiment(models, "xlmr", rows, noisy(y, 1.0, 1), tests, effective_batch=64)
+    cfg = config.load("sample", ["name=xlmr", "model.max_length=256", "train.epochs=3", "train.lr=2e-5"])
+    config.save(cfg, xlmr / "pipeline.yaml")
+    tfidf = write_experiment(models, "xlmr-tfidf", rows, noisy(y, 0.7, 2), tests, model="tfidf+lr")
+    for exp in (xlmr, tfidf):
+        metrics.cv_report(config.load("sample", [f"models_dir={models}", f"name={exp.name}"]), f"{exp.name}-digest")
+    cv = read_json(xlmr / "cv.json")
+    write_json(xlmr / "cv.json", {**cv, "test_auc": 0.8765})
+    sample_submission(tmp_path / "raw")
+    overrides = [f"models_dir={models}", f"submissions_dir={tmp_path / 'subs'}", "data.source=dir"]
+    blend.run(config.load("sample", [*overrides, f"data.dir={tmp_path / 'raw'}", "blend.members=[xlmr,xlmr-tfidf]"]))
+    partial = rows[rows["fold"] < 2]
+    write_experiment(models, "partial", partial, noisy(partial["toxic"].to_numpy(), 3.0, 3), None)
+    config.save(config.load("sample", ["name=partial"]), models / "partial" / "pipeline.yaml")
+    write_json(models / "stage1" / "fold-1" / "done.json", {"fold": -1, "epochs": 2, "minutes": 4.0})
+    config.save(config.load("sample", ["name=stage1"]), models / "stage1" / "pipeline.yaml")
+    (models / "bench").mkdir()
+    (models / "bench" / "xlm-roberta-base.md").write_text("a table\n")
+    return models
+
+
+def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    models = make_models(tmp_path)
+    text = board.run(config.load("sample", [f"models_dir={models}"]))
+    out = capsys.readouterr().out
+    assert text in out and (models / "board.md").read_text().count(text) == 1
+
+    lines = text.splitlines()[2:]
+    names = [line.split("|")[1].strip() for line in lines]
+    assert sorted(names) == ["partial", "stage1", "xlmr", "xlmr+xlmr-tfidf", "xlmr-tfidf"]  # bench is none
+    oof = [float(line.split("|")[2]) for line in lines[:-1]]
+    assert oof == sorted(oof, reverse=True)  # best OOF first
+    assert names[-2:] == ["partial", "stage1"]  # the noisiest, then the one without OOF
+
+    head = [c.strip() for c in text.splitlines()[0].split("|")[1:-1]]
+    assert head[:6] == ["experiment", "OOF AUC", "es", "it", "tr", "folds"]
+    row = {n: dict(zip(head, [c.strip() for c in line.split("|")[1:-1]])) for n, line in zip(names, lines)}
+    cv = read_json(models / "xlmr" / "cv.json")
+    assert row["xlmr"]["OOF AUC"] == f"{cv['oof_auc']:.4f}" and row["xlmr"]["es"] == f"{cv['per_lang']['es']:.4f}"
+    assert row["xlmr"]["test AUC"] == "0.8765" and row["xlmr-tfidf"]["test AUC"] == "-"
+    assert row["xlmr"]["folds"] == "5/5" and row["partial"]["folds"] == "2/5"  # folds done of data.folds
+    assert row["xlmr"]["minutes"] == "7.5" and row["partial"]["minutes"] == "3.0"  # 1.5 a fold
+    assert [row["xlmr"][k] for k in ("model", "max_len", "epochs", "lr", "batch")] == [
+        "tiny",
+        "256",
+        "3",
+        "2e-05",
+        "64",
+    ]
+    assert row["xlmr-tfidf"]["model"] == "tfidf+lr" and row["xlmr-tfidf"]["lr"] == "-"
+    w = read_json(models / "xlmr+xlmr-tfidf" / "cv.json")["blend"]["weights"]
+    assert row["xlmr+xlmr-tfidf"]["model"] == f"blend: xlmr {w['xlmr']:.2f} + xlmr-tfidf {w['xlmr-tfidf']:.2f}"
+    assert row["xlmr+xlmr-tfidf"]["minutes"] == "15.0"  # its members' minutes
+    assert row["stage1"]["folds"] == "stage 1" and row["stage1"]["OOF AUC"] == "-"
+    assert row["stage1"]["minutes"] == "4.0"
+    assert not (models / "partial" / "cv.json").exists()  # the board reads, it does not write experiments
+
+
+def test_board_with_nothing_to_list(tmp_path: Path) -> None:
+    with pytest.raises(PipelineError, match="nothing to list"):
+        board.run(config.load("sample", [f"models_dir={tmp_path / 'models'}"]))
