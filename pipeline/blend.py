@@ -215,16 +215,6 @@ def digest(members: list[Member], weights, step: float) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def test_auc(raw: Path, sub: pd.DataFrame) -> float | None:
-    """The submission's AUC on the competition's test_labels.csv (id, toxic; -1 unscored), where present."""
-    path = raw / "test_labels.csv"
-    if not path.exists():
-        return None
-    labels = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
-    scored = labels[labels["toxic"].isin([0, 1])].merge(sub, on="id", suffixes=("", "_pred"))
-    return metrics.auc(scored["toxic"], scored["toxic_pred"])
-
-
 def per_lang_table(rows: list[tuple[str, str, pd.Series]], oof: pd.DataFrame) -> str:
     """Name, weight and OOF AUC overall and per language for each (name, weight, predictions)."""
     langs = sorted(oof["lang"].unique())
@@ -277,9 +267,10 @@ def run(cfg: Config) -> dict:
             "step": cfg.blend.step,
             "members_minutes": minutes,
         }
-        on_labels = test_auc(data_mod.raw_dir(cfg), sub)
-        if on_labels is not None:
-            summary["test_auc"] = on_labels
+        raw = data_mod.raw_dir(cfg)
+        if (raw / predict.TEST_LABELS).exists():  # the same test score `make predict` gives an experiment
+            test = pd.read_csv(raw / data_mod.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
+            summary["test_auc"] = predict.test_score(raw, test, sub)
         write_csv(tmp / "oof.csv", oof)
         write_json(tmp / "cv.json", summary)
         metrics.plot(oof, summary, tmp / "cv.png")
@@ -296,7 +287,7 @@ def run(cfg: Config) -> dict:
     print(
         f"blend {name}: OOF AUC {summary['oof_auc']:.4f} (best member "
         f"{max(summary['blend']['member_oof_auc'].values()):.4f})"
-        + (f", test AUC {summary['test_auc']:.4f}" if "test_auc" in summary else "")
+        + (f", test AUC {summary['test_auc']['auc']:.4f}" if "test_auc" in summary else "")
         + f", {time.perf_counter() - start:.1f} s -> "
         f"{exp}/cv.json, cv.png, {Path(cfg.submissions_dir) / (name + '.csv')}"
     )

@@ -93,7 +93,7 @@ def rows(models: Path) -> list[dict]:
                 "per_lang": summary["per_lang"],
                 "folds": folds_done(summary, s.pop("folds_total")),
                 "minutes": minutes,
-                "test": summary.get("test_auc"),
+                "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
                 **s,
             }
         )

@@ -144,7 +144,7 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     tests = [blend.rank01(predict.ensemble(list(made["test"][n].values()))) for n in ("a", "b")]
     np.testing.assert_allclose(sub.set_index("id").loc[ids_of_test(), "toxic"], w @ np.vstack(tests), atol=1e-4)
     scored = labels[labels["toxic"] >= 0].merge(sub, on="id")
-    assert cv["test_auc"] == pytest.approx(metrics.auc(scored["toxic_x"], scored["toxic_y"]))
+    assert cv["test_auc"]["auc"] == pytest.approx(metrics.auc(scored["toxic_x"], scored["toxic_y"]))
 
     # printed: each member beside the blend, per language
     assert "OOF AUC" in out and all(f" {lg}" in out for lg in ("es", "it", "tr"))

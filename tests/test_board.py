@@ -32,7 +32,7 @@ def make_models(tmp_path: Path) -> Path:
     for exp in (xlmr, tfidf):
         metrics.cv_report(config.load("sample", [f"models_dir={models}", f"name={exp.name}"]), f"{exp.name}-digest")
     cv = read_json(xlmr / "cv.json")
-    write_json(xlmr / "cv.json", {**cv, "test_auc": 0.8765})
+    write_json(xlmr / "cv.json", {**cv, "test_auc": {"auc": 0.8765, "per_lang": {}, "rows": 90}})
     sample_submission(tmp_path / "raw")
     overrides = [f"models_dir={models}", f"submissions_dir={tmp_path / 'subs'}", "data.source=dir"]
     blend.run(config.load("sample", [*overrides, f"data.dir={tmp_path / 'raw'}", "blend.members=[xlmr,xlmr-tfidf]"]))
