@@ -55,4 +55,6 @@ def write_experiment(
 def sample_submission(raw: Path, n: int = 90) -> Path:
     """The competition's sample_submission.csv for `ids_of_test`, in reversed order (the blend must follow it)."""
     write_csv(raw / "sample_submission.csv", pd.DataFrame({"id": ids_of_test(n)[::-1], "toxic": 0.5}))
+    langs = np.resize(["es", "fr", "it", "pt", "ru", "tr"], n)
+    write_csv(raw / "test.csv", pd.DataFrame({"id": ids_of_test(n), "content": "x", "lang": langs}))
     return raw
