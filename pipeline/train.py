@@ -285,7 +285,14 @@ class FoldRun:
         if resume is not None and "model" in resume:
             self.model.load_state_dict(resume["model"])  # before DDP, which copies rank 0's weights everywhere
         self.net = wrap(self.model, d)
-        self.cfg = auto_fit(cfg, self.model, self.net, self.precision, d) if cfg.train.max_memory_gb > 0 else cfg
+        self.cfg = cfg
+        if resume is not None and "plan" in resume:  # the batch plan the saved steps count in, not a new fit
+            micro, accumulation = resume["plan"]
+            self.cfg = dataclasses.replace(
+                cfg, train=dataclasses.replace(cfg.train, micro_batch=micro, accumulation=accumulation)
+            )
+        elif cfg.train.max_memory_gb > 0:
+            self.cfg = auto_fit(cfg, self.model, self.net, self.precision, d)
         t = self.cfg.train
         self.optimizer = loop.make_optimizer(self.model, t, d.device)
         self.windows = len(loop.accumulation_windows(len(self.epoch_plan(0)), t.accumulation))
@@ -322,6 +329,7 @@ class FoldRun:
                 "digest": self.digest,
                 "token": os.urandom(8).hex(),  # tells a rank whether the file it sees is the one rank 0 saved
                 "world": self.d.world,
+                "plan": (self.cfg.train.micro_batch, self.cfg.train.accumulation),  # as auto-fit chose them
                 "epoch": p.epoch,
                 "step": vars(p.step).copy(),
                 "model": self.model.state_dict(),

@@ -309,3 +309,18 @@ def test_a_fold_with_one_class_is_refused(prepared) -> None:
     table.loc[table["fold"] == 1, "toxic"] = 0
     with pytest.raises(PipelineError, match="fold 1: its validation rows hold one class"):
         train.FoldRun(prepared, 1, table, None, None, distributed.Dist(), StopAt(1), "x")
+
+
+def test_a_resumed_fold_keeps_the_micro_batch_auto_fit_chose(prepared, monkeypatch) -> None:
+    """The saved steps count windows of the fitted plan: a resume must not fit again (memory may differ now)."""
+    from pipeline import memory
+
+    picks = iter([8, 2])  # the second fit would choose another micro-batch
+    monkeypatch.setattr(memory, "fit_micro_batch", lambda *a, **k: (next(picks), "fake"))
+    cfg = dataclasses.replace(prepared, train=dataclasses.replace(prepared.train, max_memory_gb=1.0))
+    with pytest.raises(train.Interrupted):
+        fold_run(cfg, StopAt(3)).run()
+    resumed = fold_run(cfg, StopAt(10**9))
+    assert (resumed.cfg.train.micro_batch, resumed.cfg.train.accumulation) == (8, 4)  # 16 x 2 fitted to 8 x 4
+    assert resumed.progress.step.window == 3
+    resumed.run()
