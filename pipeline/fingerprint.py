@@ -67,6 +67,17 @@ def settings(cfg: Config) -> dict:
     }
 
 
+def settings_differ(cfg: Config, saved: Path) -> str:
+    """The weight-changing settings in which `cfg` differs from a saved config, as 'key (here, there)'."""
+    if not saved.exists():
+        return ""
+    from pipeline import config as config_mod
+
+    ours, theirs = settings(cfg), settings(config_mod.load_file(saved))
+    keys = [(s, k) for s in ours for k in ours[s] if ours[s][k] != theirs[s].get(k)]
+    return ", ".join(f"{s}.{k} ({ours[s][k]!r} here, {theirs[s].get(k)!r} there)" for s, k in keys)
+
+
 def fold_fingerprint(cfg: Config, meta: dict, prepared: Path, model: dict | None = None) -> str:
     """The digest a complete fold's done.json must carry to count for this config and these inputs.
 

@@ -120,6 +120,9 @@ def usable_folds(cfg: Config, digest: str | None = None, what: str = "cv") -> li
     why = fingerprint.describe(left_out)
     if not dirs:
         hint = f" ({why})" if left_out else ""
+        differ = fingerprint.settings_differ(cfg, exp / "pipeline.yaml")
+        if differ:  # most often: this stage was run without the ARGS `make train` had
+            hint += f"; the settings differ from {exp}/pipeline.yaml in {differ}: give the same CONFIG and ARGS"
         raise PipelineError(f"no trained folds for these inputs and settings in {exp}{hint}; run `make train` first")
     if left_out:
         print(f"{what}: using {', '.join(d.name for d in dirs)}; left out {why}", file=sys.stderr)

@@ -187,3 +187,8 @@ def test_test_labels_give_a_test_auc_kept_in_cv_json(trained, tmp_path, capsys) 
 
 def sub_langs(raw: Path) -> set[str]:
     return set(pd.read_csv(raw / "test.csv", dtype=str, keep_default_na=False)["lang"])
+
+
+def test_a_stage_run_without_trains_args_names_the_settings_that_differ(trained) -> None:
+    with pytest.raises(PipelineError, match=r"differ from .*pipeline.yaml in train.lr \(0.002 here, 0.001 there\)"):
+        predict.run(cfg_of(trained.argv + ["train.lr=0.002"]))
