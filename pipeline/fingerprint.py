@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
 from pathlib import Path
 
 from pipeline import lineage
 from pipeline.config import Config
 from pipeline.errors import PipelineError
-from pipeline.io import file_digest, read_json
+from pipeline.io import file_digest, read_json, tree_digest
 
 # settings that never change a fold's weights (everything else in `train` and `model` does)
 NOT_WEIGHTS = {
@@ -32,21 +31,6 @@ NOT_WEIGHTS = {
 
 def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@lru_cache(maxsize=32)
-def _tree_digest(folder: str, mtimes: tuple) -> str:
-    root = Path(folder)
-    return _hash({name: file_digest(root / name) for name, _ in mtimes})
-
-
-def tree_digest(folder: Path | str, skip: tuple[str, ...] = ()) -> str:
-    """The content of every file under `folder` (relative names and bytes), whatever the folder is called."""
-    root = Path(folder)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name not in skip and not p.name.startswith("."))
-    # keyed on names, sizes and times too, so a large weights folder is read once per process
-    stamp = tuple((str(p.relative_to(root)), (p.stat().st_size, p.stat().st_mtime_ns)) for p in files)
-    return _tree_digest(str(root.resolve()), stamp)
 
 
 def model_identity(cfg: Config, prepared: Path) -> dict:

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from pipeline.errors import PipelineError
@@ -122,6 +123,22 @@ def file_digest(path: Path | str, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+@lru_cache(maxsize=32)
+def _tree_digest(folder: str, stamp: tuple) -> str:
+    root = Path(folder)
+    blob = json.dumps({name: file_digest(root / name) for name, _ in stamp}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def tree_digest(folder: Path | str, skip: tuple[str, ...] = ()) -> str:
+    """The content of every file under `folder` (relative names and bytes), whatever the folder is called."""
+    root = Path(folder)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name not in skip and not p.name.startswith("."))
+    # keyed on names, sizes and times too, so a large weights folder is read once per process
+    stamp = tuple((str(p.relative_to(root)), (p.stat().st_size, p.stat().st_mtime_ns)) for p in files)
+    return _tree_digest(str(root.resolve()), stamp)
 
 
 def check_free_space(folder: Path | str, need_bytes: int, what: str) -> None:
