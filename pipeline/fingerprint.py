@@ -62,12 +62,9 @@ def settings_differ(cfg: Config, saved: Path) -> str:
     return ", ".join(f"{s}.{k} ({ours[s][k]!r} here, {theirs[s].get(k)!r} there)" for s, k in keys)
 
 
-def fold_fingerprint(cfg: Config, meta: dict, prepared: Path, model: dict | None = None) -> str:
-    """The digest a complete fold's done.json must carry to count for this config and these inputs.
-
-    `model`: the identity of a model that is not a transformer (the TF-IDF baseline names its recipe).
-    """
-    model = model or model_identity(cfg, prepared)
+def fold_fingerprint(cfg: Config, meta: dict, prepared: Path) -> str:
+    """The digest a complete fold's done.json must carry to count for this config and these inputs."""
+    model = model_identity(cfg, prepared)
     return _hash({"table": meta["table_digest"], "model": model, "settings": settings(cfg)})
 
 
