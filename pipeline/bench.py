@@ -419,17 +419,6 @@ def run(cfg: Config, runner, log=print) -> dict:
     return summary
 
 
-def check_device(cfg: Config) -> None:
-    """A run meant for CUDA stops here, before any model or process, on a machine without it."""
-    import torch
-
-    if cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
-        raise PipelineError(
-            f"train.device={cfg.train.device}: no CUDA GPU here (torch {torch.__version__}); run this bench on "
-            "a CUDA machine, or `make bench` for the CPU table"
-        )
-
-
 def main(argv=None) -> int:
     p = config_mod.parser("Peak memory and speed of each memory technique, ours beside HF Trainer.")
     p.add_argument("--row", help=argparse.SUPPRESS)  # internal: run one row and print its JSON line
@@ -439,8 +428,7 @@ def main(argv=None) -> int:
         return 0
 
     def stage() -> None:
-        cfg = config_mod.from_args(args)
-        check_device(cfg)
+        cfg = config_mod.from_args(args)  # a CUDA device that is not there stops here (config.check_device)
         # every row's process gets the same resolved settings
         cfg_args = ["--config", args.config, *args.overrides, f"bench.seq_len={cfg.bench.seq_len}"]
         run(cfg, lambda spec: run_subprocess(cfg_args, spec))
