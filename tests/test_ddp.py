@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
+import time
+from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,47 +71,71 @@ def plan(world: int) -> list[list[np.ndarray]]:
     return loop.micro_steps(batches, world)
 
 
+HANG_S = 150  # a worker still running then is stuck: the whole run takes about 5 s alone, a minute on a busy CPU
+
+
 def _worker(rank: int, world: int, port: int, out: str) -> None:
+    # a hang leaves each rank's stacks in a file and ends the process, so the test fails with a reason
+    stacks = open(f"{out}.rank{rank}.stacks", "w")  # open until the process ends
+    faulthandler.dump_traceback_later(HANG_S, exit=True, file=stacks)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a collective that waits past this raises instead of blocking (the default is 30 minutes)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=HANG_S - 30))
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from pipeline.modeling import enable_checkpointing
+
+    results, nets = {}, []
+    for checkpointing in (False, True):
+        model = tiny_model()
+        if checkpointing:
+            enable_checkpointing(model)  # before DDP wraps the model
+        nets.append(net := DDP(model))
+        calls = []
+
+        def counting_hook(state, bucket, calls=calls):
+            calls.append(bucket.index())  # one call per bucket per synchronised backward
+            return allreduce_hook(state, bucket)
+
+        net.register_comm_hook(None, counting_hook)
+        steps = plan(world)
+        train_once(net, steps, rank, world, ACCUM)
+        results[checkpointing] = {
+            "state": model.state_dict(),
+            "bucket0_calls": calls.count(0),
+            "windows": len(loop.accumulation_windows(len(steps), ACCUM)),
+        }
+    if rank == 0:
+        torch.save(results, out)
+    dist.barrier()  # every rank is done before any leaves
+    # Leave without running destructors. A Python comm hook's futures are released on gloo's worker thread,
+    # which needs the GIL for that, while ProcessGroupGloo's destructor joins the thread holding the GIL:
+    # a deadlock at exit, seen in about one run in fifteen (the pipeline registers no Python hook)
+    os._exit(0)
+
+
+def spawn_bounded(out: Path, world: int = 2) -> None:
+    """mp.spawn with a deadline: a stuck worker is killed and the test fails with every rank's stacks."""
+    ctx = mp.spawn(_worker, args=(world, free_port(), str(out)), nprocs=world, join=False)
+    deadline = time.monotonic() + HANG_S + 30
     try:
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        from pipeline.modeling import enable_checkpointing
-
-        results = {}
-        for checkpointing in (False, True):
-            model = tiny_model()
-            if checkpointing:
-                enable_checkpointing(model)  # before DDP wraps the model
-            net = DDP(model)
-            calls = []
-
-            def counting_hook(state, bucket, calls=calls):
-                calls.append(bucket.index())  # one call per bucket per synchronised backward
-                return allreduce_hook(state, bucket)
-
-            net.register_comm_hook(None, counting_hook)
-            steps = plan(world)
-            train_once(net, steps, rank, world, ACCUM)
-            results[checkpointing] = {
-                "state": model.state_dict(),
-                "bucket0_calls": calls.count(0),
-                "windows": len(loop.accumulation_windows(len(steps), ACCUM)),
-            }
-        if rank == 0:
-            torch.save(results, out)
-    finally:
-        dist.destroy_process_group()
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the gloo workers did not finish in {HANG_S + 30} s")
+    except Exception as e:  # a worker failed, or hung and faulthandler ended it, or all of them hung
+        for proc in ctx.processes:
+            proc.kill()
+        stacks = "\n".join(p.read_text() for p in sorted(out.parent.glob(f"{out.name}.rank*.stacks")))
+        pytest.fail(f"{e}\nthe workers' stacks at the hang, if one was:\n{stacks}")
 
 
 @pytest.fixture(scope="module")
 def ddp_results(tmp_path_factory) -> dict:
     """One 2-process gloo run (spawning is the slow part), with and without checkpointing."""
     out = tmp_path_factory.mktemp("ddp") / "ddp.pt"
-    mp.spawn(_worker, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    spawn_bounded(out)
     return torch.load(out, weights_only=False)
 
 
