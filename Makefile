@@ -17,10 +17,10 @@ RUN = $(VENV)/bin/torchrun --standalone --nproc_per_node=$(GPUS) -m
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help data train predict cv baseline blend board bench bench-gpu kernel kernel-output kernel-status submit submissions test lint clean venv
+.PHONY: help data stage1 train predict cv baseline blend board bench bench-gpu kernel kernel-output kernel-status submit submissions test lint clean venv
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  CONFIG=$(CONFIG) (pipeline/configs/*.yaml)  ARGS=\"key.sub=value ...\"  GPUS=N (torchrun)"
 
 $(STAMP): requirements.txt
@@ -33,6 +33,10 @@ venv: $(STAMP) ## create .venv from requirements.txt (redone when it changes)
 
 data: $(STAMP) ## acquire the competition, build input/prepared/<name>/folds.csv and the token cache
 	$(PY) -m pipeline.data --config $(CONFIG) $(ARGS)
+
+stage1: $(STAMP) ## data and one model for the stage-1 experiment model.init_from names (GPUS=N for DDP)
+	$(PY) -m pipeline.stage1 --config $(CONFIG) $(ARGS)
+	$(RUN) pipeline.stage1 --train --config $(CONFIG) $(ARGS)
 
 train: $(STAMP) ## train every fold (GPUS=N for DDP); writes models/<name>/
 	$(RUN) pipeline.train --config $(CONFIG) $(ARGS)

@@ -68,6 +68,9 @@ class ModelConfig:
     dropout: float = 0.1
     trim_vocab: bool = False  # keep only the embedding rows of tokens the competition's texts use
     init_from: str = ""  # an experiment whose stage-1 model (its fold -1) every fold starts from
+    # how that stage-1 model is trained where the run makes it (`make stage1`, the Kaggle notebook): overrides
+    # of this config, e.g. [train.epochs=1, train.lr=2e-5]; name, init_from and folds are set for it
+    init_args: tuple[str, ...] = ()
     tiny: TinyConfig = field(default_factory=TinyConfig)
 
 
@@ -268,6 +271,11 @@ def validate(cfg: Config, device: bool = True) -> Config:
     for other in (cfg.model.init_from, cfg.data.pseudo_from):  # another experiment's folder under models/
         if other:
             check_name(other)
+    if cfg.model.init_args:  # stage 1's settings: a bad one stops here, not when stage 1 starts hours later
+        try:
+            validate(_build(Config, _apply(cfg.to_dict(), [*cfg.model.init_args, "model.init_args=[]"])), device=False)
+        except ConfigError as e:
+            raise ConfigError(f"model.init_args: {e}") from None
     if not 0 <= cfg.data.pseudo_low < cfg.data.pseudo_high <= 1:
         raise ConfigError(
             f"data.pseudo_low={cfg.data.pseudo_low}, data.pseudo_high={cfg.data.pseudo_high}: "
@@ -445,13 +453,21 @@ def _parse_value(key: str, raw: str):
         ) from None
 
 
-def load(name: str = "sample", overrides: list[str] | tuple[str, ...] = (), device: bool = True) -> Config:
-    """Defaults, then the YAML file, then `key.sub=value` overrides (values parsed as YAML); then validated."""
-    tree = read_yaml(config_path(name))
+def _apply(tree: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     for item in join_overrides(overrides):
         key, raw = item.split("=", 1)
         _set(tree, key.strip(), _parse_value(key.strip(), raw))
-    return validate(_build(Config, tree), device=device)
+    return tree
+
+
+def load(name: str = "sample", overrides: list[str] | tuple[str, ...] = (), device: bool = True) -> Config:
+    """Defaults, then the YAML file, then `key.sub=value` overrides (values parsed as YAML); then validated."""
+    return validate(_build(Config, _apply(read_yaml(config_path(name)), overrides)), device=device)
+
+
+def with_overrides(cfg: Config, overrides: list[str] | tuple[str, ...], device: bool = True) -> Config:
+    """`cfg` with `key.sub=value` overrides applied, validated like a loaded config."""
+    return validate(_build(Config, _apply(cfg.to_dict(), overrides)), device=device)
 
 
 def from_dict(d: dict) -> Config:

@@ -511,27 +511,27 @@ def report(meta: dict, cache: dict, seconds: float, pruned: int = 0) -> str:
     return "\n".join(lines)
 
 
+def run(cfg) -> None:
+    """The data stage for a loaded config: the fold table, the tokenizer and the token cache."""
+    start = time.perf_counter()
+    io.preflight(cfg, "data")
+    tokens.check_max_length(cfg)
+    cache: dict = {}
+
+    def finish(folder: Path, table, test, meta: dict) -> None:
+        cache.update(tokens.build(cfg, folder, table, test, meta))
+
+    with io.experiment_lock(cfg, "data"):
+        meta = prepare(cfg, finish=finish)
+        pruned = prune_caches(cfg)
+    print(report(meta, cache, time.perf_counter() - start, len(pruned)))
+
+
 def main(argv=None) -> int:
     args = config_mod.parser("Acquire the competition's files, build the fold table and the token cache.").parse_args(
         argv
     )
-
-    def stage() -> None:
-        start = time.perf_counter()
-        cfg = config_mod.from_args(args)
-        io.preflight(cfg, "data")
-        tokens.check_max_length(cfg)
-        cache: dict = {}
-
-        def finish(folder: Path, table, test, meta: dict) -> None:
-            cache.update(tokens.build(cfg, folder, table, test, meta))
-
-        with io.experiment_lock(cfg, "data"):
-            meta = prepare(cfg, finish=finish)
-            pruned = prune_caches(cfg)
-        print(report(meta, cache, time.perf_counter() - start, len(pruned)))
-
-    return run_stage(stage)
+    return run_stage(lambda: run(config_mod.from_args(args)))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ from pipeline.io import file_digest, read_json, tree_digest
 # settings that never change a fold's weights (everything else in `train` and `model` does)
 NOT_WEIGHTS = {
     "train": {"folds", "device", "eval_batch", "save_every_steps", "max_bad_steps", "checkpointing"},
-    "model": {"name", "path"},  # the model is named by `model_identity`, not by where it was read from
+    # the model is named by `model_identity`, not by where it was read from; a stage-1 model's settings
+    # (init_args) reach the fold through that model's own fingerprint (lineage.init_identity)
+    "model": {"name", "path", "init_args"},
 }
 
 
@@ -46,9 +48,7 @@ def model_identity(cfg: Config, prepared: Path) -> dict:
 
 def settings(cfg: Config) -> dict:
     d = cfg.to_dict()
-    return {
-        section: {k: v for k, v in d[section].items() if k not in NOT_WEIGHTS[section]} for section in NOT_WEIGHTS
-    }
+    return {section: {k: v for k, v in d[section].items() if k not in NOT_WEIGHTS[section]} for section in NOT_WEIGHTS}
 
 
 def settings_differ(cfg: Config, saved: Path) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline import config as config_mod
 from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.io import read_json
@@ -47,7 +48,7 @@ def complete_digest(folder: Path, what: str, make: str) -> str:
     """The digest in a complete fold's done.json, or an error naming the command that makes it."""
     done = folder / "done.json"
     if not done.exists() or not (folder / "model.safetensors").exists():
-        raise PipelineError(f"{what}: {folder} is not complete; make it first with `{make}`")
+        raise PipelineError(f"{what}: {folder} is not complete; make it first with {make}")
     return read_json(done).get("digest", "")
 
 
@@ -59,9 +60,19 @@ def init_dir(cfg: Config) -> Path | None:
     if name == cfg.name:
         raise PipelineError(f"model.init_from={name}: an experiment cannot start from itself; name it differently")
     folder = fold_dir(cfg, name, STAGE1)
-    make = f'make train CONFIG=<its config> ARGS="name={name} train.folds=[-1]"'
-    complete_digest(folder, f"model.init_from={name}", make)
+    complete_digest(folder, f"model.init_from={name}", "`make stage1` (this run's CONFIG and ARGS)")
     return folder
+
+
+def stage1_config(cfg: Config, device: bool = True) -> Config | None:
+    """The stage-1 experiment `model.init_from` names, as this config trains it: `model.init_args` applied, then
+    its name, fold -1, no init of its own and no pseudo-labels (test rows are never a stage-1 row anyway)."""
+    name = cfg.model.init_from
+    if not name:
+        return None
+    fixed = [f"name={name}", "train.folds=[-1]", "model.init_from=", "model.init_args=[]", "data.pseudo_from="]
+    fixed.append("train.training_only_rows=true")  # the default, though fold -1 reads only those rows anyway
+    return config_mod.with_overrides(cfg, [*cfg.model.init_args, *fixed], device=device)
 
 
 def init_identity(cfg: Config) -> dict:

@@ -5,7 +5,8 @@ Writes  /kaggle/temp/input/      the prepared table and the token cache (scratch
         /kaggle/temp/models/     every fold as training leaves it, resume.pt included (scratch)
         /kaggle/working/         only what the user downloads: kernel-run.yaml, submission.csv,
                                  <name>.csv and models/<name>/ (each fold without its resume state,
-                                 and without its weights when kaggle.keep_weights=false)
+                                 and without its weights when kaggle.keep_weights=false); with
+                                 model.init_from also kernel-run-stage1.yaml and models/<init_from>/fold-1/
 
 `kaggle_paths` is the one place that decides the three roots; KAGGLE_INPUT_ROOT, KAGGLE_WORKING_ROOT
 and KAGGLE_TEMP_ROOT move them, so that tests run the notebook on temporary folders. Kaggle keeps at
@@ -30,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from pipeline import config as config_mod
+from pipeline import lineage
 from pipeline.config import Config
 from pipeline.kaggle_meta import KernelError, make_plan
 
@@ -37,6 +39,7 @@ PACKAGE = Path(__file__).resolve().parent  # the pipeline package, as mounted fr
 INPUT_ENV, WORKING_ENV, TEMP_ENV = "KAGGLE_INPUT_ROOT", "KAGGLE_WORKING_ROOT", "KAGGLE_TEMP_ROOT"
 INPUT_DEFAULT, WORKING_DEFAULT, TEMP_DEFAULT = "/kaggle/input", "/kaggle/working", "/kaggle/temp"
 RUN_CONFIG = "kernel-run.yaml"  # the config the notebook ran with (Kaggle paths filled in), in working
+STAGE1_CONFIG = "kernel-run-stage1.yaml"  # the stage-1 experiment's, when model.init_from names one
 NOT_KEPT = {"resume.pt"}  # what never goes to working: the resume state (6.7 GB for XLM-R large)
 WEIGHTS = "model.safetensors"
 PYTORCH_WEIGHTS = (
@@ -204,9 +207,12 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
-def notebook_main(config_text: str, env=None) -> Path:
-    """Run data, train (fold by fold) and predict on Kaggle's folders; return the submission's path."""
-    from pipeline import data, predict
+def notebook_main(config_text: str, env=None) -> Path | None:
+    """Run data, train (fold by fold) and predict on Kaggle's folders; return the submission's path.
+
+    A config that starts from a stage-1 model (`model.init_from`) trains that model first, in the same
+    session, as `make stage1` would; a stage-1 config alone (train.folds=[-1]) has no submission: None.
+    """
     from pipeline.kaggle_disk import human
 
     paths = kaggle_paths(env)
@@ -214,25 +220,41 @@ def notebook_main(config_text: str, env=None) -> Path:
         raise KernelError(f"{paths.input} does not exist: not on Kaggle, and {INPUT_ENV} is not set")
     cfg = notebook_config(config_mod.from_dict(yaml.safe_load(config_text)), paths)
     paths.working.mkdir(parents=True, exist_ok=True)
-    run_cfg = paths.working / RUN_CONFIG
-    config_mod.save(cfg, run_cfg)
     nproc = processes(cfg)
     where = "Kaggle" if on_kaggle(env) else "a simulated Kaggle layout"
-    print(f"kernel: on {where}; input {paths.input}, working {paths.working}, temp {paths.temp}; config {run_cfg}")
+    print(f"kernel: on {where}; input {paths.input}, working {paths.working}, temp {paths.temp}")
     print(f"kernel: code from {PACKAGE}; competition {cfg.data.dir}; model {cfg.model.name}; {nproc} train processes")
+    stage1 = lineage.stage1_config(cfg, device=False)
+    if stage1 is not None:
+        print(f"kernel: stage 1: {stage1.name} (one model on the training-only rows), then stage 2: {cfg.name}")
+        run_experiment(stage1, paths.working / STAGE1_CONFIG, paths, nproc)
+    submission = run_experiment(cfg, paths.working / RUN_CONFIG, paths, nproc)
+    print(f"kernel: done; submission at {submission}; working holds {human(folder_bytes(paths.working))}")
+    return submission
+
+
+def run_experiment(cfg: Config, run_cfg: Path, paths: KagglePaths, nproc: int) -> Path | None:
+    """One experiment's data, folds and (with any k-fold) predictions; each fold kept in working once done."""
+    from pipeline import data, predict
+    from pipeline.kaggle_disk import human
+
+    config_mod.save(cfg, run_cfg)
+    print(f"kernel: {cfg.name}: config {run_cfg}")
     _stage(data, run_cfg)
     exp_temp = Path(cfg.models_dir) / cfg.name
     exp_kept = paths.working / "models" / cfg.name
-    for fold in list(cfg.train.folds) or range(cfg.data.folds):
+    folds = list(cfg.train.folds) or list(range(cfg.data.folds))
+    for fold in folds:
         train_fold(run_cfg, fold, nproc)
         sync(exp_temp / f"fold{fold}", exp_kept / f"fold{fold}", cfg.kaggle.keep_weights)
-        print(f"kernel: fold {fold} kept in {exp_kept}; working holds {human(folder_bytes(paths.working))}")
+        print(f"kernel: {cfg.name} fold {fold} kept in {exp_kept}; working holds {human(folder_bytes(paths.working))}")
+    if folds == [lineage.STAGE1]:
+        return None  # a stage-1 model alone: nothing to predict with
     _stage(predict, run_cfg)
     sync(exp_temp, exp_kept, cfg.kaggle.keep_weights)  # cv.json, oof.csv, cv.png and each fold's test.csv
     submission = paths.working / "submission.csv"
     if not submission.is_file():
         raise RuntimeError(f"{submission} was not written")
-    print(f"kernel: done; submission at {submission}; working holds {human(folder_bytes(paths.working))}")
     return submission
 
 

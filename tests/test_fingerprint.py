@@ -65,6 +65,7 @@ def test_settings_that_do_not_change_weights_keep_the_fingerprint(trained, tmp_p
         "train.folds=[1]",
         "train.device=cpu",
         "train.checkpointing=false",
+        "model.init_args=[train.lr=0.5]",  # stage 1's settings reach a fold through its own fingerprint
         f"models_dir={tmp_path}",
     ]
     for item in same:

@@ -57,6 +57,20 @@ def test_xlmr_large_plan_fits_and_keeps_transients_out_of_working(tmp_path: Path
     assert "5 x 2.24 GB" in out
 
 
+def test_a_two_stage_plan_counts_the_stage1_model(tmp_path: Path) -> None:
+    one = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true"))["disk"]
+    two = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "model.init_from=xl-s1"))["disk"]
+    weights = 4 * one.parameters
+    # stage 1 keeps its model in working and reads another table and token cache in temp
+    assert weights < two.working_bytes - one.working_bytes < weights + 1e8
+    assert any("xl-s1/fold-1/model.safetensors" in what and size == weights for what, size in two.working)
+    assert two.temp_bytes - one.temp_bytes > weights
+    kept = kernel.build_and_push(
+        cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "model.init_from=xl-s1", "kaggle.keep_weights=false")
+    )["disk"]
+    assert not any("model.safetensors" in what for what, _ in kept.working)
+
+
 def test_a_plan_over_the_quota_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
     api = FakeKaggleApi()
     big = (

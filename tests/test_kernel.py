@@ -683,3 +683,30 @@ def test_kernel_with_a_model_folder_runs_end_to_end(tmp_path: Path) -> None:
     assert run_cfg.model.name == "xlm-roberta-large"  # what it is; model.path says where
     assert run_cfg.data.source == "dir" and run_cfg.data.dir == str(input_root / "competitions" / COMPETITION)
     assert run_cfg.models_dir == str(working.parent / "temp" / "models") and run_cfg.submissions_dir == str(working)
+
+
+@pytest.mark.slow
+def test_two_stages_in_one_notebook(tmp_path: Path) -> None:
+    """model.init_from in a kernel's config: the notebook trains the stage-1 model first, keeps it, then the folds
+    start from it; without that step the folds would stop at "not complete; make it first"."""
+    input_root, working = kaggle_layout(tmp_path)
+    stage1 = ["model.init_from=sample-s1", "model.init_args=[train.lr=5e-3,train.epochs=1]"]
+    cfg = dry(tmp_path, *SMALL, *stage1, "train.training_only_rows=false", "train.lr=1e-3")
+    result = kernel.build_and_push(cfg)
+    mount_code(result["code_dir"], input_root, "jigsaw-sample-code", unpacked=True)
+    out = run_notebook(result["kernel_dir"] / "jigsaw-sample.py", input_root, working, tmp_path)
+    check_submission(working, input_root, out)
+    assert "stage 1: sample-s1 (one model on the training-only rows), then stage 2: sample" in out.stdout
+    s1 = config.load_file(working / notebook.STAGE1_CONFIG)
+    assert (s1.name, s1.train.folds, s1.train.lr, s1.model.init_from) == ("sample-s1", (-1,), 5e-3, "")
+    s1_dir = working / "models" / "sample-s1" / "fold-1"
+    assert (s1_dir / "model.safetensors").is_file() and not (s1_dir / "oof.csv").exists()
+    s1_done = json.loads((s1_dir / "done.json").read_text())
+    assert s1_done["auc"] is None
+    # stage 2 came after stage 1 and every fold records the stage-1 model it started from
+    assert out.stdout.index("kernel: sample-s1 fold -1 kept") < out.stdout.index("kernel: sample fold 0 kept")
+    temp_models = working.parent / "temp" / "models"
+    for fold in (0, 1):
+        saved = config.load_file(temp_models / "sample" / f"fold{fold}" / "pipeline.yaml")
+        assert saved.model.init_from == "sample-s1" and saved.train.lr == 1e-3
+    assert sorted(p.name for p in (working / "models").iterdir()) == ["sample", "sample-s1"]

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 from test_core import StopAt, fold_run, prepared  # noqa: F401  (a fixture)
 
+from pipeline import config as config_mod
 from pipeline import data as data_mod
 from pipeline import fingerprint, lineage, metrics, train
 from pipeline.errors import PipelineError
@@ -48,7 +49,7 @@ def test_training_rows_never_leak() -> None:
 def test_stage_one_then_stage_two(prepared) -> None:  # noqa: F811
     base = prepared
     # no stage-1 model yet: the error names the command that makes it
-    with pytest.raises(PipelineError, match=r"make train .*name=s1 train.folds=\[-1\]"):
+    with pytest.raises(PipelineError, match=r"make it first with `make stage1` \(this run's CONFIG and ARGS\)"):
         fingerprint.current(with_init(base, "s2", "s1"))
 
     s1 = named(base, "s1")
@@ -93,3 +94,42 @@ def test_init_from_itself_is_refused(prepared) -> None:  # noqa: F811
 def test_empty_validation_never_scores(prepared) -> None:  # noqa: F811
     rows = lineage.training_rows(data_mod.load_table(prepared)[0], -1)
     assert len(rows) > 0 and np.all(np.diff(rows) > 0)
+
+
+def test_make_stage1_then_stage_two(tmp_path, capsys) -> None:
+    """`make stage1` (data, then --train) makes the model model.init_from names, as model.init_args say;
+    then the same CONFIG and ARGS train stage 2 from it."""
+    from pipeline import stage1
+
+    args = [
+        "--config",
+        "sample",
+        f"input_dir={tmp_path / 'input'}",
+        f"models_dir={tmp_path / 'models'}",
+        "data.sample_scale=0.2",
+        "data.folds=2",
+        "model.tiny.vocab=1000",
+        "model.tiny.hidden=32",
+        "model.tiny.intermediate=64",
+        "model.max_length=32",
+        "train.epochs=1",
+        "train.precision=fp32",
+    ]
+    assert stage1.main(args) == 2
+    assert "model.init_from is empty" in capsys.readouterr().err
+    args += ["model.init_from=warm", "model.init_args=[train.lr=5e-3,train.epochs=2]"]
+    assert data_mod.main(args) == 0
+    assert train.main(args) == 2  # no stage-1 model yet
+    assert "make it first with `make stage1`" in capsys.readouterr().err
+
+    assert stage1.main(args) == 0 and stage1.main(["--train", *args]) == 0
+    assert "stage1: warm, one model on the training-only rows (fold -1), with train.lr=5e-3" in capsys.readouterr().out
+    warm = tmp_path / "models" / "warm" / "fold-1"
+    saved = config_mod.load_file(warm / "pipeline.yaml")
+    assert (saved.name, saved.train.folds, saved.train.lr, saved.train.epochs) == ("warm", (-1,), 5e-3, 2)
+    assert saved.model.init_from == "" and (warm / "done.json").is_file()
+
+    assert train.main(args) == 0
+    for fold in (0, 1):
+        fold_cfg = config_mod.load_file(tmp_path / "models" / "sample" / f"fold{fold}" / "pipeline.yaml")
+        assert fold_cfg.model.init_from == "warm" and fold_cfg.train.lr != 5e-3
