@@ -131,6 +131,9 @@ class KaggleConfig:
     docker_image_pinning: str = ""  # docker_image_pinning_type: original (the image of the first run) | latest | ""
     gpus: int = 0  # train processes in the notebook (torchrun, one per GPU); 0 means every visible GPU
     keep_weights: bool = True  # copy each fold's model.safetensors into /kaggle/working (the kept output)
+    # with model.init_from: a kernel (owner/slug, or a slug of yours) whose output holds models/<init_from>/fold-1/,
+    # attached so that the notebook starts from that stage-1 model instead of training it in the same session
+    init_kernel: str = ""
     working_gb: float = 20.0  # what /kaggle/working may keep; `make kernel` refuses a larger disk plan
     submit_file: str = ""  # `make submit`: the file to submit; "" means submissions/<name>.csv
     submit_timeout: int = 1800  # `make submit`: seconds to wait for the score (0: do not wait)

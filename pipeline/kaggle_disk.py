@@ -106,7 +106,7 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
         (f"{exp}/fold<k>/model.safetensors (read by predict): {folds} x {human(weights)}", folds * weights),
         (f"{exp}/fold<k>/resume.pt while a fold trains: 2 x {human(resume)} (old and new, for a moment)", 2 * resume),
     ]
-    if cfg.model.init_from:  # stage 1 runs first in the same session; every fold starts from its weights
+    if cfg.model.init_from and not cfg.kaggle.init_kernel:  # stage 1 first, in the same session
         stage1 = f"models/{cfg.model.init_from}/fold-1"
         if cfg.kaggle.keep_weights:
             plan.working.append((f"{stage1}/model.safetensors (stage 1)", weights))

@@ -96,6 +96,7 @@ class Plan:
     models: tuple[str, ...]  # Kaggle Model sources (owner/model/framework/instance/version)
     model_mount: str  # where the weights are mounted below /kaggle/input ("" for model.name=tiny)
     kernel_type: str
+    kernels: tuple[str, ...] = ()  # kernel sources: a stage-1 kernel whose output the notebook starts from
 
     @property
     def kernel_ref(self) -> str:
@@ -150,6 +151,7 @@ def make_plan(cfg: Config, user: str) -> Plan:
     elif k.model_source:
         raise KernelError("kaggle.model_source is set but model.name=tiny uses no weights; drop one of them")
     datasets += [d for d in cfg.data.datasets if d not in datasets]
+    kernels = (stage1_kernel(cfg, user),) if k.init_kernel else ()
     return Plan(
         user=user,
         kernel_slug=slug,
@@ -160,7 +162,19 @@ def make_plan(cfg: Config, user: str) -> Plan:
         models=tuple(models),
         model_mount=mount + (f"/{k.model_subdir}" if mount and k.model_subdir else ""),
         kernel_type=k.kernel_type,
+        kernels=kernels,
     )
+
+
+def stage1_kernel(cfg: Config, user: str) -> str:
+    """kaggle.init_kernel as owner/slug (a bare slug is the user's own kernel)."""
+    ref = cfg.kaggle.init_kernel
+    if not cfg.model.init_from:
+        raise KernelError(f"kaggle.init_kernel={ref} is set but model.init_from is empty: name the stage-1 experiment")
+    ref = ref if "/" in ref else f"{user}/{ref}"
+    if not re.match(r"^[^/\s]+/[a-z0-9][a-z0-9-]*$", ref):
+        raise KernelError(f"kaggle.init_kernel={cfg.kaggle.init_kernel!r}: expected <owner>/<kernel> or <kernel>")
+    return ref
 
 
 def resolve_user(cfg: Config, api=None) -> str:
@@ -232,7 +246,7 @@ def kernel_metadata(cfg: Config, plan: Plan) -> dict:
         "enable_internet": False,  # the notebook installs and downloads nothing
         "dataset_sources": [plan.dataset_ref, *plan.datasets],
         "competition_sources": [plan.competition],
-        "kernel_sources": [],
+        "kernel_sources": list(plan.kernels),
     }
     if plan.models:
         meta["model_sources"] = list(plan.models)

@@ -4,7 +4,8 @@ Reads   the kernel's state, output files and log, through the kaggle API (pipeli
 Writes  kernel/<slug>/output/       the kernel's output as downloaded (models, OOF, submission) and its log;
                                     kept between runs: kaggle fetches a file again only when the kernel's
                                     copy is larger or newer
-        models/<name>/...           the kernel's models/<name>/ installed unchanged (fold folders, cv.json ...)
+        models/<name>/...           the kernel's models/<name>/ installed unchanged (fold folders, cv.json ...),
+                                    and models/<init_from>/ when the kernel trained that stage-1 model
         submissions/<name>.csv, submissions/submission.csv
 
 A kernel that failed gives back its log: the last lines, with Kaggle's failure message, are printed.
@@ -34,10 +35,15 @@ def folders(cfg: Config, kernel_slug: str) -> tuple[Path, Path, Path]:
     return root / "code", root / "notebook", root / "output"
 
 
+def experiments(cfg: Config) -> list[str]:
+    """The experiments a kernel's output holds: the config's, and the stage-1 model it trained first."""
+    return [cfg.name] + ([cfg.model.init_from] if cfg.model.init_from else [])
+
+
 def output_pattern(cfg: Config) -> str:
-    """The output files worth downloading: the experiment's models and the submissions, nothing else."""
-    name = re.escape(cfg.name)
-    return rf"^(models/{name}/|submission\.csv$|{name}\.csv$|{re.escape(RUN_CONFIG)}$)"
+    """The output files worth downloading: the experiments' models and the submissions, nothing else."""
+    names = "|".join(re.escape(n) for n in experiments(cfg))
+    return rf"^(models/({names})/|submission\.csv$|{re.escape(cfg.name)}\.csv$|{re.escape(RUN_CONFIG)}$)"
 
 
 def log_lines(raw: str) -> list[str]:
@@ -65,10 +71,11 @@ def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
     """Copy the output into models/<name>/ and submissions/ unchanged; files already there with the same
     size and time are skipped. Returns (files copied, files skipped)."""
     pairs = []
-    exp = out / "models" / cfg.name
-    if exp.is_dir():
-        dest = Path(cfg.models_dir) / cfg.name
-        pairs += [(p, dest / p.relative_to(exp)) for p in sorted(exp.rglob("*")) if p.is_file()]
+    for name in experiments(cfg):
+        exp = out / "models" / name
+        if exp.is_dir():
+            dest = Path(cfg.models_dir) / name
+            pairs += [(p, dest / p.relative_to(exp)) for p in sorted(exp.rglob("*")) if p.is_file()]
     for name in ("submission.csv", f"{cfg.name}.csv"):
         if (out / name).is_file():
             pairs.append((out / name, Path(cfg.submissions_dir) / name))

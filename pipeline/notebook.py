@@ -225,12 +225,34 @@ def notebook_main(config_text: str, env=None) -> Path | None:
     print(f"kernel: on {where}; input {paths.input}, working {paths.working}, temp {paths.temp}")
     print(f"kernel: code from {PACKAGE}; competition {cfg.data.dir}; model {cfg.model.name}; {nproc} train processes")
     stage1 = lineage.stage1_config(cfg, device=False)
-    if stage1 is not None:
+    attached = attached_stage1(cfg, paths)
+    if attached is not None:
+        print(f"kernel: stage 1: {cfg.model.init_from} from kernel {cfg.kaggle.init_kernel}'s output ({attached})")
+    elif stage1 is not None:
         print(f"kernel: stage 1: {stage1.name} (one model on the training-only rows), then stage 2: {cfg.name}")
         run_experiment(stage1, paths.working / STAGE1_CONFIG, paths, nproc)
     submission = run_experiment(cfg, paths.working / RUN_CONFIG, paths, nproc)
-    print(f"kernel: done; submission at {submission}; working holds {human(folder_bytes(paths.working))}")
+    made = f"submission at {submission}" if submission else f"stage-1 model in {paths.working / 'models' / cfg.name}"
+    print(f"kernel: done; {made}; working holds {human(folder_bytes(paths.working))}")
     return submission
+
+
+def attached_stage1(cfg: Config, paths: KagglePaths) -> Path | None:
+    """The stage-1 model in kaggle.init_kernel's output, linked where the folds read it; None without one."""
+    if not (cfg.kaggle.init_kernel and cfg.model.init_from):
+        return None
+    mount = _locate(paths.input, cfg.kaggle.init_kernel.split("/")[-1], "the stage-1 kernel")
+    src = mount / "models" / cfg.model.init_from / f"fold{lineage.STAGE1}"
+    if not (src / "done.json").is_file() or not (src / WEIGHTS).is_file():
+        raise KernelError(
+            f"{src}: kernel {cfg.kaggle.init_kernel}'s output holds no complete stage-1 model {cfg.model.init_from} "
+            "(done.json and model.safetensors): run that kernel to the end with kaggle.keep_weights=true"
+        )
+    dest = Path(cfg.models_dir) / cfg.model.init_from / src.name
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.symlink_to(src, target_is_directory=True)  # read in place: 2.24 GB for XLM-R large, not copied
+    return dest
 
 
 def run_experiment(cfg: Config, run_cfg: Path, paths: KagglePaths, nproc: int) -> Path | None:

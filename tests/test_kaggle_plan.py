@@ -71,6 +71,19 @@ def test_a_two_stage_plan_counts_the_stage1_model(tmp_path: Path) -> None:
     assert not any("model.safetensors" in what for what, _ in kept.working)
 
 
+def test_an_attached_stage1_kernel_is_a_kernel_source_and_not_trained_again(tmp_path: Path) -> None:
+    two = ("kaggle.dry_run=true", "model.init_from=xl-s1")
+    result = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *two, "kaggle.init_kernel=jigsaw-xl-s1"))
+    assert result["metadata"]["kernel_sources"] == ["tester/jigsaw-xl-s1"]  # a bare slug: the user's own
+    assert not any("xl-s1" in what for what, _ in result["disk"].working + result["disk"].temp)
+    other = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *two, "kaggle.init_kernel=someone/xl-stage-one"))
+    assert other["metadata"]["kernel_sources"] == ["someone/xl-stage-one"]
+    with pytest.raises(KernelError, match="kaggle.init_kernel=x-s1 is set but model.init_from is empty"):
+        kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "kaggle.init_kernel=x-s1"))
+    with pytest.raises(KernelError, match="expected <owner>/<kernel> or <kernel>"):
+        kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *two, "kaggle.init_kernel=a/b/c"))
+
+
 def test_a_plan_over_the_quota_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
     api = FakeKaggleApi()
     big = (

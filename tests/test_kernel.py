@@ -21,7 +21,21 @@ import pandas as pd
 import pytest
 from test_kaggle_io import SENTINEL, FakeKaggleApi, http_error, run_python
 
-from pipeline import config, kaggle_api, kaggle_bundle, kaggle_io, kaggle_meta, kaggle_output, kernel, notebook, sample
+from pipeline import (
+    config,
+    data,
+    kaggle_api,
+    kaggle_bundle,
+    kaggle_io,
+    kaggle_meta,
+    kaggle_output,
+    kernel,
+    metrics,
+    notebook,
+    predict,
+    sample,
+    train,
+)
 from pipeline.kaggle_io import KaggleError
 from pipeline.kaggle_meta import KernelError
 
@@ -606,30 +620,31 @@ def serve_working(working: Path) -> FakeKaggleApi:
     return api
 
 
-@pytest.mark.slow
-def test_downloaded_folds_are_used_locally(sample_run, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """After `make kernel-output`, a local `make train` finds every fold complete, and cv and predict use them."""
-    from pipeline import metrics, predict, train
-
-    _, input_root, working, result = sample_run
-    assert result.returncode == 0
-    local_raw = tmp_path / "raw"  # the same competition files, in a local folder
+def local_args(base: Path, input_root: Path, *overrides: str) -> list[str]:
+    """Stage arguments for a local run on a copy of the simulated competition, writing under `base`."""
+    local_raw = base / "raw"  # the same competition files, in a local folder
     shutil.copytree(input_root / "competitions" / COMPETITION, local_raw)
-    args = [
+    return [
         "--config",
         "sample",
-        f"input_dir={tmp_path / 'input'}",
-        f"models_dir={tmp_path / 'models'}",
-        f"submissions_dir={tmp_path / 'submissions'}",
-        f"kaggle.dir={tmp_path / 'kernel'}",
+        f"input_dir={base / 'input'}",
+        f"models_dir={base / 'models'}",
+        f"submissions_dir={base / 'submissions'}",
+        f"kaggle.dir={base / 'kernel'}",
         "kaggle.user=tester",
         "data.source=dir",
         f"data.dir={local_raw}",
-        *SMALL,
+        *overrides,
     ]
-    kaggle_output.fetch_output(config.load("sample", args[2:]), api=serve_working(working))
-    from pipeline import data
 
+
+@pytest.mark.slow
+def test_downloaded_folds_are_used_locally(sample_run, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """After `make kernel-output`, a local `make train` finds every fold complete, and cv and predict use them."""
+    _, input_root, working, result = sample_run
+    assert result.returncode == 0
+    args = local_args(tmp_path, input_root, *SMALL)
+    kaggle_output.fetch_output(config.load("sample", args[2:]), api=serve_working(working))
     assert data.main(args) == 0
     capsys.readouterr()
     assert train.main(args) == 0
@@ -710,3 +725,41 @@ def test_two_stages_in_one_notebook(tmp_path: Path) -> None:
         saved = config.load_file(temp_models / "sample" / f"fold{fold}" / "pipeline.yaml")
         assert saved.model.init_from == "sample-s1" and saved.train.lr == 1e-3
     assert sorted(p.name for p in (working / "models").iterdir()) == ["sample", "sample-s1"]
+
+    # brought back by `make kernel-output`, both stages count locally: the folds are complete, predict runs
+    stage2 = ["train.training_only_rows=false", "train.lr=1e-3"]
+    local = local_args(tmp_path / "local", input_root, *SMALL, *stage1, *stage2)
+    kaggle_output.fetch_output(config.load("sample", local[2:]), api=serve_working(working))
+    assert (tmp_path / "local" / "models" / "sample-s1" / "fold-1" / "model.safetensors").is_file()
+    assert data.main(local) == 0 and train.main(local) == 0 and predict.main(local) == 0
+
+
+@pytest.mark.slow
+def test_stage2_notebook_starts_from_an_attached_stage1_kernel(tmp_path: Path) -> None:
+    """Stage 1 in its own kernel (train.folds=[-1]), stage 2 in another that attaches its output
+    (kaggle.init_kernel): the second notebook trains no stage-1 model and starts every fold from the first's."""
+    a_input, a_working = kaggle_layout(tmp_path / "a")
+    s1 = dry(tmp_path / "a", *SMALL, "name=sample-s1", "train.folds=[-1]")
+    built = kernel.build_and_push(s1)
+    mount_code(built["code_dir"], a_input, "jigsaw-sample-s1-code", unpacked=True)
+    first = run_notebook(built["kernel_dir"] / "jigsaw-sample-s1.py", a_input, a_working, tmp_path / "a")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert (a_working / "models" / "sample-s1" / "fold-1" / "model.safetensors").is_file()
+    assert not (a_working / "submission.csv").exists()  # a stage-1 model alone predicts nothing
+
+    b_input, b_working = kaggle_layout(tmp_path / "b")
+    cfg = dry(tmp_path / "b", *SMALL, "model.init_from=sample-s1", "kaggle.init_kernel=jigsaw-sample-s1")
+    built = kernel.build_and_push(cfg)
+    assert built["metadata"]["kernel_sources"] == ["tester/jigsaw-sample-s1"]
+    mount_code(built["code_dir"], b_input, "jigsaw-sample-code", unpacked=True)
+    script = built["kernel_dir"] / "jigsaw-sample.py"
+    missing = run_notebook(script, b_input, b_working, tmp_path / "b")
+    assert missing.returncode != 0 and "the stage-1 kernel 'jigsaw-sample-s1' is not attached" in missing.stderr
+    shutil.copytree(a_working, b_input / "notebooks" / "tester" / "jigsaw-sample-s1")  # where Kaggle mounts it
+    second = run_notebook(script, b_input, b_working, tmp_path / "b")
+    check_submission(b_working, b_input, second)
+    assert "kernel: stage 1: sample-s1 from kernel jigsaw-sample-s1's output" in second.stdout
+    assert "sample-s1 fold -1 kept" not in second.stdout and not (b_working / notebook.STAGE1_CONFIG).exists()
+    linked = b_working.parent / "temp" / "models" / "sample-s1" / "fold-1"
+    mounted = b_input / "notebooks" / "tester" / "jigsaw-sample-s1" / "models" / "sample-s1" / "fold-1"
+    assert linked.is_symlink() and linked.resolve() == mounted
