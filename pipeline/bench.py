@@ -63,8 +63,10 @@ def plan(cfg: Config) -> list[dict]:
         raise PipelineError(f"bench.steps={b.steps}: a median and a spread need at least 3 timed steps per row")
     big, small = b.effective_batch, b.micro_batch
     base = {"precision": "auto", "micro": big, "checkpointing": False, "trim": False, "optimizer": "adamw"}
-    # every row of ours has sparse word-embedding gradients, as `make train` in one process
-    base |= {"autofit": False, "only_ours": "sparse embedding grads"}
+    # every row of ours has sparse word-embedding gradients, as `make train` in one process; bench.sparse=false
+    # makes them dense, as Trainer's, to measure what that one switch is worth
+    sparse = "sparse embedding grads" if b.sparse else "none (dense embedding grads)"
+    base |= {"autofit": False, "sparse": b.sparse, "only_ours": sparse}
     all3 = {**base, "micro": small, "checkpointing": True}
     rows = [
         {**base, "key": "fp32", "label": f"fp32 baseline (batch {big} in one go)", "precision": "fp32"},
@@ -74,10 +76,10 @@ def plan(cfg: Config) -> list[dict]:
         {**base, "key": "mp_ckpt", "label": "mixed precision + checkpointing", "checkpointing": True},
         {**all3, "key": "all3", "label": "all three"},
         {**all3, "key": "trim", "label": "all three + vocabulary trimming", "trim": True}
-        | {"only_ours": "sparse embedding grads, trimming (Trainer: full vocabulary)"},
+        | {"only_ours": f"{sparse}, trimming (Trainer: full vocabulary)"},
         {**all3, "key": "adamw8bit", "label": "all three + 8-bit AdamW", "optimizer": "adamw8bit"},
         {**all3, "key": "autofit", "label": f"all three + auto-fit (cap {b.max_memory_gb:g} GB)", "autofit": True}
-        | {"only_ours": "sparse embedding grads, auto-fit (Trainer: the micro-batch ours picked)"},
+        | {"only_ours": f"{sparse}, auto-fit (Trainer: the micro-batch ours picked)"},
     ]
     unknown = set(b.rows) - {r["key"] for r in rows}
     if unknown:
@@ -283,7 +285,8 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
 
     if tcfg.checkpointing and not spec["autofit"]:
         modeling.enable_checkpointing(model)
-    modeling.sparse_embedding_grad(model)  # as make train does in one process
+    if spec["sparse"]:
+        modeling.sparse_embedding_grad(model)  # as make train does in one process
     optimizer = loop.make_optimizer(model, tcfg, device)
     steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
     scheduler = loop.make_scheduler(optimizer, 0.0, steps)

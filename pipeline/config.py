@@ -153,6 +153,7 @@ class BenchConfig:
     max_memory_gb: float = 11.0  # the cap of the auto-fit row
     rows: tuple[str, ...] = ()  # only these rows (fp32 mp mp_acc mp_ckpt all3 trim adamw8bit autofit); () all
     profile: bool = False  # torch.profiler over the timed steps: top ops per row in <model>.profile.md (slower)
+    sparse: bool = True  # ours with sparse word-embedding gradients (as make train); false: dense, as Trainer's
 
 
 @dataclass(frozen=True)

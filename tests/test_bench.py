@@ -194,3 +194,19 @@ def test_a_row_that_halved_reports_the_micro_batch_it_ran(monkeypatch) -> None:
     out = bench.run_row(cfg, {**bench.plan(cfg)[0], "runner": "ours"})  # fp32, batch 4 in one go
     assert (out["micro"], out["accumulation"], out["halvings"]) == (2, 2, 1)
     assert bench.trainer_spec(bench.plan(cfg)[0], out)["force_micro"] == 2  # Trainer runs what fit
+
+
+def test_sparse_switch_off_runs_ours_with_dense_embedding_gradients(monkeypatch) -> None:
+    """bench.sparse=false: ours without the one switch Trainer lacks, to measure what that switch is worth."""
+    from pipeline import modeling
+
+    calls = []
+    real = modeling.sparse_embedding_grad
+    monkeypatch.setattr(modeling, "sparse_embedding_grad", lambda model: calls.append(model) or real(model))
+    for sparse, expected in ((True, 1), (False, 0)):
+        cfg = config.load("sample", [*TINY, f"bench.sparse={str(sparse).lower()}"])
+        spec = {**next(s for s in bench.plan(cfg) if s["key"] == "mp_acc"), "runner": "ours"}
+        calls.clear()
+        assert bench.run_row(cfg, spec)["samples_per_second"] > 0
+        assert len(calls) == expected
+        assert ("sparse" in spec["only_ours"]) == sparse
