@@ -12,10 +12,8 @@ with GPUS=N), and afterwards `make data train predict` with the same CONFIG and 
 
 from __future__ import annotations
 
-import sys
-
 from pipeline import config as config_mod
-from pipeline import lineage
+from pipeline import distributed, lineage
 from pipeline.config import Config
 from pipeline.errors import run_stage
 
@@ -51,4 +49,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    distributed.exit_process(main())  # under torchrun with --train: see distributed.exit_process

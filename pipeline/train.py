@@ -470,52 +470,60 @@ def run(cfg: Config) -> dict | None:
     io.hold_experiment_lock(cfg, "train")  # a second run on this experiment stops at once
     d = distributed.setup(cfg.train.device)
     try:
-        if d.device.type == "cpu" and d.enabled:
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world))  # processes share the cores
-        table, _, meta = data_mod.load_table(cfg)
-        splits, _ = tokens.load(cfg, meta)
-        tokenizer = modeling.load_tokenizer(tokens.tokenizer_source(cfg))
-        keep = None
-        if cfg.model.trim_vocab:
-            # the ids the competition's texts use (train, validation and test); the cache keeps the full ids
-            keep = trim.used_ids(splits.values(), len(tokenizer), trim.special_ids(tokenizer))
-            vmap = trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
-            splits = {name: trim.remap(split, vmap) for name, split in splits.items()}
-            if d.is_main:
-                print(f"vocabulary trimmed to the {len(keep):,} of {len(tokenizer):,} tokens the texts use")
-        k = cfg.data.folds
-        folds = list(cfg.train.folds) or list(range(k))
-        bad = [f for f in folds if not lineage.STAGE1 <= f < k]
-        if bad:
-            raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k}; -1: a stage-1 model)")
-        check_init_tokenizer(cfg, tokenizer)
-        digest = fingerprint.fold_fingerprint(cfg, meta, data_mod.prepared_dir(cfg))
-        exp = metrics.experiment_dir(cfg)
+        result = _run(cfg, d)
+    except BaseException:
+        distributed.teardown(d, clean=False)  # another rank may have failed too: no waiting for it
+        raise
+    distributed.teardown(d)
+    return result
+
+
+def _run(cfg: Config, d: distributed.Dist) -> dict | None:
+    """The train stage inside the process group: every fold to do, then (rank 0) the CV report."""
+    if d.device.type == "cpu" and d.enabled:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world))  # processes share the cores
+    table, _, meta = data_mod.load_table(cfg)
+    splits, _ = tokens.load(cfg, meta)
+    tokenizer = modeling.load_tokenizer(tokens.tokenizer_source(cfg))
+    keep = None
+    if cfg.model.trim_vocab:
+        # the ids the competition's texts use (train, validation and test); the cache keeps the full ids
+        keep = trim.used_ids(splits.values(), len(tokenizer), trim.special_ids(tokenizer))
+        vmap = trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
+        splits = {name: trim.remap(split, vmap) for name, split in splits.items()}
         if d.is_main:
-            exp.mkdir(parents=True, exist_ok=True)
-            config_mod.save(cfg, exp / "pipeline.yaml")
-        # rank 0 decides which folds are complete: on several nodes only its models folder has done.json
-        todo = distributed.broadcast_object(d, [f for f in folds if not is_complete(exp / f"fold{f}", digest)])
-        if d.is_main:
-            for fold in sorted(set(folds) - set(todo)):
-                (exp / f"fold{fold}" / RESUME).unlink(missing_ok=True)  # killed after done.json
-                done = read_json(exp / f"fold{fold}" / "done.json")
-                print(f"fold {fold}: complete with these settings (AUC {done['auc']:.4f}); skipped")
-        with StopFlag() as stop:
-            for fold in todo:
-                train_fold(cfg, fold, table, splits["train"], tokenizer, d, stop, digest, keep)
-        if not d.is_main:
-            return None
-        if folds == [lineage.STAGE1]:
-            print(f"stage-1 model in {exp / 'fold-1'}; start an experiment from it with model.init_from={cfg.name}")
-            return None
-        summary = metrics.cv_report(cfg, digest)
-        print()
-        print(metrics.format_table(summary))
-        print(f"wrote {exp}/cv.json, cv.png, oof.csv")
-        return summary
-    finally:
-        distributed.teardown(d)
+            print(f"vocabulary trimmed to the {len(keep):,} of {len(tokenizer):,} tokens the texts use")
+    k = cfg.data.folds
+    folds = list(cfg.train.folds) or list(range(k))
+    bad = [f for f in folds if not lineage.STAGE1 <= f < k]
+    if bad:
+        raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k}; -1: a stage-1 model)")
+    check_init_tokenizer(cfg, tokenizer)
+    digest = fingerprint.fold_fingerprint(cfg, meta, data_mod.prepared_dir(cfg))
+    exp = metrics.experiment_dir(cfg)
+    if d.is_main:
+        exp.mkdir(parents=True, exist_ok=True)
+        config_mod.save(cfg, exp / "pipeline.yaml")
+    # rank 0 decides which folds are complete: on several nodes only its models folder has done.json
+    todo = distributed.broadcast_object(d, [f for f in folds if not is_complete(exp / f"fold{f}", digest)])
+    if d.is_main:
+        for fold in sorted(set(folds) - set(todo)):
+            (exp / f"fold{fold}" / RESUME).unlink(missing_ok=True)  # killed after done.json
+            done = read_json(exp / f"fold{fold}" / "done.json")
+            print(f"fold {fold}: complete with these settings (AUC {done['auc']:.4f}); skipped")
+    with StopFlag() as stop:
+        for fold in todo:
+            train_fold(cfg, fold, table, splits["train"], tokenizer, d, stop, digest, keep)
+    if not d.is_main:
+        return None
+    if folds == [lineage.STAGE1]:
+        print(f"stage-1 model in {exp / 'fold-1'}; start an experiment from it with model.init_from={cfg.name}")
+        return None
+    summary = metrics.cv_report(cfg, digest)
+    print()
+    print(metrics.format_table(summary))
+    print(f"wrote {exp}/cv.json, cv.png, oof.csv")
+    return summary
 
 
 def main(argv=None) -> int:
@@ -524,4 +532,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    distributed.exit_process(main())

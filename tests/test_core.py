@@ -7,6 +7,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,8 @@ from tinymodel import tiny_classifier
 from pipeline import config, distributed, fingerprint, loop, metrics, modeling, train
 from pipeline import data as data_mod
 from pipeline.errors import PipelineError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -324,3 +330,13 @@ def test_a_resumed_fold_keeps_the_micro_batch_auto_fit_chose(prepared, monkeypat
     assert (resumed.cfg.train.micro_batch, resumed.cfg.train.accumulation) == (8, 4)  # 16 x 2 fitted to 8 x 4
     assert resumed.progress.step.window == 3
     resumed.run()
+
+
+@pytest.mark.parametrize("world", ["1", "2"])
+def test_exit_process_keeps_the_code_and_the_output(world: str) -> None:
+    """A torchrun worker leaves with os._exit (no interpreter teardown): its exit code and its printed lines
+    must come through as with sys.exit."""
+    code = "from pipeline import distributed; print('last line', end=''); distributed.exit_process(3)"
+    env = {**os.environ, "WORLD_SIZE": world}
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout) == (3, "last line")
