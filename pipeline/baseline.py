@@ -14,8 +14,6 @@ member. A fold complete with the same tables and settings (its done.json digest)
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 import time
 from dataclasses import replace
@@ -30,7 +28,7 @@ from pipeline import config as config_mod
 from pipeline import data as data_mod
 from pipeline import lineage, metrics
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import read_json, write_csv, write_json
+from pipeline.io import json_digest, read_json, write_csv, write_json
 
 MODEL = "tfidf+lr"  # the `model` field of its done.json: what `make board` shows
 VECTORIZER = {"analyzer": "char_wb", "ngram_range": (2, 5), "min_df": 2, "sublinear_tf": True, "max_features": 400_000}
@@ -48,7 +46,7 @@ def fit_predict(train_text, train_y, predict_texts, seed: int) -> list[np.ndarra
 
 def baseline_digest(meta: dict, seed: int) -> str:
     """What a fold's result depends on: the prepared tables, the model's settings and the seed."""
-    blob = json.dumps(
+    return json_digest(
         {
             "model": MODEL,
             "vectorizer": VECTORIZER,
@@ -56,10 +54,8 @@ def baseline_digest(meta: dict, seed: int) -> str:
             "seed": seed,
             "table": meta.get("table_digest"),
             "test": meta.get("test_digest"),
-        },
-        sort_keys=True,
+        }
     )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def is_complete(fold_dir: Path, digest: str) -> bool:

@@ -29,8 +29,6 @@ The blend's folder holds no model: its members and weights are in cv.json and ea
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -44,7 +42,7 @@ from pipeline import data as data_mod
 from pipeline import metrics, predict
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import atomic_dir, read_json, write_csv, write_json
+from pipeline.io import atomic_dir, json_digest, read_json, write_csv, write_json
 
 OOF_COLUMNS = ["id", "lang", "toxic", "fold"]
 
@@ -212,7 +210,7 @@ def digest(members: list[Member], weights, step: float) -> str:
         "weights": [round(float(w), 6) for w in weights],
         "step": step,
     }
-    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+    return json_digest(blob)
 
 
 def per_lang_table(rows: list[tuple[str, str, pd.Series]], oof: pd.DataFrame) -> str:

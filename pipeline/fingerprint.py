@@ -13,14 +13,12 @@ why; a fold's cached test predictions are keyed on its weights, the test table, 
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 from pipeline import lineage
 from pipeline.config import Config
 from pipeline.errors import PipelineError
-from pipeline.io import file_digest, read_json, tree_digest
+from pipeline.io import file_digest, json_digest, read_json, tree_digest
 
 # settings that never change a fold's weights (everything else in `train` and `model` does)
 NOT_WEIGHTS = {
@@ -29,10 +27,6 @@ NOT_WEIGHTS = {
     # (init_args) reach the fold through that model's own fingerprint (lineage.init_identity)
     "model": {"name", "path", "init_args"},
 }
-
-
-def _hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def model_identity(cfg: Config, prepared: Path) -> dict:
@@ -65,7 +59,7 @@ def settings_differ(cfg: Config, saved: Path) -> str:
 def fold_fingerprint(cfg: Config, meta: dict, prepared: Path) -> str:
     """The digest a complete fold's done.json must carry to count for this config and these inputs."""
     model = model_identity(cfg, prepared)
-    return _hash({"table": meta["table_digest"], "model": model, "settings": settings(cfg)})
+    return json_digest({"table": meta["table_digest"], "model": model, "settings": settings(cfg)})
 
 
 def current(cfg: Config) -> str:

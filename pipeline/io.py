@@ -125,11 +125,15 @@ def file_digest(path: Path | str, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def json_digest(obj) -> str:
+    """A short hash of a JSON-able value, the same for equal values whatever their key order."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
 @lru_cache(maxsize=32)
 def _tree_digest(folder: str, stamp: tuple) -> str:
     root = Path(folder)
-    blob = json.dumps({name: file_digest(root / name) for name, _ in stamp}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return json_digest({name: file_digest(root / name) for name, _ in stamp})
 
 
 def tree_digest(folder: Path | str, skip: tuple[str, ...] = ()) -> str:
