@@ -277,7 +277,7 @@ def validate(cfg: Config, device: bool = True) -> Config:
             check_name(other)
     if cfg.model.init_args:  # stage 1's settings: a bad one stops here, not when stage 1 starts hours later
         try:
-            validate(_build(Config, _apply(cfg.to_dict(), [*cfg.model.init_args, "model.init_args=[]"])), device=False)
+            with_overrides(cfg, [*cfg.model.init_args, "model.init_args=[]"], device=False)
         except ConfigError as e:
             raise ConfigError(f"model.init_args: {e}") from None
     if not 0 <= cfg.data.pseudo_low < cfg.data.pseudo_high <= 1:

@@ -100,9 +100,9 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
         (f"{exp}/fold<k>/test.csv, submission.csv, {cfg.name}.csv", (folds + 2) * TEST_ROWS * SUB_ROW_BYTES),
         ("configs, metrics, cv.json, cv.png", LOGS_BYTES),
     ]
-    cache = (rows + TEST_ROWS) * cfg.model.max_length * 4  # int32 token ids
+    table = (rows + TEST_ROWS) * cfg.model.max_length * 4 + 2 * rows * 1000  # int32 token ids; ~1 kB of text a row
     plan.temp += [
-        ("input/: prepared table and token cache", cache + 2 * rows * 1000),  # ~1 kB of text a row
+        ("input/: prepared table and token cache", table),
         (f"{exp}/fold<k>/model.safetensors (read by predict): {folds} x {human(weights)}", folds * weights),
         (f"{exp}/fold<k>/resume.pt while a fold trains: 2 x {human(resume)} (old and new, for a moment)", 2 * resume),
     ]
@@ -112,7 +112,7 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
             plan.working.append((f"{stage1}/model.safetensors (stage 1)", weights))
         plan.working.append((f"{stage1}/tokenizer (stage 1)", tokenizer))
         plan.temp += [
-            (f"input/ of {cfg.model.init_from} (stage 1): its table and token cache", cache + 2 * rows * 1000),
+            (f"input/ of {cfg.model.init_from} (stage 1): its table and token cache", table),
             (f"{stage1}/model.safetensors (read by every fold)", weights),
         ]
     return plan

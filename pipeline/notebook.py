@@ -224,11 +224,11 @@ def notebook_main(config_text: str, env=None) -> Path | None:
     where = "Kaggle" if on_kaggle(env) else "a simulated Kaggle layout"
     print(f"kernel: on {where}; input {paths.input}, working {paths.working}, temp {paths.temp}")
     print(f"kernel: code from {PACKAGE}; competition {cfg.data.dir}; model {cfg.model.name}; {nproc} train processes")
-    stage1 = lineage.stage1_config(cfg, device=False)
     attached = attached_stage1(cfg, paths)
     if attached is not None:
         print(f"kernel: stage 1: {cfg.model.init_from} from kernel {cfg.kaggle.init_kernel}'s output ({attached})")
-    elif stage1 is not None:
+    elif cfg.model.init_from:
+        stage1 = lineage.stage1_config(cfg, device=False)
         print(f"kernel: stage 1: {stage1.name} (one model on the training-only rows), then stage 2: {cfg.name}")
         run_experiment(stage1, paths.working / STAGE1_CONFIG, paths, nproc)
     submission = run_experiment(cfg, paths.working / RUN_CONFIG, paths, nproc)
