@@ -45,7 +45,7 @@ predict: $(STAMP) ## fold models on test, ensembled into submissions/submission.
 	$(PY) -m pipeline.predict --config $(CONFIG) $(ARGS)
 
 cv: $(STAMP) ## fold and per-language AUC of what has been trained so far
-	$(PY) -m pipeline.metrics --config $(CONFIG) $(ARGS)
+	$(PY) -m pipeline.cv --config $(CONFIG) $(ARGS)
 
 baseline: $(STAMP) ## TF-IDF + logistic regression on the same folds, side by side with the trained model
 	$(PY) -m pipeline.baseline --config $(CONFIG) $(ARGS)

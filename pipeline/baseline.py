@@ -25,10 +25,11 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from pipeline import config as config_mod
-from pipeline import data as data_mod
-from pipeline import lineage, metrics
+from pipeline import layout
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import json_digest, read_json, write_csv, write_json
+from pipeline.files import json_digest, read_json, write_csv, write_json
+from pipeline.inputs import tables
+from pipeline.scoring import metrics, report
 
 MODEL = "tfidf+lr"  # the `model` field of its done.json: what `make board` shows
 VECTORIZER = {"analyzer": "char_wb", "ngram_range": (2, 5), "min_df": 2, "sublinear_tf": True, "max_features": 400_000}
@@ -58,24 +59,14 @@ def baseline_digest(meta: dict, seed: int) -> str:
     )
 
 
-def is_complete(fold_dir: Path, digest: str) -> bool:
-    done = fold_dir / "done.json"
-    return (
-        done.exists()
-        and read_json(done).get("digest") == digest
-        and (fold_dir / "oof.csv").exists()
-        and (fold_dir / "test.csv").exists()
-    )
-
-
 def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path, digest: str, seed: int) -> dict:
     """Fit on every row outside `fold`; write the fold's OOF and test predictions, then done.json."""
     start = time.perf_counter()
-    train = table.iloc[lineage.training_rows(table, fold)]  # the other folds, training-only and own pseudo rows
+    train = table.iloc[tables.training_rows(table, fold)]  # the other folds, training-only and own pseudo rows
     valid = table[table["fold"] == fold]
     oof, on_test = fit_predict(train["text"], train["toxic"], [valid["text"], test["text"]], seed)
-    write_csv(fold_dir / "oof.csv", valid[["id", "lang", "toxic", "fold"]].assign(pred=oof))
-    write_csv(fold_dir / "test.csv", pd.DataFrame({"id": test["id"], "toxic": on_test}))
+    write_csv(fold_dir / layout.OOF, valid[["id", "lang", "toxic", "fold"]].assign(pred=oof))
+    write_csv(fold_dir / layout.TEST_PREDS, pd.DataFrame({"id": test["id"], "toxic": on_test}))
     result = {
         "fold": fold,
         "digest": digest,
@@ -86,13 +77,13 @@ def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path,
         "auc_per_lang": metrics.auc_by_lang(valid["toxic"], oof, valid["lang"]),
         "minutes": round((time.perf_counter() - start) / 60, 2),
     }
-    write_json(fold_dir / "done.json", result)  # last: its presence means the fold is complete
+    write_json(fold_dir / layout.DONE, result)  # last: its presence means the fold is complete
     return result
 
 
 def compare(cfg, summary: dict) -> None:
     """The transformer's OOF beside the baseline's, when models/<name>/cv.json exists."""
-    xlmr = Path(metrics.experiment_dir(cfg)) / "cv.json"
+    xlmr = layout.experiment_dir(cfg) / layout.CV_JSON
     if not xlmr.exists():
         return
     other = read_json(xlmr)
@@ -105,9 +96,9 @@ def compare(cfg, summary: dict) -> None:
 
 
 def run(cfg) -> dict:
-    table, test, meta = data_mod.load_table(cfg)
+    table, test, meta = tables.load_table(cfg)
     base = replace(cfg, name=f"{cfg.name}-tfidf")
-    exp = metrics.experiment_dir(base)
+    exp = layout.experiment_dir(base)
     k = cfg.data.folds
     folds = list(cfg.train.folds) or list(range(k))
     bad = [f for f in folds if not 0 <= f < k]
@@ -115,15 +106,15 @@ def run(cfg) -> dict:
         raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k})")
     digest = baseline_digest(meta, cfg.train.seed)
     for fold in folds:
-        fold_dir = exp / f"fold{fold}"
-        if is_complete(fold_dir, digest):
-            auc = read_json(fold_dir / "done.json")["auc"]
+        fold_dir = layout.fold_dir(base, fold)
+        if layout.is_complete(fold_dir, digest, needs=(layout.OOF, layout.TEST_PREDS)):
+            auc = read_json(fold_dir / layout.DONE)["auc"]
             print(f"tfidf fold {fold}: complete with these settings (AUC {auc:.4f}); skipped")
             continue
         result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed)
         print(f"tfidf fold {fold}: AUC {result['auc']:.4f} ({result['minutes']:.1f} min)")
-    summary = metrics.cv_report(base, digest)
-    print(metrics.format_table(summary))
+    summary = report.cv_report(base, digest)
+    print(report.fold_table(summary))
     print(f"wrote {exp}/cv.json, cv.png, oof.csv and fold<k>/test.csv")
     compare(cfg, summary)
     return summary

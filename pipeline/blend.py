@@ -38,11 +38,14 @@ import numpy as np
 import pandas as pd
 
 from pipeline import config as config_mod
-from pipeline import data as data_mod
-from pipeline import metrics, predict
+from pipeline import layout
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import atomic_dir, json_digest, read_json, write_csv, write_json
+from pipeline.files import atomic_dir, json_digest, read_json, write_csv, write_json
+from pipeline.inputs import competition
+from pipeline.scoring import metrics, report
+from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
+from pipeline.scoring.submission import check_submission, ensemble
 
 OOF_COLUMNS = ["id", "lang", "toxic", "fold"]
 
@@ -57,60 +60,6 @@ class Member:
     oof: pd.DataFrame  # id, lang, toxic, fold, pred: every completed fold's validation rows
     tests: dict[int, pd.DataFrame]  # fold -> that fold's test predictions (id, toxic)
     done: dict[int, dict]  # fold -> done.json
-
-
-# ---------------------------------------------------------------- weights (pure)
-
-
-def rank01(p) -> np.ndarray:
-    """Average ranks scaled to [0, 1]: the order of `p`, on a scale every member shares."""
-    return predict.ensemble([np.asarray(p, dtype=np.float64)], "rank")
-
-
-def fit_weights(ranks: np.ndarray, y: np.ndarray, step: float = 0.05) -> np.ndarray:
-    """Non-negative weights summing to one that maximise AUC(y, ranks @ w): coordinate search on the simplex.
-
-    From equal weights, each member's weight in turn is tried at 0, step, ..., 1 with the others keeping
-    their proportions; a move is kept only if it raises the AUC, until a round moves nothing.
-    """
-    m = ranks.shape[1]
-    w = np.full(m, 1.0 / m)
-    if m == 1:
-        return w
-    grid = np.linspace(0.0, 1.0, int(round(1.0 / step)) + 1)
-    best = metrics.auc(y, mix(ranks, w))
-    for _ in range(50):  # a safety bound: a round that moves raises the AUC, so the search ends well before
-        moved = False
-        for j in range(m):
-            rest = np.delete(w, j)
-            share = rest / rest.sum() if rest.sum() > 0 else np.full(m - 1, 1.0 / (m - 1))
-            for t in grid:
-                cand = np.insert(share * (1.0 - t), j, t)
-                a = metrics.auc(y, mix(ranks, cand))
-                if a > best + 1e-12:  # strictly better only: ties keep the earlier, more even weights
-                    best, w, moved = a, cand, True
-        if not moved:
-            break
-    return w
-
-
-def mix(ranks: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The weighted mean of the members' ranks, rounded to 10 decimals: sums of ranks tie often, and
-    float noise (1e-16) would break those ties differently once a CSV has rounded it, changing the AUC."""
-    return np.round(ranks @ w, 10)
-
-
-def nested_weights(ranks: np.ndarray, y: np.ndarray, folds: np.ndarray, step: float) -> dict[int, np.ndarray]:
-    """Fold k's weights, fit on the rows of every other fold: fold k's own rows are never seen."""
-    return {int(k): fit_weights(ranks[folds != k], y[folds != k], step) for k in np.unique(folds)}
-
-
-def apply_weights(ranks: np.ndarray, folds: np.ndarray, fold_weights: dict[int, np.ndarray]) -> np.ndarray:
-    """Each row blended with its own fold's weights."""
-    out = np.empty(len(ranks))
-    for k, w in fold_weights.items():
-        out[folds == k] = mix(ranks[folds == k], w)
-    return out
 
 
 # ---------------------------------------------------------------- members
@@ -137,8 +86,8 @@ def blend_name(cfg: Config, names: list[str]) -> str:
 
 def check_replaceable(exp: Path) -> None:
     """The blend rewrites its whole folder: refuse a folder that holds an experiment, not an earlier blend."""
-    if (exp / "pipeline.yaml").exists() or any(
-        "members" not in read_json(d / "done.json") for d in metrics.fold_dirs(exp)
+    if (exp / layout.RUN_CONFIG).exists() or any(
+        "members" not in read_json(d / layout.DONE) for d in layout.done_dirs(exp).values()
     ):
         raise BlendError(f"{exp} holds an experiment, not a blend; choose another blend.name")
 
@@ -152,20 +101,18 @@ def maker(name: str, done: dict) -> str:
     return f"`make predict CONFIG=...` with the config named {name!r}"
 
 
-def load_member(models: Path, name: str) -> Member:
-    exp = models / name
-    dirs = metrics.fold_dirs(exp)
+def load_member(cfg: Config, name: str) -> Member:
+    exp = layout.experiment_dir(cfg, name)
+    dirs = layout.done_dirs(exp)
     if not dirs:
         raise BlendError(f"blend member {name!r}: no completed folds in {exp}; train it first (`make train`)")
-    done = {int(d.name[4:]): read_json(d / "done.json") for d in dirs}
+    done = {k: read_json(d / layout.DONE) for k, d in dirs.items()}
     tests = {}
-    for d in dirs:
-        if not (d / "test.csv").exists():
-            raise BlendError(
-                f"blend member {name!r}: no test predictions in {d}/test.csv; run {maker(name, done[int(d.name[4:])])}"
-            )
-        tests[int(d.name[4:])] = pd.read_csv(d / "test.csv", dtype={"id": str}, keep_default_na=False)
-    read = [pd.read_csv(d / "oof.csv", dtype={"id": str, "lang": str}, keep_default_na=False) for d in dirs]
+    for k, d in dirs.items():
+        if not (d / layout.TEST_PREDS).exists():
+            raise BlendError(f"blend member {name!r}: no test predictions in {d}/test.csv; run {maker(name, done[k])}")
+        tests[k] = pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    read = [pd.read_csv(d / layout.OOF, dtype={"id": str, "lang": str}, keep_default_na=False) for d in dirs.values()]
     oof = pd.concat(read, ignore_index=True)
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
         raise BlendError(f"blend member {name!r}: its OOF rows in {exp}/fold*/oof.csv repeat an id or hold NaN")
@@ -197,7 +144,7 @@ def fold_test(m: Member, k: int, ids: pd.Series) -> np.ndarray:
 
 def member_test(m: Member, ids: pd.Series, how: str) -> np.ndarray:
     """A member's fold test predictions ensembled (predict.ensemble), in the order of `ids`."""
-    return predict.ensemble([fold_test(m, k, ids) for k in sorted(m.tests)], how)
+    return ensemble([fold_test(m, k, ids) for k in sorted(m.tests)], how)
 
 
 # ---------------------------------------------------------------- the stage
@@ -227,68 +174,91 @@ def per_lang_table(rows: list[tuple[str, str, pd.Series]], oof: pd.DataFrame) ->
     return "\n".join(lines)
 
 
-def run(cfg: Config) -> dict:
-    start = time.perf_counter()
-    names = member_names(cfg)
-    name = blend_name(cfg, names)
-    models = Path(cfg.models_dir)
-    check_replaceable(models / name)
-    members = [load_member(models, n) for n in names]
-    ids = check_aligned(members)
-    sample_path = data_mod.raw_dir(cfg) / data_mod.SUBMISSION
-    if not sample_path.exists():
-        raise BlendError(f"{sample_path} is missing: the blend's submission is checked against it (CONFIG, data.dir)")
-    sample = pd.read_csv(sample_path, dtype={"id": str}, keep_default_na=False)
+@dataclass
+class Fit:
+    """The members' OOF ranks and the weights fit on them: nested per fold (the honest OOF) and on all rows."""
 
+    oof: pd.DataFrame  # id, lang, toxic, fold, pred: each fold's rows blended with the weights fit without it
+    ranks: np.ndarray  # rows x members
+    weights: np.ndarray  # fit on all OOF: for the submission only, never for the OOF
+    fold_weights: dict[int, np.ndarray]
+
+
+def fit(members: list[Member], step: float) -> Fit:
     oof = members[0].oof[OOF_COLUMNS].copy()
     y, folds = oof["toxic"].to_numpy(), oof["fold"].to_numpy()
     ranks = np.column_stack([rank01(m.oof["pred"]) for m in members])
-    fold_weights = nested_weights(ranks, y, folds, cfg.blend.step)
-    weights = fit_weights(ranks, y, cfg.blend.step)  # all OOF: for the submission only, never for the OOF
+    fold_weights = nested_weights(ranks, y, folds, step)
     oof["pred"] = apply_weights(ranks, folds, fold_weights)
+    return Fit(oof, ranks, fit_weights(ranks, y, step), fold_weights)
 
-    on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
-    sub = predict.check_submission(pd.DataFrame({"id": ids, "toxic": mix(on_test, weights)}), sample)
 
-    exp = models / name
-    minutes = round(sum(d.get("minutes", 0) for m in members for d in m.done.values()), 2)
-    with atomic_dir(exp) as tmp:
-        done = write_folds(tmp, members, oof, fold_weights, ids, cfg.blend.step)
-        summary = metrics.cv_summary(oof, done)
-        summary["blend"] = {
-            "members": names,
-            "weights": dict(zip(names, [round(float(w), 4) for w in weights])),
-            "fold_weights": {k: dict(zip(names, [round(float(x), 4) for x in w])) for k, w in fold_weights.items()},
-            "member_oof_auc": {m.name: metrics.auc(m.oof["toxic"], m.oof["pred"]) for m in members},
-            "member_digests": {m.name: {k: d.get("digest") for k, d in m.done.items()} for m in members},
-            "oof_auc_in_sample": metrics.auc(y, mix(ranks, weights)),  # optimistic: weights fit on the rows scored
-            "step": cfg.blend.step,
-            "members_minutes": minutes,
-        }
-        raw = data_mod.raw_dir(cfg)
-        if (raw / predict.TEST_LABELS).exists():  # the same test score `make predict` gives an experiment
-            test = pd.read_csv(raw / data_mod.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
-            summary["test_auc"] = predict.test_score(raw, test, sub)
-        write_csv(tmp / "oof.csv", oof)
-        write_json(tmp / "cv.json", summary)
-        metrics.plot(oof, summary, tmp / "cv.png")
-    write_csv(Path(cfg.submissions_dir) / f"{name}.csv", sub)
+def sample_submission(cfg: Config) -> pd.DataFrame:
+    path = layout.raw_dir(cfg) / competition.SUBMISSION
+    if not path.exists():
+        raise BlendError(f"{path} is missing: the blend's submission is checked against it (CONFIG, data.dir)")
+    return pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
 
-    rows = [(m.name, f"{w:.2f}", m.oof["pred"]) for m, w in zip(members, weights)]
+
+def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict, sub: pd.DataFrame) -> dict:
+    """The CV report of the blended OOF, with members, weights and the test score where labels are known."""
+    names, y = [m.name for m in members], f.oof["toxic"].to_numpy()
+    summary = report.cv_summary(f.oof, done)
+    summary["blend"] = {
+        "members": names,
+        "weights": dict(zip(names, [round(float(w), 4) for w in f.weights])),
+        "fold_weights": {k: dict(zip(names, [round(float(x), 4) for x in w])) for k, w in f.fold_weights.items()},
+        "member_oof_auc": {m.name: metrics.auc(m.oof["toxic"], m.oof["pred"]) for m in members},
+        "member_digests": {m.name: {k: d.get("digest") for k, d in m.done.items()} for m in members},
+        "oof_auc_in_sample": metrics.auc(y, mix(f.ranks, f.weights)),  # optimistic: weights fit on the rows scored
+        "step": cfg.blend.step,
+        "members_minutes": round(sum(d.get("minutes", 0) for m in members for d in m.done.values()), 2),
+    }
+    raw = layout.raw_dir(cfg)
+    if (raw / competition.TEST_LABELS).exists():  # the same test score `make predict` gives an experiment
+        test = pd.read_csv(raw / competition.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
+        summary["test_auc"] = metrics.test_score(raw, test, sub)
+    return summary
+
+
+def print_report(name: str, members: list[Member], f: Fit, summary: dict, seconds: float, paths: str) -> None:
+    rows = [(m.name, f"{w:.2f}", m.oof["pred"]) for m, w in zip(members, f.weights)]
     rows += [
-        ("blend, nested (honest)", "", oof["pred"]),
-        ("blend, all-OOF weights", "", pd.Series(mix(ranks, weights))),
+        ("blend, nested (honest)", "", f.oof["pred"]),
+        ("blend, all-OOF weights", "", pd.Series(mix(f.ranks, f.weights))),
     ]
-    print(per_lang_table(rows, oof))
-    per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in fold_weights.items())
-    print(f"weights fit without each fold (fold: {' '.join(names)}): {per_fold}")
+    print(per_lang_table(rows, f.oof))
+    per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in f.fold_weights.items())
+    print(f"weights fit without each fold (fold: {' '.join(m.name for m in members)}): {per_fold}")
     print(
         f"blend {name}: OOF AUC {summary['oof_auc']:.4f} (best member "
         f"{max(summary['blend']['member_oof_auc'].values()):.4f})"
         + (f", test AUC {summary['test_auc']['auc']:.4f}" if "test_auc" in summary else "")
-        + f", {time.perf_counter() - start:.1f} s -> "
-        f"{exp}/cv.json, cv.png, {Path(cfg.submissions_dir) / (name + '.csv')}"
+        + f", {seconds:.1f} s -> {paths}"
     )
+
+
+def run(cfg: Config) -> dict:
+    start = time.perf_counter()
+    names = member_names(cfg)
+    name = blend_name(cfg, names)
+    exp = layout.experiment_dir(cfg, name)
+    check_replaceable(exp)
+    members = [load_member(cfg, n) for n in names]
+    ids = check_aligned(members)
+    sample = sample_submission(cfg)
+    f = fit(members, cfg.blend.step)
+    on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
+    sub = check_submission(pd.DataFrame({"id": ids, "toxic": mix(on_test, f.weights)}), sample)
+    with atomic_dir(exp) as tmp:
+        done = write_folds(tmp, members, f.oof, f.fold_weights, ids, cfg.blend.step)
+        summary = blend_summary(cfg, members, f, done, sub)
+        write_csv(tmp / layout.OOF, f.oof)
+        write_json(tmp / layout.CV_JSON, summary)
+        report.plot(f.oof, summary, tmp / layout.CV_PNG)
+    write_csv(layout.submission_path(cfg, name), sub)
+    paths = f"{exp}/cv.json, cv.png, {layout.submission_path(cfg, name)}"
+    print_report(name, members, f, summary, time.perf_counter() - start, paths)
     return summary
 
 
@@ -300,8 +270,9 @@ def write_folds(
     for k, w in fold_weights.items():
         rows = oof[oof["fold"] == k]
         on_test = np.column_stack([rank01(fold_test(m, k, ids)) for m in members])
-        write_csv(out / f"fold{k}" / "oof.csv", rows)
-        write_csv(out / f"fold{k}" / "test.csv", pd.DataFrame({"id": ids, "toxic": mix(on_test, w)}))
+        folder = out / layout.fold_name(k)
+        write_csv(folder / layout.OOF, rows)
+        write_csv(folder / layout.TEST_PREDS, pd.DataFrame({"id": ids, "toxic": mix(on_test, w)}))
         done[k] = {
             "fold": k,
             "digest": digest(members, w, step),
@@ -312,7 +283,7 @@ def write_folds(
             "auc_per_lang": metrics.auc_by_lang(rows["toxic"], rows["pred"], rows["lang"]),
             "minutes": round(sum(m.done[k].get("minutes", 0) for m in members), 2),
         }
-        write_json(out / f"fold{k}" / "done.json", done[k])
+        write_json(folder / layout.DONE, done[k])
     return done
 
 

@@ -19,29 +19,28 @@ import pandas as pd
 import yaml
 
 from pipeline import config as config_mod
-from pipeline import metrics
+from pipeline import layout
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import atomic_write_text, read_json
-
-BOARD = "board.md"
+from pipeline.files import atomic_write_text, read_json
+from pipeline.scoring import report
 
 
 def summary_of(exp: Path) -> dict | None:
     """cv.json, or the same summary computed from the completed folds; None for a folder with neither.
 
     Folds without OOF rows (a stage-1 run on the training-only rows, fold -1) count as done, without AUC."""
-    if (exp / "cv.json").exists():
-        return read_json(exp / "cv.json")
-    dirs = metrics.fold_dirs(exp)
+    if (exp / layout.CV_JSON).exists():
+        return read_json(exp / layout.CV_JSON)
+    dirs = layout.done_dirs(exp)
     if not dirs:
         return None
-    done = {int(d.name[4:]): read_json(d / "done.json") for d in dirs}
-    scored = [d for d in dirs if (d / "oof.csv").exists()]
+    done = {k: read_json(d / layout.DONE) for k, d in dirs.items()}
+    scored = [d for d in dirs.values() if (d / layout.OOF).exists()]
     if not scored:
         return {"oof_auc": math.nan, "per_lang": {}, "folds": {}, "fold_details": done}
-    oof = pd.concat([pd.read_csv(d / "oof.csv", dtype={"id": str}, keep_default_na=False) for d in scored])
-    return metrics.cv_summary(oof, done)
+    oof = pd.concat([pd.read_csv(d / layout.OOF, dtype={"id": str}, keep_default_na=False) for d in scored])
+    return report.cv_summary(oof, done)
 
 
 def folds_done(summary: dict, total) -> str:
@@ -60,9 +59,9 @@ def settings(exp: Path, summary: dict) -> dict:
         b = summary["blend"]
         members = " + ".join(f"{n} {b['weights'][n]:.2f}" for n in b["members"])
         return {"model": f"blend: {members}", "folds_total": len(summary["folds"])}
-    if (exp / "pipeline.yaml").exists():
+    if (exp / layout.RUN_CONFIG).exists():
         # read as plain YAML, not as a Config: an experiment from an older version still gets its row
-        saved = yaml.safe_load((exp / "pipeline.yaml").read_text()) or {}
+        saved = yaml.safe_load((exp / layout.RUN_CONFIG).read_text()) or {}
         model, train = saved.get("model", {}), saved.get("train", {})
         batch = first.get("effective_batch", train.get("micro_batch", 0) * train.get("accumulation", 0) or None)
         return {
@@ -106,7 +105,7 @@ def cell(value, fmt: str = "") -> str:
     return format(value, fmt)
 
 
-def table(board: list[dict]) -> str:
+def board_table(board: list[dict]) -> str:
     """A Markdown table: readable printed, rendered on GitHub."""
     langs = sorted({lg for r in board for lg in r["per_lang"]})
     head = ["experiment", "OOF AUC", *langs, "folds", "minutes", "test AUC"]
@@ -135,14 +134,14 @@ def table(board: list[dict]) -> str:
 
 
 def run(cfg: Config) -> str:
-    models = Path(cfg.models_dir)
+    models = layout.models_root(cfg)
     board = rows(models) if models.is_dir() else []
     if not board:
         raise PipelineError(f"nothing to list in {models}/: run `make train`, `make baseline` or `make blend` first")
-    text = table(board)
-    atomic_write_text(models / BOARD, f"# Board\n\nBest OOF AUC first.\n\n{text}\n")
+    text = board_table(board)
+    atomic_write_text(layout.board_path(cfg), f"# Board\n\nBest OOF AUC first.\n\n{text}\n")
     print(text)
-    print(f"\nwrote {models / BOARD}")
+    print(f"\nwrote {layout.board_path(cfg)}")
     return text
 
 

@@ -474,12 +474,23 @@ def with_overrides(cfg: Config, overrides: list[str] | tuple[str, ...], device: 
     return validate(_build(Config, _apply(cfg.to_dict(), overrides)), device=device)
 
 
+def stage1_config(cfg: Config, device: bool = True) -> Config | None:
+    """The stage-1 experiment `model.init_from` names, as this config trains it: `model.init_args` applied, then
+    its name, fold -1, no init of its own and no pseudo-labels (test rows are never a stage-1 row anyway)."""
+    name = cfg.model.init_from
+    if not name:
+        return None
+    fixed = [f"name={name}", "train.folds=[-1]", "model.init_from=", "model.init_args=[]", "data.pseudo_from="]
+    fixed.append("train.training_only_rows=true")  # the default, though fold -1 reads only those rows anyway
+    return with_overrides(cfg, [*cfg.model.init_args, *fixed], device=device)
+
+
 def from_dict(d: dict) -> Config:
     return _build(Config, d)
 
 
 def save(cfg: Config, path: Path) -> None:
-    from pipeline.io import atomic_write_text
+    from pipeline.files import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True))
 

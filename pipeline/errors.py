@@ -10,6 +10,10 @@ class PipelineError(Exception):
     """A problem with the user's input, settings or environment; the message is one clear line."""
 
 
+class DataError(PipelineError, ValueError):
+    """A problem with the user's input files or prepared data; the message is one line that names the file."""
+
+
 def run_stage(stage: Callable[[], None]) -> int:
     """Run a stage's body; a PipelineError becomes `error: ...` on stderr and exit status 2.
 

@@ -2,17 +2,17 @@
 
 Reads   the pipeline package and the resolved config; the files of data.datasets, through the kaggle API
 Writes  kernel/<slug>/code/        the code bundle, uploaded as the private dataset <user>/<slug>-code
-                                   (created the first time, a new version after); see pipeline/kaggle_bundle.py
+                                   (created the first time, a new version after); see pipeline/kaggle/bundle.py
         kernel/<slug>/notebook/    kernel-metadata.json and the code file, pushed as the kernel <user>/<slug>:
                                    two T4 GPUs (kaggle.accelerator), internet off, private, with the
                                    competition, the code bundle and the model's weights attached
 `--output` (make kernel-output)    the finished kernel's output into kernel/<slug>/output/, models/<name>/
-                                   and submissions/ (pipeline/kaggle_output.py)
+                                   and submissions/ (pipeline/kaggle/output.py)
 `--status` (make kernel-status)    the kernel's state and the last lines of its log; `--follow` until it ends
 
 Before anything is sent the plan is checked: the metadata as kaggle 2.2.5 reads it, the extra training
 files against the attached sources, and the disk plan against the 20 GB Kaggle keeps in /kaggle/working
-(pipeline/kaggle_disk.py). `kaggle.dry_run=true` writes both folders, prints the plan and pushes nothing.
+(pipeline/kaggle/disk.py). `kaggle.dry_run=true` writes both folders, prints the plan and pushes nothing.
 <slug> is `kaggle.kernel_slug` (default jigsaw-<name>); `kaggle.dir` (default kernel/) moves the folders.
 What runs inside the notebook is pipeline/notebook.py.
 """
@@ -22,11 +22,12 @@ from __future__ import annotations
 import sys
 
 from pipeline import config as config_mod
-from pipeline import kaggle_disk
 from pipeline.config import Config
 from pipeline.errors import run_stage
-from pipeline.kaggle_bundle import write_bundle, write_kernel
-from pipeline.kaggle_meta import (
+from pipeline.kaggle import disk as kaggle_disk
+from pipeline.kaggle.bundle import write_bundle, write_kernel
+from pipeline.kaggle.output import fetch_output, folders, kernel_status
+from pipeline.kaggle.plan import (
     KERNEL_METADATA,
     KernelError,
     check_extra_files,
@@ -34,7 +35,6 @@ from pipeline.kaggle_meta import (
     placeholder_model_source,
     resolve_user,
 )
-from pipeline.kaggle_output import fetch_output, folders, kernel_status
 
 
 def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
@@ -52,16 +52,16 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
 
 def listed_files(cfg: Config, api) -> dict[str, list[str]] | None:
     """The files of each of data.datasets (None in a dry run, where nothing is asked)."""
-    from pipeline import kaggle_api
+    from pipeline.kaggle import client
 
     if api is None or not cfg.data.datasets:
         return None
-    return {ref: kaggle_api.dataset_files(ref, api) for ref in cfg.data.datasets}
+    return {ref: client.dataset_files(ref, api) for ref in cfg.data.datasets}
 
 
 def build_and_push(cfg: Config, api=None) -> dict:
     """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
-    from pipeline import kaggle_api, kaggle_io
+    from pipeline.kaggle import client
 
     make_plan(cfg, "owner")  # settings errors first: they need no credentials
     if cfg.model.name != "tiny" and not cfg.kaggle.model_source:
@@ -69,7 +69,7 @@ def build_and_push(cfg: Config, api=None) -> dict:
     check_extra_files(cfg)
     disk = check_disk(cfg)
     if not cfg.kaggle.dry_run and api is None:
-        api = kaggle_io.get_api()
+        api = client.get_api()
     check_extra_files(cfg, listed_files(cfg, api))
     plan = make_plan(cfg, resolve_user(cfg, api))
     code_dir, kernel_dir, out = folders(cfg, plan.kernel_slug)
@@ -91,10 +91,10 @@ def build_and_push(cfg: Config, api=None) -> dict:
         print("kernel: dry run (kaggle.dry_run=true): nothing sent; the two folders above are what would be")
         print(f"kernel: a push would upload {plan.dataset_ref}, then run {url}")
     else:
-        action, ds_url = kaggle_api.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
+        action, ds_url = client.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
         print(f"kernel: code dataset {action}: {ds_url}")
-        print(f"kernel: code dataset {kaggle_api.wait_dataset_ready(plan.dataset_ref, api)}")
-        url, version = kaggle_api.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
+        print(f"kernel: code dataset {client.wait_dataset_ready(plan.dataset_ref, api)}")
+        url, version = client.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
         print(f"kernel: pushed{f' version {version}' if version else ''}: {url}")
         result.update(url=url, version=version)
     print(f"  follow it:      make kernel-status CONFIG={cfg.name} FOLLOW=1")

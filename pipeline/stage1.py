@@ -13,13 +13,13 @@ with GPUS=N), and afterwards `make data train predict` with the same CONFIG and 
 from __future__ import annotations
 
 from pipeline import config as config_mod
-from pipeline import distributed, lineage
 from pipeline.config import Config
+from pipeline.core import distributed
 from pipeline.errors import run_stage
 
 
 def stage1_of(cfg: Config) -> Config:
-    s1 = lineage.stage1_config(cfg)
+    s1 = config_mod.stage1_config(cfg)
     if s1 is None:
         raise config_mod.ConfigError(
             "model.init_from is empty: a stage-1 model is made for a config that starts from one "

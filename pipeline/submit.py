@@ -25,11 +25,12 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline import config as config_mod
+from pipeline import layout
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
-from pipeline.io import atomic_write_text, read_json
-
-RECORD = "submissions.jsonl"
+from pipeline.files import atomic_write_text, read_json
+from pipeline.inputs import competition
+from pipeline.scoring.submission import check_submission
 
 
 class SubmitError(PipelineError):
@@ -37,11 +38,11 @@ class SubmitError(PipelineError):
 
 
 def submission_file(cfg: Config) -> Path:
-    return Path(cfg.kaggle.submit_file) if cfg.kaggle.submit_file else Path(cfg.submissions_dir) / f"{cfg.name}.csv"
+    return Path(cfg.kaggle.submit_file) if cfg.kaggle.submit_file else layout.submission_path(cfg)
 
 
 def oof_auc(exp: Path) -> float | None:
-    path = exp / "cv.json"
+    path = exp / layout.CV_JSON
     return float(read_json(path)["oof_auc"]) if path.is_file() else None
 
 
@@ -62,8 +63,6 @@ def message(name: str, auc: float | None, commit: str) -> str:
 
 def check_file(path: Path, sample: Path | None) -> pd.DataFrame:
     """The checks `make predict` applies; with no sample_submission.csv at hand, columns and values only."""
-    from pipeline import predict
-
     if not path.is_file():
         raise SubmitError(f"{path}: no such file; run `make predict` (or `make kernel-output`) first")
     try:
@@ -74,7 +73,7 @@ def check_file(path: Path, sample: Path | None) -> pd.DataFrame:
         raise SubmitError(f"{path}: columns {list(sub.columns)}, expected id,toxic")
     if sample is not None and sample.is_file():
         try:
-            predict.check_submission(sub, pd.read_csv(sample, dtype={"id": str}))
+            check_submission(sub, pd.read_csv(sample, dtype={"id": str}))
         except PipelineError as exc:
             raise SubmitError(f"{path}: {exc}") from exc
     elif sub["toxic"].isna().any() or not sub["toxic"].between(0, 1).all():
@@ -83,20 +82,18 @@ def check_file(path: Path, sample: Path | None) -> pd.DataFrame:
 
 
 def sample_submission(cfg: Config) -> Path | None:
-    from pipeline import data
-
     try:
-        return data.raw_dir(cfg) / data.SUBMISSION
+        return layout.raw_dir(cfg) / competition.SUBMISSION
     except PipelineError:
         return None
 
 
 def wait_for_score(ref: int, api, timeout_s: float, poll_s: float = 15, sleep: Callable = time.sleep) -> dict:
-    from pipeline import kaggle_api
+    from pipeline.kaggle import client
 
     waited = 0.0
     while True:
-        state = kaggle_api.submission_state(ref, api)
+        state = client.submission_state(ref, api)
         if state["status"] != "pending" or waited >= timeout_s:
             return state
         sleep(poll_s)
@@ -105,20 +102,20 @@ def wait_for_score(ref: int, api, timeout_s: float, poll_s: float = 15, sleep: C
 
 def record(exp: Path, entry: dict) -> None:
     """Append `entry` to models/<name>/submissions.jsonl (rewritten whole: never a half line)."""
-    path = exp / RECORD
+    path = exp / layout.SUBMIT_RECORD
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
     atomic_write_text(path, old + json.dumps(entry) + "\n")
 
 
 def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
-    from pipeline import kaggle_api, kaggle_io, metrics
+    from pipeline.kaggle import client
 
     path = submission_file(cfg)
     check_file(path, sample_submission(cfg))
-    exp = metrics.experiment_dir(cfg)
+    exp = layout.experiment_dir(cfg)
     text = message(cfg.name, oof_auc(exp), git_commit())
-    api = kaggle_io.get_api() if api is None else api
-    ref = kaggle_api.submit(cfg.data.competition, path, text, api)
+    api = client.get_api() if api is None else api
+    ref = client.submit(cfg.data.competition, path, text, api)
     print(f"submit: {path} sent to {cfg.data.competition} as submission {ref} ({text})")
     entry = {
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -147,10 +144,10 @@ def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
     return entry
 
 
-def table(models_dir: Path) -> list[dict]:
+def recorded(models_dir: Path) -> list[dict]:
     """Every recorded submission of every experiment, with the experiment's OOF AUC, oldest first."""
     rows = []
-    for path in sorted(Path(models_dir).glob(f"*/{RECORD}")):
+    for path in sorted(Path(models_dir).glob(f"*/{layout.SUBMIT_RECORD}")):
         auc = oof_auc(path.parent)
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
@@ -158,7 +155,7 @@ def table(models_dir: Path) -> list[dict]:
     return sorted(rows, key=lambda r: r["time"])
 
 
-def format_table(rows: list[dict]) -> str:
+def submissions_table(rows: list[dict]) -> str:
     if not rows:
         return "no submissions recorded yet (make submit)"
     head = f"{'time':<26} {'experiment':<16} {'OOF AUC':>8} {'public':>8} {'private':>8}  status"
@@ -180,7 +177,7 @@ def main(argv=None) -> int:
     def stage() -> None:
         cfg = config_mod.from_args(args)
         if args.list:
-            print(format_table(table(Path(cfg.models_dir))))
+            print(submissions_table(recorded(layout.models_root(cfg))))
         else:
             submit(cfg)
 

@@ -1,4 +1,5 @@
-"""Shared test helpers: small configs in a temporary input folder, and the real data slice."""
+"""Shared fixtures: the real data slice, a writable sample competition, an empty Kaggle environment, one
+torch thread, and a prepared tiny experiment. Helpers are in tests/helpers."""
 
 from __future__ import annotations
 
@@ -7,25 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import config, sample
-from pipeline.config import Config
-from pipeline.io import file_digest
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "jigsaw-real"
-SCALE = 0.2  # the built-in sample at a fifth of its size: 690 training rows, 180 test rows
-
-
-def make_cfg(tmp_path: Path, *overrides: str) -> Config:
-    """The sample config, small and fast, writing under tmp_path/input; later overrides win."""
-    return config.load(
-        "sample",
-        [f"input_dir={tmp_path / 'input'}", f"data.sample_scale={SCALE}", "model.tiny.vocab=1000", *overrides],
-    )
-
-
-def digests(folder: Path) -> dict[str, str]:
-    """Every file under `folder` (relative path) with its sha256: equal before and after means untouched."""
-    return {str(p.relative_to(folder)): file_digest(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+from pipeline.inputs import sample
+from tests.helpers import SCALE, SHARED, make_cfg, prepare_tokens
 
 
 @pytest.fixture
@@ -65,3 +49,23 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def prepared(tmp_path):
+    """A tiny two-fold experiment with its tables, tokenizer and token cache built (FoldRun tests)."""
+    from pipeline import data as data_mod
+
+    cfg = make_cfg(
+        tmp_path,
+        f"models_dir={tmp_path / 'models'}",
+        "data.folds=2",
+        "train.epochs=1",
+        "train.precision=fp32",
+        "model.tiny.hidden=32",
+        "model.tiny.intermediate=64",
+        "model.max_length=32",
+    )
+    data_mod.prepare(cfg, log=lambda *a: None)
+    prepare_tokens(cfg)
+    return cfg

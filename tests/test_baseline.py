@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_cfg
 
 from pipeline import baseline, blend, data
 from pipeline.errors import PipelineError
-from pipeline.io import read_json
+from pipeline.files import read_json
+from pipeline.inputs import tables
+from tests.helpers import make_cfg
 
 # the fields a trained fold's done.json has that mean something for a model fitted once
 TRAINED_FIELDS = {"fold", "digest", "epochs", "best_epoch", "auc", "auc_per_lang", "minutes"}
@@ -34,7 +35,7 @@ def prepared(tmp_path: Path) -> Path:
 def test_baseline_writes_folds_like_an_experiment(prepared: Path, capsys: pytest.CaptureFixture) -> None:
     cfg = cfg_at(prepared)
     summary = baseline.run(cfg)
-    table, test, _ = data.load_table(cfg)
+    table, test, _ = tables.load_table(cfg)
     exp = Path(cfg.models_dir) / f"{cfg.name}-tfidf"
     assert summary["oof_auc"] > 0.7  # the sample's toxic words are easy for character n-grams
     assert (exp / "cv.json").exists() and (exp / "cv.png").exists()
@@ -52,7 +53,7 @@ def test_baseline_writes_folds_like_an_experiment(prepared: Path, capsys: pytest
     assert not np.allclose(folds[0], folds[1])  # each fold's own model, not one copied
 
     # a member of a blend: what the blend needs is there
-    member = blend.load_member(Path(cfg.models_dir), exp.name)
+    member = blend.load_member(cfg, exp.name)
     assert sorted(member.tests) == list(range(cfg.data.folds)) and len(member.oof) == (table["fold"] >= 0).sum()
 
     # a rerun with the same tables and settings fits nothing; another seed refits

@@ -1,4 +1,5 @@
-"""`make blend`: rank-average weights fit on OOF, nested so that fold k's weights never see fold k."""
+"""`make blend`: rank-average weights fit on OOF, nested so that fold k's weights never see fold k, written like
+an experiment. The weights themselves (pipeline.scoring.blending) are tested in tests/scoring/test_blending.py."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import SCALE, make_cfg
-from experiments import ids_of_test, sample_submission, validation, write_experiment
 
-from pipeline import baseline, blend, config, data, metrics, predict
+from pipeline import baseline, blend, config, data, layout
 from pipeline.blend import BlendError
-from pipeline.io import read_json
+from pipeline.files import read_json
+from pipeline.inputs import competition, tables
+from pipeline.scoring import blending, metrics
+from pipeline.scoring.submission import ensemble
+from tests.helpers import SCALE, make_cfg
+from tests.helpers.experiments import ids_of_test, sample_submission, validation, write_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,60 +50,6 @@ def two_members(tmp_path: Path, n: int = 600) -> tuple[pd.DataFrame, dict]:
     return rows, {"pred": preds, "test": tests}
 
 
-# ---------------------------------------------------------------- weights
-
-
-def test_fit_weights_on_the_simplex_and_better_than_each() -> None:
-    rows = validation(900)
-    y = rows["toxic"].to_numpy()
-    rng = np.random.default_rng(0)
-    ranks = np.column_stack([blend.rank01(y + rng.normal(0, 1, len(y))) for _ in range(3)])
-    w = blend.fit_weights(ranks, y, 0.05)
-    assert w.min() >= 0 and w.sum() == pytest.approx(1.0)
-    assert metrics.auc(y, ranks @ w) > max(metrics.auc(y, ranks[:, j]) for j in range(3))
-    assert blend.fit_weights(ranks[:, :1], y).tolist() == [1.0]  # one member: all the weight
-    noise = np.column_stack([ranks[:, 0], blend.rank01(rng.random(len(y)))])
-    assert blend.fit_weights(noise, y, 0.05)[1] < 0.2  # a member that is pure noise gets little
-
-
-def test_rank01_scale() -> None:
-    np.testing.assert_allclose(blend.rank01([0.3, 10.0, -1.0]), [0.5, 1.0, 0.0])
-
-
-def test_fold_weights_do_not_depend_on_fold_k() -> None:
-    """Leak test: scramble fold 2's labels and predictions; fold 2's weights stay, the others' change."""
-    rows = validation(1000)
-    y, folds = rows["toxic"].to_numpy(), rows["fold"].to_numpy()
-    rng = np.random.default_rng(5)
-    ranks = np.column_stack([blend.rank01(y + rng.normal(0, s, len(y))) for s in (0.8, 1.5)])
-    before = blend.nested_weights(ranks, y, folds, 0.05)
-    y2, ranks2 = y.copy(), ranks.copy()
-    in2 = folds == 2
-    y2[in2] = 1 - y2[in2]  # fold 2 now rewards the opposite order
-    ranks2[in2, 1] = y2[in2]  # and member 1 is a perfect oracle there
-    after = blend.nested_weights(ranks2, y2, folds, 0.05)
-    np.testing.assert_array_equal(before[2], after[2])
-    assert any(not np.array_equal(before[k], after[k]) for k in (0, 1, 3, 4))
-
-
-def test_oracle_on_one_fold_gets_no_credit_for_it() -> None:
-    """Leak test: member b is an oracle on fold 0 only (noise elsewhere). Weights fit on all OOF would
-    count fold 0's rows and score clearly higher; the nested OOF must not."""
-    rows = validation(1000)
-    y, folds = rows["toxic"].to_numpy(), rows["fold"].to_numpy()
-    rng = np.random.default_rng(1)
-    a = y + rng.normal(0, 1.2, len(y))
-    b = rng.random(len(y))
-    b[folds == 0] = y[folds == 0] + 0.01 * rng.random(int((folds == 0).sum()))
-    ranks = np.column_stack([blend.rank01(a), blend.rank01(b)])
-    nested = blend.apply_weights(ranks, folds, blend.nested_weights(ranks, y, folds, 0.05))
-    everywhere = ranks @ blend.fit_weights(ranks, y, 0.05)
-    honest, leaky = metrics.auc(y, nested), metrics.auc(y, everywhere)
-    assert leaky - honest > 0.04, (honest, leaky)
-    fold0 = folds == 0
-    assert metrics.auc(y[fold0], nested[fold0]) < metrics.auc(y[fold0], everywhere[fold0]) - 0.05
-
-
 # ---------------------------------------------------------------- the stage
 
 
@@ -115,10 +65,10 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     y, folds = rows["toxic"].to_numpy(), rows["fold"].to_numpy()
 
     # the reported OOF is the nested one, recomputed here from the members' files and cv.json's fold weights
-    ranks = np.column_stack([blend.rank01(made["pred"][n]) for n in ("a", "b")])
+    ranks = np.column_stack([blending.rank01(made["pred"][n]) for n in ("a", "b")])
     fold_w = {int(k): np.array([w["a"], w["b"]]) for k, w in cv["blend"]["fold_weights"].items()}
     assert sorted(fold_w) == [0, 1, 2, 3, 4]
-    expect = blend.apply_weights(ranks, folds, fold_w)
+    expect = blending.apply_weights(ranks, folds, fold_w)
     assert cv["oof_auc"] == pytest.approx(metrics.auc(y, expect), abs=1e-3)  # weights are stored rounded
     assert cv["oof_auc"] == summary["oof_auc"] > max(cv["blend"]["member_oof_auc"].values())
     assert cv["oof_auc"] <= cv["blend"]["oof_auc_in_sample"]
@@ -133,7 +83,7 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
         done = read_json(exp / f"fold{k}" / "done.json")
         assert done["members"] == ["a", "b"] and done["weights"] == pytest.approx(fold_w[k].tolist())
         fold_test = pd.read_csv(exp / f"fold{k}" / "test.csv", dtype={"id": str})
-        want = fold_w[k] @ np.vstack([blend.rank01(made["test"][n][k]) for n in ("a", "b")])
+        want = fold_w[k] @ np.vstack([blending.rank01(made["test"][n][k]) for n in ("a", "b")])
         np.testing.assert_allclose(fold_test["toxic"], want, atol=1e-4)
         assert len(pd.read_csv(exp / f"fold{k}" / "oof.csv")) == int((folds == k).sum())
 
@@ -141,7 +91,7 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     sub = pd.read_csv(tmp_path / "subs" / "a+b.csv", dtype={"id": str})
     assert list(sub["id"]) == list(ids_of_test()[::-1])
     w = np.array([cv["blend"]["weights"]["a"], cv["blend"]["weights"]["b"]])
-    tests = [blend.rank01(predict.ensemble(list(made["test"][n].values()))) for n in ("a", "b")]
+    tests = [blending.rank01(ensemble(list(made["test"][n].values()))) for n in ("a", "b")]
     np.testing.assert_allclose(sub.set_index("id").loc[ids_of_test(), "toxic"], w @ np.vstack(tests), atol=1e-4)
     scored = labels[labels["toxic"] >= 0].merge(sub, on="id")
     assert cv["test_auc"]["auc"] == pytest.approx(metrics.auc(scored["toxic_x"], scored["toxic_y"]))
@@ -215,7 +165,7 @@ def test_blend_of_two_baselines_on_the_sample(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "wide-tfidf" in out and "narrow-tfidf" in out and "blend, nested (honest)" in out
     sub = pd.read_csv(tmp_path / "subs" / "wide-tfidf+narrow-tfidf.csv", dtype={"id": str}, keep_default_na=False)
-    sample = pd.read_csv(data.raw_dir(cfg) / data.SUBMISSION, dtype={"id": str}, keep_default_na=False)
+    sample = pd.read_csv(layout.raw_dir(cfg) / competition.SUBMISSION, dtype={"id": str}, keep_default_na=False)
     assert list(sub["id"]) == list(sample["id"]) and sub["toxic"].between(0, 1).all()
     cv = read_json(tmp_path / "models" / "wide-tfidf+narrow-tfidf" / "cv.json")
-    assert cv["rows"] == len(data.load_table(cfg)[0].query("fold >= 0"))
+    assert cv["rows"] == len(tables.load_table(cfg)[0].query("fold >= 0"))

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from experiments import sample_submission, validation, write_experiment
 
-from pipeline import blend, board, config, metrics
+from pipeline import blend, board, config
 from pipeline.errors import PipelineError
-from pipeline.io import read_json, write_json
+from pipeline.files import read_json, write_json
+from pipeline.scoring import report
+from tests.helpers.experiments import sample_submission, validation, write_experiment
 
 
 def noisy(y: np.ndarray, scale: float, seed: int) -> np.ndarray:
@@ -30,7 +31,7 @@ def make_models(tmp_path: Path) -> Path:
     config.save(cfg, xlmr / "pipeline.yaml")
     tfidf = write_experiment(models, "xlmr-tfidf", rows, noisy(y, 0.7, 2), tests, model="tfidf+lr")
     for exp in (xlmr, tfidf):
-        metrics.cv_report(config.load("sample", [f"models_dir={models}", f"name={exp.name}"]), f"{exp.name}-digest")
+        report.cv_report(config.load("sample", [f"models_dir={models}", f"name={exp.name}"]), f"{exp.name}-digest")
     cv = read_json(xlmr / "cv.json")
     write_json(xlmr / "cv.json", {**cv, "test_auc": {"auc": 0.8765, "per_lang": {}, "rows": 90}})
     sample_submission(tmp_path / "raw")

@@ -284,15 +284,13 @@ def test_stage_prints_one_line_for_bad_settings(capsys) -> None:
 
 
 def test_stage1_settings_are_checked_at_load_and_applied_under_its_name() -> None:
-    from pipeline import lineage
-
     for bad, key in (("train.lr=-1", "train.lr"), ("train.lrr=1", "train.lrr"), ("train.lr", "key=value")):
         with pytest.raises(ConfigError, match=rf"^model.init_args: .*{re.escape(key)}"):
             config.load("sample", ["model.init_from=warm", f"model.init_args=[{bad}]"])
     cfg = config.load("sample", ["model.init_from=warm", "model.init_args=[train.lr=5e-3,name=other]", "train.lr=1e-4"])
-    s1 = lineage.stage1_config(cfg)
+    s1 = config.stage1_config(cfg)
     # init_args apply to this config; the stage-1 run's name, fold and lineage are fixed after them
     assert (s1.name, s1.train.folds, s1.train.lr) == ("warm", (-1,), 5e-3)
     assert (s1.model.init_from, s1.model.init_args) == ("", ())
     assert s1.train.epochs == cfg.train.epochs and s1.data == cfg.data
-    assert lineage.stage1_config(config.load("sample")) is None
+    assert config.stage1_config(config.load("sample")) is None

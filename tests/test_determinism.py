@@ -5,25 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import digests
 
 from pipeline import data, train
-
-TINY = [
-    "data.sample_scale=0.2",
-    "data.folds=2",
-    "train.epochs=1",
-    "model.tiny.hidden=32",
-    "model.tiny.intermediate=64",
-    "model.tiny.vocab=300",
-    "model.max_length=32",
-    "train.precision=fp32",
-    "train.device=cpu",
-]
-
-
-def overrides(base: Path) -> list[str]:
-    return [f"input_dir={base / 'input'}", f"models_dir={base / 'models'}", f"submissions_dir={base / 'submissions'}"]
+from tests.helpers import digests
+from tests.helpers.tinyrun import TINY, overrides
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import config, fingerprint, metrics, predict, train
+from pipeline import config, cv, layout, predict, train
 from pipeline import data as data_mod
+from pipeline.inputs import tables
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
 
@@ -53,13 +54,13 @@ def pipeline_run(tmp_path_factory: pytest.TempPathFactory, torch_one_thread) -> 
     root = tmp_path_factory.mktemp("e2e")
     args = ["--config", "sample", *overrides(root)]
     codes = {}
-    for name, stage in (("data", data_mod), ("train", train), ("predict", predict), ("metrics", metrics)):
+    for name, stage in (("data", data_mod), ("train", train), ("predict", predict), ("metrics", cv)):  # make cv
         codes[name] = stage.main(args)
         if codes[name] != 0:
             break
     cfg = config.load("sample", overrides(root))
     return SimpleNamespace(
-        root=root, args=args, codes=codes, cfg=cfg, exp=metrics.experiment_dir(cfg), table=data_mod.load_table(cfg)[0]
+        root=root, args=args, codes=codes, cfg=cfg, exp=layout.experiment_dir(cfg), table=tables.load_table(cfg)[0]
     )
 
 
@@ -70,7 +71,7 @@ def test_every_stage_exits_zero(pipeline_run) -> None:
 def test_submission_matches_sample_ids_and_order(pipeline_run) -> None:
     subs = pipeline_run.root / "submissions"
     sample = pd.read_csv(
-        data_mod.raw_dir(pipeline_run.cfg) / "sample_submission.csv", dtype={"id": str}, keep_default_na=False
+        layout.raw_dir(pipeline_run.cfg) / "sample_submission.csv", dtype={"id": str}, keep_default_na=False
     )
     assert len(sample) > 0
     for name in ("submission.csv", "sample.csv"):
@@ -86,12 +87,12 @@ def test_submission_matches_sample_ids_and_order(pipeline_run) -> None:
 
 def test_fold_artifacts(pipeline_run) -> None:
     folds = pipeline_run.table["fold"].to_numpy()
-    digest = fingerprint.current(pipeline_run.cfg)
+    digest = layout.current_fingerprint(pipeline_run.cfg)
     for k in range(FOLDS):
         d = pipeline_run.exp / f"fold{k}"
         for name in FOLD_FILES:
             assert (d / name).is_file(), f"fold{k}/{name} missing"
-        assert not (d / train.RESUME).exists()  # a complete fold keeps no resume state
+        assert not (d / layout.RESUME).exists()  # a complete fold keeps no resume state
         lines = (d / "metrics.jsonl").read_text().splitlines()
         assert len(lines) == 1  # one line per epoch
         record = json.loads(lines[0])
@@ -103,7 +104,7 @@ def test_fold_artifacts(pipeline_run) -> None:
         assert oof["pred"].between(0, 1).all()
         done = json.loads((d / "done.json").read_text())
         assert done["digest"] == digest and done["fold"] == k and done["epochs"] == 1
-        assert train.is_complete(d, digest)
+        assert layout.is_complete(d, digest)
         assert config.load_file(d / "pipeline.yaml") == pipeline_run.cfg  # the config travels with the weights
 
 
@@ -131,14 +132,14 @@ def test_rerun_skips_complete_folds(pipeline_run, capsys: pytest.CaptureFixture)
 
 
 def test_changed_setting_makes_folds_incomplete(pipeline_run) -> None:
-    digest = fingerprint.current(pipeline_run.cfg)
+    digest = layout.current_fingerprint(pipeline_run.cfg)
     changed = config.load("sample", overrides(pipeline_run.root, "train.lr=0.004"))
-    assert fingerprint.current(changed) != digest
-    assert fingerprint.current(config.load("sample", overrides(pipeline_run.root, "train.folds=[0]"))) == digest
+    assert layout.current_fingerprint(changed) != digest
+    assert layout.current_fingerprint(config.load("sample", overrides(pipeline_run.root, "train.folds=[0]"))) == digest
     for k in range(FOLDS):
         d = pipeline_run.exp / f"fold{k}"
-        assert train.is_complete(d, digest)
-        assert not train.is_complete(d, fingerprint.current(changed))
+        assert layout.is_complete(d, digest)
+        assert not layout.is_complete(d, layout.current_fingerprint(changed))
 
 
 def test_predict_with_failing_check_writes_no_file(pipeline_run, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
@@ -152,7 +153,7 @@ def test_predict_with_failing_check_writes_no_file(pipeline_run, monkeypatch: py
 
 def test_metrics_cli_prints_table(pipeline_run) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "pipeline.metrics", "--config", "sample", *overrides(pipeline_run.root)],
+        [sys.executable, "-m", "pipeline.cv", "--config", "sample", *overrides(pipeline_run.root)],
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,

@@ -9,11 +9,15 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from conftest import SCALE
 
-from pipeline import config, fingerprint, metrics, predict, sample, train
+from pipeline import config, cv, layout, predict, train
 from pipeline import data as data_mod
+from pipeline.core.resume import Interrupted
 from pipeline.errors import PipelineError
+from pipeline.inputs import competition, sample
+from pipeline.scoring import report
+from tests.helpers import SCALE
+from tests.helpers.folds import StopAt, fold_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
 
@@ -46,7 +50,7 @@ def trained(tmp_path_factory, torch_one_thread) -> SimpleNamespace:
     argv = args(root, raw)
     for stage in (data_mod, train, predict):
         assert stage.main(argv) == 0
-    return SimpleNamespace(root=root, raw=raw, argv=argv, cfg=cfg_of(argv), exp=metrics.experiment_dir(cfg_of(argv)))
+    return SimpleNamespace(root=root, raw=raw, argv=argv, cfg=cfg_of(argv), exp=layout.experiment_dir(cfg_of(argv)))
 
 
 def copy_run(trained, dest: Path) -> Path:
@@ -57,7 +61,7 @@ def copy_run(trained, dest: Path) -> Path:
 
 
 def test_settings_that_do_not_change_weights_keep_the_fingerprint(trained, tmp_path) -> None:
-    digest = fingerprint.current(trained.cfg)
+    digest = layout.current_fingerprint(trained.cfg)
     same = [
         "train.eval_batch=7",
         "train.save_every_steps=5",
@@ -69,9 +73,9 @@ def test_settings_that_do_not_change_weights_keep_the_fingerprint(trained, tmp_p
         f"models_dir={tmp_path}",
     ]
     for item in same:
-        assert fingerprint.current(cfg_of(trained.argv + [item])) == digest, item
+        assert layout.current_fingerprint(cfg_of(trained.argv + [item])) == digest, item
     for item in ["train.lr=0.002", "train.epochs=2", "model.dropout=0.2", "train.precision=bf16", "train.seed=1"]:
-        assert fingerprint.current(cfg_of(trained.argv + [item])) != digest, item
+        assert layout.current_fingerprint(cfg_of(trained.argv + [item])) != digest, item
 
 
 def test_a_copy_of_the_data_elsewhere_uses_the_same_folds(trained, tmp_path, capsys) -> None:
@@ -79,7 +83,7 @@ def test_a_copy_of_the_data_elsewhere_uses_the_same_folds(trained, tmp_path, cap
     raw = copy_run(trained, tmp_path)
     argv = args(tmp_path, raw)
     assert data_mod.main(argv) == 0
-    assert fingerprint.current(cfg_of(argv)) == fingerprint.current(trained.cfg)
+    assert layout.current_fingerprint(cfg_of(argv)) == layout.current_fingerprint(trained.cfg)
     assert train.main(argv) == 0
     out = capsys.readouterr().out
     assert out.count("complete with these settings") == 2 and "=== fold" not in out
@@ -94,12 +98,12 @@ def test_changed_data_retrains_and_stale_folds_are_never_used(trained, tmp_path,
     valid.to_csv(raw / "validation.csv", index=False)
     assert data_mod.main(argv) == 0
     cfg = cfg_of(argv)
-    assert fingerprint.current(cfg) != fingerprint.current(trained.cfg)
+    assert layout.current_fingerprint(cfg) != layout.current_fingerprint(trained.cfg)
     # before retraining, predict and cv refuse the old folds, and say why
     with pytest.raises(PipelineError, match="trained on other data or settings"):
         predict.run(cfg)
     with pytest.raises(PipelineError, match="no trained folds for these inputs"):
-        metrics.cv_report(cfg)
+        report.cv_report(cfg)
     capsys.readouterr()
     assert train.main(argv) == 0
     out = capsys.readouterr().out
@@ -111,30 +115,28 @@ def test_fewer_folds_leave_the_old_ones_out(trained, tmp_path, capsys) -> None:
     exp = tmp_path / "models" / "sample"
     shutil.copytree(exp / "fold1", exp / "fold2")  # an old fold of a 3-fold run
     (exp / "fold0" / "done.json").unlink()  # and an unfinished one
-    digest = fingerprint.current(trained.cfg)
-    use, left_out = fingerprint.select_folds(exp, digest, 2)
+    digest = layout.current_fingerprint(trained.cfg)
+    use, left_out = layout.select_folds(exp, digest, 2)
     assert [p.name for p in use] == ["fold1"]
     assert left_out == {"fold0": "not complete", "fold2": "not a fold of data.folds=2"}
     cfg = cfg_of(args(tmp_path, trained.raw))
     cfg = config.from_dict({**cfg.to_dict(), "input_dir": str(trained.root / "input")})
-    metrics.usable_folds(cfg, digest, what="predict")
+    layout.usable_folds(cfg, digest, what="predict")
     err = capsys.readouterr().err
     assert "predict: using fold1; left out fold0: not complete; fold2: not a fold of data.folds=2" in err
 
 
 def test_a_retrain_removes_the_old_done_json_first(trained, tmp_path) -> None:
-    from test_core import StopAt, fold_run
-
     copy_run(trained, tmp_path)
     cfg = cfg_of(trained.argv + [f"models_dir={tmp_path / 'models'}", "train.lr=0.002"])
     fold_dir = tmp_path / "models" / "sample" / "fold0"
     assert (fold_dir / "done.json").exists() and (fold_dir / "test.csv").exists()
     run = fold_run(cfg, StopAt(2))
     assert not (fold_dir / "done.json").exists() and not (fold_dir / "test.csv").exists()
-    with pytest.raises(train.Interrupted):
+    with pytest.raises(Interrupted):
         run.run()  # stopped at the first step: the old done.json must not make it look complete
-    assert not train.is_complete(fold_dir, fingerprint.current(cfg))
-    assert not train.is_complete(fold_dir, fingerprint.current(trained.cfg))
+    assert not layout.is_complete(fold_dir, layout.current_fingerprint(cfg))
+    assert not layout.is_complete(fold_dir, layout.current_fingerprint(trained.cfg))
 
 
 def test_test_predictions_are_recomputed_when_what_they_depend_on_changes(trained, monkeypatch) -> None:
@@ -155,15 +157,15 @@ def test_test_predictions_are_recomputed_when_what_they_depend_on_changes(traine
 def test_model_path_is_where_not_what(tmp_path) -> None:
     base = ["model.name=xlm-roberta-large"]
     meta = {"table_digest": "t"}
-    a = fingerprint.fold_fingerprint(config.load("sample", [*base, "model.path=/kaggle/input/x"]), meta, tmp_path)
-    b = fingerprint.fold_fingerprint(config.load("sample", [*base, "model.path=/home/me/xlmr"]), meta, tmp_path)
+    a = layout.current_fingerprint(config.load("sample", [*base, "model.path=/kaggle/input/x"]), meta)
+    b = layout.current_fingerprint(config.load("sample", [*base, "model.path=/home/me/xlmr"]), meta)
     assert a == b
     for name in ("one", "two"):  # a folder given as model.name counts by its content
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text("{}")
 
     def of(folder: str) -> str:
-        return fingerprint.fold_fingerprint(config.load("sample", [f"model.name={tmp_path / folder}"]), meta, tmp_path)
+        return layout.current_fingerprint(config.load("sample", [f"model.name={tmp_path / folder}"]), meta)
 
     assert of("one") == of("two")
     (tmp_path / "two" / "config.json").write_text('{"hidden_size": 8}')
@@ -176,13 +178,13 @@ def test_test_labels_give_a_test_auc_kept_in_cv_json(trained, tmp_path, capsys) 
     sub = pd.read_csv(trained.root / "subs" / "submission.csv", dtype={"id": str})
     labels = sub.assign(toxic=(sub["toxic"] > sub["toxic"].median()).astype(int))  # ranks like the predictions
     labels.loc[labels.index[:5], "toxic"] = -1  # rows the competition did not score
-    labels.to_csv(raw / predict.TEST_LABELS, index=False)
+    labels.to_csv(raw / competition.TEST_LABELS, index=False)
     assert data_mod.main(argv) == 0 and predict.main(argv) == 0
     assert "test AUC 1.0000 (" in capsys.readouterr().out
     cv_path = tmp_path / "models" / "sample" / "cv.json"
     score = json.loads(cv_path.read_text())["test_auc"]
     assert score["auc"] == 1.0 and score["rows"] == len(sub) - 5 and set(score["per_lang"]) == set(sub_langs(raw))
-    assert metrics.main(argv) == 0  # `make cv` rewrites cv.json and keeps the score of the same folds
+    assert cv.main(argv) == 0  # `make cv` rewrites cv.json and keeps the score of the same folds
     assert json.loads(cv_path.read_text())["test_auc"] == score
 
 

@@ -1,10 +1,13 @@
-"""Tests for pipeline.kernel (`make kernel`, `make kernel-output`). No test reaches the network.
+"""Tests for pipeline.kernel (`make kernel`, `make kernel-output`, `make kernel-status`). No test reaches the network.
 
-The kaggle API is replaced at the seam (pipeline.kaggle_io's functions take `api=`) by FakeKaggleApi,
+The kaggle API is replaced at the seam (pipeline.kaggle.client's functions take `api=`) by FakeKaggleApi,
 which records every call. The notebook's code file itself is run in a subprocess against a simulated
 Kaggle layout: temporary folders stand for /kaggle/input (the sample competition, the code bundle as
 Kaggle mounts it, a tiny model folder) and /kaggle/working, sockets are disabled, and the submission
 must appear at <working>/submission.csv.
+
+The plan and metadata checks are in tests/kaggle/test_plan.py, the code bundle in tests/kaggle/test_bundle.py,
+Kaggle's folders and mounts in tests/kaggle/test_session.py.
 """
 
 from __future__ import annotations
@@ -19,27 +22,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_kaggle_io import SENTINEL, FakeKaggleApi, http_error, run_python
 
-from pipeline import (
-    config,
-    data,
-    kaggle_api,
-    kaggle_bundle,
-    kaggle_io,
-    kaggle_meta,
-    kaggle_output,
-    kernel,
-    metrics,
-    notebook,
-    predict,
-    sample,
-    train,
-)
-from pipeline.kaggle_io import KaggleError
-from pipeline.kaggle_meta import KernelError
+from pipeline import config, cv, data, kernel, predict, train
+from pipeline.inputs import sample
+from pipeline.kaggle import client, output, session
+from pipeline.kaggle import plan as kaggle_plan
+from pipeline.kaggle.client import KaggleError
+from pipeline.kaggle.plan import KernelError
+from tests.helpers.fake_kaggle import FakeKaggleApi, http_error, run_python
+from tests.helpers.kernels import COMPETITION, dry, make_cfg
 
-COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 REPO = Path(__file__).resolve().parents[1]
 # Small and fast: a 2-layer, 32-wide XLM-R, 2 folds, 1 epoch, short sequences.
 SMALL = (
@@ -61,23 +53,6 @@ SMALL = (
 LAYOUT_SCALE = 0.1  # the sample competition under the simulated /kaggle/input: 90 validation, 90 test rows
 
 
-def make_cfg(tmp_path: Path, *overrides: str, name: str = "sample") -> config.Config:
-    return config.load(
-        name,
-        [
-            f"kaggle.dir={tmp_path / 'kernel'}",
-            f"models_dir={tmp_path / 'models'}",
-            f"submissions_dir={tmp_path / 'submissions'}",
-            "data.extra_files=[]",  # the real competition has no translated-train.csv (see test_extra_files_*)
-            *overrides,
-        ],
-    )
-
-
-def dry(tmp_path: Path, *overrides: str) -> config.Config:
-    return make_cfg(tmp_path, "kaggle.dry_run=true", "kaggle.user=tester", *overrides)
-
-
 @pytest.fixture(autouse=True)
 def no_credentials(no_kaggle_env: Path) -> Path:
     """Every test starts with no Kaggle credentials and an empty HOME."""
@@ -94,206 +69,6 @@ def test_import_is_light(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"  # nothing runs at import, kaggle is reached only through the seam
-
-
-def test_kaggle_paths_from_env_or_defaults() -> None:
-    defaults = notebook.KagglePaths(Path("/kaggle/input"), Path("/kaggle/working"), Path("/kaggle/temp"))
-    assert notebook.kaggle_paths({}) == defaults
-    paths = notebook.kaggle_paths({"KAGGLE_INPUT_ROOT": "/a", "KAGGLE_WORKING_ROOT": "/b", "KAGGLE_TEMP_ROOT": "/c"})
-    assert paths == notebook.KagglePaths(Path("/a"), Path("/b"), Path("/c"))
-    assert notebook.on_kaggle({"KAGGLE_KERNEL_RUN_TYPE": "Batch"})
-
-
-def test_find_mount_one_or_two_levels_down(tmp_path: Path) -> None:
-    (tmp_path / "datasets" / "owner" / "xlmr").mkdir(parents=True)
-    (tmp_path / COMPETITION).mkdir()
-    assert notebook.find_mount(tmp_path, COMPETITION) == tmp_path / COMPETITION
-    assert notebook.find_mount(tmp_path, "xlmr") == tmp_path / "datasets" / "owner" / "xlmr"
-    assert notebook.find_mount(tmp_path, "absent") is None
-
-
-def test_slugify_matches_python_slugify() -> None:
-    slugify = pytest.importorskip("slugify").slugify  # what kaggle's kernels_push compares the id with
-    for title in ("Jigsaw sample", "Jigsaw xlmr-large", "XLM-R large: 5 folds!", "  a  b--c "):
-        assert kaggle_meta.slugify(title) == slugify(title)
-
-
-# ---------------------------------------------------------------------------------------------
-# Metadata checks
-
-
-def good_kernel(tmp_path: Path) -> tuple[dict, Path]:
-    cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlm-roberta-large")
-    plan = kaggle_meta.make_plan(cfg, "tester")
-    folder = tmp_path / "k"
-    meta = kaggle_bundle.write_kernel(cfg, plan, folder)
-    return meta, folder
-
-
-def test_kernel_metadata_fields(tmp_path: Path) -> None:
-    meta, folder = good_kernel(tmp_path)
-    assert meta == {
-        "id": "tester/jigsaw-sample",
-        "title": "Jigsaw sample",
-        "code_file": "jigsaw-sample.py",
-        "language": "python",
-        "kernel_type": "script",
-        "is_private": True,
-        "enable_gpu": True,
-        "enable_tpu": False,
-        "enable_internet": False,
-        "dataset_sources": ["tester/jigsaw-sample-code", "someone/xlm-roberta-large"],
-        "competition_sources": [COMPETITION],
-        "kernel_sources": [],
-        "machine_shape": "NvidiaTeslaT4",  # two T4s
-    }
-    assert json.loads((folder / "kernel-metadata.json").read_text()) == meta
-    kaggle_meta.check_kernel_metadata(meta, folder)
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"id": None}, "missing field 'id'"),
-        ({"title": None}, "missing field 'title'"),
-        ({"code_file": None}, "missing field 'code_file'"),
-        ({"competition_sources": None}, "missing field 'competition_sources'"),
-        ({"enable_internet": None}, "missing field 'enable_internet'"),
-        ({"id": "jigsaw-sample"}, "is not <user>/<slug>"),
-        ({"id": "tester/Jigsaw Sample"}, "the slug must be"),
-        ({"id": "bad user/jigsaw-sample"}, "is not a Kaggle user name"),
-        ({"title": "Jigsaw other"}, "gives the slug 'jigsaw-other'"),
-        ({"language": "r"}, "language must be 'python'"),
-        ({"kernel_type": "rmarkdown"}, "kernel_type must be"),
-        ({"code_file": "missing.py"}, "not found"),
-        ({"code_file": "../x.py"}, "must be a file name"),
-        ({"code_file": "jigsaw-sample.ipynb"}, "must end in .py"),
-        ({"is_private": "true"}, "is_private must be true or false"),
-        ({"enable_gpu": 1}, "enable_gpu must be true or false"),
-        ({"enable_internet": True}, "enable_internet must be false"),
-        ({"competition_sources": []}, "competition_sources is empty"),
-        ({"competition_sources": COMPETITION}, "must be a list of strings"),
-        ({"dataset_sources": ["no-owner"]}, "dataset_sources: 'no-owner' is not <owner>/<dataset>"),
-        ({"dataset_sources": ["a/b", "a/b"]}, "lists a source twice"),
-        ({"model_sources": ["o/m/pytorch/large"]}, "model_sources: 'o/m/pytorch/large' is not"),
-        ({"enable_gpus": True}, "unknown field 'enable_gpus'"),
-    ],
-)
-def test_kernel_metadata_errors(tmp_path: Path, change: dict, message: str) -> None:
-    meta, folder = good_kernel(tmp_path)
-    for key, value in change.items():
-        if value is None:
-            del meta[key]
-        else:
-            meta[key] = value
-    with pytest.raises(KernelError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
-        kaggle_meta.check_kernel_metadata(meta, folder)
-    assert "kernel-metadata.json" in str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"licenses": None}, "missing field 'licenses'"),
-        ({"licenses": []}, "exactly one license"),
-        ({"licenses": [{"name": ""}]}, "needs a name"),
-        ({"id": "tester/abc"}, "6-50"),
-        ({"title": "abc"}, "title 'abc' must be 6-50"),
-        ({"id": "tester"}, "is not <user>/<slug>"),
-    ],
-)
-def test_dataset_metadata_errors(change: dict, message: str) -> None:
-    meta = kaggle_meta.dataset_metadata(kaggle_meta.make_plan(config.load("sample"), "tester"))
-    kaggle_meta.check_dataset_metadata(meta)
-    for key, value in change.items():
-        if value is None:
-            del meta[key]
-        else:
-            meta[key] = value
-    with pytest.raises(KernelError, match=message):
-        kaggle_meta.check_dataset_metadata(meta)
-
-
-def test_bad_metadata_is_caught_before_anything_is_sent(tmp_path: Path) -> None:
-    api = FakeKaggleApi()
-    cfg = make_cfg(tmp_path, "kaggle.title=Another title")
-    with pytest.raises(KernelError, match="gives the slug 'another-title'"):
-        kernel.build_and_push(cfg, api=api)
-    assert api.calls == []  # no upload, no push
-
-
-def test_non_tiny_model_needs_a_model_source(tmp_path: Path) -> None:
-    with pytest.raises(KernelError, match="set kaggle.model_source"):
-        kaggle_meta.make_plan(make_cfg(tmp_path, "model.name=xlm-roberta-large"), "tester")
-    with pytest.raises(KernelError, match="expected a dataset owner/slug"):
-        kaggle_meta.make_plan(dry(tmp_path, "model.name=x", "kaggle.model_source=a/b/c"), "tester")
-
-
-def test_kaggle_model_goes_to_model_sources(tmp_path: Path) -> None:
-    cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=owner/xlmr/transformers/large/2")
-    plan = kaggle_meta.make_plan(cfg, "tester")
-    assert plan.model_mount == "xlmr/transformers/large/2"
-    meta = kaggle_bundle.write_kernel(cfg, plan, tmp_path / "k")
-    assert meta["model_sources"] == ["owner/xlmr/transformers/large/2"]
-    assert meta["dataset_sources"] == ["tester/jigsaw-sample-code"]
-
-
-def test_notebook_kernel_type_writes_an_ipynb(tmp_path: Path) -> None:
-    cfg = dry(tmp_path, "kaggle.kernel_type=notebook")
-    meta = kaggle_bundle.write_kernel(cfg, kaggle_meta.make_plan(cfg, "tester"), tmp_path / "k")
-    nb = json.loads((tmp_path / "k" / meta["code_file"]).read_text())
-    assert meta["code_file"] == "jigsaw-sample.ipynb" and nb["nbformat"] == 4
-    assert "run(CODE_DATASET, CONFIG)" in nb["cells"][0]["source"]
-
-
-# ---------------------------------------------------------------------------------------------
-# The code bundle
-
-
-def test_bundle_holds_the_pipeline_and_configs_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
-    monkeypatch.setenv("KAGGLE_USERNAME", "tester")
-    cfg = make_cfg(tmp_path, "kaggle.dry_run=true")
-    result = kernel.build_and_push(cfg)
-    code = result["code_dir"]
-    names = sorted(str(p.relative_to(code)) for p in code.rglob("*") if p.is_file())
-    assert "dataset-metadata.json" in names and "kernel-config.yaml" in names
-    assert "pipeline/__init__.py" in names and "pipeline/kernel.py" in names and "pipeline/configs/sample.yaml" in names
-    for name in names:
-        assert name in ("dataset-metadata.json", "kernel-config.yaml") or (
-            name.startswith("pipeline/") and name.endswith((".py", ".yaml"))
-        ), name
-        assert not any(part in name.split("/") for part in ("input", "models", "submissions", ".venv", "__pycache__"))
-    for p in code.rglob("*"):
-        if p.is_file():
-            assert SENTINEL.encode() not in p.read_bytes()
-    assert result["bundle_bytes"] == sum(p.stat().st_size for p in code.rglob("*") if p.is_file())
-    assert result["bundle_bytes"] < 1 << 20
-    meta = json.loads((code / "dataset-metadata.json").read_text())
-    assert meta["id"] == "tester/jigsaw-sample-code" and meta["licenses"] == [{"name": "CC0-1.0"}]
-    assert config.load_file(code / "kernel-config.yaml") == cfg
-
-
-@pytest.mark.parametrize("bad", ["kaggle.json", "input/x.csv", "models/m/model.safetensors", "notes.txt"])
-def test_check_bundle_refuses_data_and_credentials(tmp_path: Path, bad: str) -> None:
-    folder = tmp_path / "bundle"
-    (folder / "pipeline").mkdir(parents=True)
-    (folder / "pipeline" / "a.py").write_text("x = 1\n")
-    kaggle_bundle.check_bundle(folder)
-    (folder / bad).parent.mkdir(parents=True, exist_ok=True)
-    (folder / bad).write_text("{}")
-    with pytest.raises(KernelError, match="code bundle"):
-        kaggle_bundle.check_bundle(folder)
-
-
-def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
-    folder = tmp_path / "bundle"
-    (folder / "pipeline").mkdir(parents=True)
-    (folder / "pipeline" / "a.py").write_text(f"KEY = {SENTINEL!r}\n")
-    with pytest.raises(KernelError, match="contains a Kaggle credential") as info:
-        kaggle_bundle.check_bundle(folder)
-    assert SENTINEL not in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,9 +90,9 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
     api.dataset_states = ["pending"]  # created, then ready at the second poll
     cfg = make_cfg(tmp_path)
     sleeps = []
-    orig = kaggle_api.wait_dataset_ready
+    orig = client.wait_dataset_ready
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kaggle_api, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
+        mp.setattr(client, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
     assert names == ["dataset_status", "dataset_create_new", "dataset_status", "dataset_status", "kernels_push"]
@@ -355,7 +130,7 @@ def test_user_comes_from_the_api_else_config(tmp_path: Path) -> None:
 def test_push_without_credentials_says_how(tmp_path: Path) -> None:
     with pytest.raises(KaggleError, match="No Kaggle credentials found") as info:
         kernel.build_and_push(make_cfg(tmp_path))
-    assert kaggle_io.credentials_hint() in str(info.value)
+    assert client.credentials_hint() in str(info.value)
     assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "data.extra_files=[]"]) == 2
 
 
@@ -415,7 +190,7 @@ def test_output_is_downloaded_and_installed(tmp_path: Path) -> None:
         "input/cache/abc/train_ids.npy": b"big",  # not wanted back
     }
     cfg = make_cfg(tmp_path)
-    installed = kaggle_output.fetch_output(cfg, api=api)
+    installed = output.fetch_output(cfg, api=api)
     assert [name for name, _ in api.calls] == ["kernels_status", "kernels_output"]
     assert (tmp_path / "models" / "sample" / "fold0" / "model.safetensors").read_bytes() == b"weights"
     assert (tmp_path / "models" / "sample" / "cv.json").is_file()
@@ -431,7 +206,7 @@ def test_output_of_an_unfinished_kernel_is_refused(tmp_path: Path) -> None:
     api = FakeKaggleApi()
     api.kernel_state = "RUNNING"
     with pytest.raises(KernelError, match="is running, not complete; follow it with `make kernel-status"):
-        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
+        output.fetch_output(make_cfg(tmp_path), api=api)
     assert [name for name, _ in api.calls] == ["kernels_status"]
 
 
@@ -445,7 +220,7 @@ def test_output_of_a_failed_kernel_shows_its_log(tmp_path: Path, capsys: pytest.
     api = FakeKaggleApi()
     api.kernel_state, api.failure_message, api.log = "ERROR", "Your notebook tried to allocate more memory", KAGGLE_LOG
     with pytest.raises(KernelError, match="failed: Your notebook tried to allocate more memory"):
-        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
+        output.fetch_output(make_cfg(tmp_path), api=api)
     assert [name for name, _ in api.calls] == ["kernels_status", "kernels_logs"]
     out = capsys.readouterr().out
     assert "| torch.OutOfMemoryError: CUDA out of memory" in out and "| step 29" in out
@@ -457,7 +232,7 @@ def test_output_of_a_failed_kernel_shows_its_log(tmp_path: Path, capsys: pytest.
 def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     api = FakeKaggleApi()
     api.kernel_state, api.log = "RUNNING", KAGGLE_LOG
-    assert kaggle_output.kernel_status(make_cfg(tmp_path), api=api) == "running"
+    assert output.kernel_status(make_cfg(tmp_path), api=api) == "running"
     out = capsys.readouterr().out
     assert "kernel tester/jigsaw-sample: running" in out and "| step 29" in out
 
@@ -468,7 +243,7 @@ def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: 
         api.log = json.dumps([{"data": "done\n"}])
 
     api.kernel_state = "QUEUED"
-    assert kaggle_output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=sleep) == "complete"
+    assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=sleep) == "complete"
     assert [n for n, _ in api.calls].count("kernels_status") == 4
     assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'k'}", "--status"]) == 2  # no credentials
 
@@ -478,7 +253,7 @@ def test_output_access_denied(tmp_path: Path) -> None:
     # kaggle 2.2.5 turns a 401/403 on kernels_status into this ValueError
     api.fail["kernels_status"] = ValueError("Cannot access kernel 'x' (Permission 'kernels.get' was denied).")
     with pytest.raises(KaggleError, match=r"access denied \(403\)"):
-        kaggle_output.fetch_output(make_cfg(tmp_path), api=api)
+        output.fetch_output(make_cfg(tmp_path), api=api)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,9 +276,9 @@ def kaggle_layout(tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "kaggle"
     competition = root / "input" / "competitions" / COMPETITION  # where current images mount it
     sample.write(competition, seed=0, scale=LAYOUT_SCALE)
-    for extra in {p.name for p in competition.iterdir()} - set(kaggle_meta.COMPETITION_FILES):
+    for extra in {p.name for p in competition.iterdir()} - set(kaggle_plan.COMPETITION_FILES):
         (competition / extra).unlink()  # e.g. translated-train.csv: the generator's, not Kaggle's
-    assert {p.name for p in competition.iterdir()} <= set(kaggle_meta.COMPETITION_FILES)
+    assert {p.name for p in competition.iterdir()} <= set(kaggle_plan.COMPETITION_FILES)
     (root / "working").mkdir(parents=True)
     (root / "temp").mkdir()
     return root / "input", root / "working"
@@ -524,13 +299,14 @@ def tiny_model_folder(dest: Path, competition: Path, cfg: config.Config) -> None
     """A saved XLM-R (2 layers, hidden 32) and its tokenizer, as a model dataset would hold them."""
     from transformers import XLMRobertaForSequenceClassification
 
-    from pipeline import modeling
+    from pipeline.core import modeling
+    from pipeline.inputs import tokenizer
 
     texts = []
     for name, col in (("jigsaw-toxic-comment-train.csv", "comment_text"), ("test.csv", "content")):
         texts += pd.read_csv(competition / name, dtype=str, keep_default_na=False)[col].tolist()
-    modeling.train_tokenizer(texts, 1000, dest)
-    tok = modeling.load_tokenizer(dest)
+    tokenizer.train_tokenizer(texts, 1000, dest)
+    tok = tokenizer.load_tokenizer(dest)
     model = XLMRobertaForSequenceClassification(modeling.tiny_config(cfg, len(tok), tok.pad_token_id))
     model.save_pretrained(dest)
 
@@ -607,7 +383,7 @@ def test_sample_kernel_runs_end_to_end(sample_run) -> None:
     assert (temp / "input" / "prepared" / "sample").is_dir()  # the scratch went to temp
     # what working holds is what the disk plan counts: two folds' weights and the small files
     weights = sum((working / "models" / "sample" / f"fold{k}" / "model.safetensors").stat().st_size for k in (0, 1))
-    total = notebook.folder_bytes(working)
+    total = session.folder_bytes(working)
     assert weights < total < weights + 5_000_000
     # the competition was read in place, never copied or edited
     assert not (working / "input").exists() and not (temp / "input" / COMPETITION).exists()
@@ -644,13 +420,13 @@ def test_downloaded_folds_are_used_locally(sample_run, tmp_path: Path, capsys: p
     _, input_root, working, result = sample_run
     assert result.returncode == 0
     args = local_args(tmp_path, input_root, *SMALL)
-    kaggle_output.fetch_output(config.load("sample", args[2:]), api=serve_working(working))
+    output.fetch_output(config.load("sample", args[2:]), api=serve_working(working))
     assert data.main(args) == 0
     capsys.readouterr()
     assert train.main(args) == 0
     out = capsys.readouterr().out
     assert "fold 0: complete" in out and "fold 1: complete" in out and "epoch 1:" not in out, out
-    assert metrics.main(args) == 0
+    assert cv.main(args) == 0
     assert predict.main(args) == 0
     assert "2 fold(s)" in capsys.readouterr().out
 
@@ -663,10 +439,10 @@ def test_output_already_there_is_not_fetched_or_copied_again(tmp_path: Path, cap
         "models/sample/fold0/done.json": b"{}",
     }
     cfg = make_cfg(tmp_path)
-    assert len(kaggle_output.fetch_output(cfg, api=api)) == 3
+    assert len(output.fetch_output(cfg, api=api)) == 3
     assert sorted(api.written) == sorted(api.outputs)
     api.written.clear()
-    assert kaggle_output.fetch_output(cfg, api=api) == []  # same sizes: nothing downloaded, nothing copied
+    assert output.fetch_output(cfg, api=api) == []  # same sizes: nothing downloaded, nothing copied
     assert api.written == [] and dict(api.calls)["kernels_output"]["force"] is False
     assert "3 files already installed (same size and time)" in capsys.readouterr().out
     # the kernel ran again: new weights of the same size, a new done.json
@@ -674,7 +450,7 @@ def test_output_already_there_is_not_fetched_or_copied_again(tmp_path: Path, cap
     os.utime(weights, (1, 1))  # the first download happened long ago
     api.outputs["models/sample/fold0/model.safetensors"] = b"WEIGHTS" * 100
     api.outputs["models/sample/fold0/done.json"] = b'{"auc": 0.9}'
-    installed = kaggle_output.fetch_output(cfg, api=api)
+    installed = output.fetch_output(cfg, api=api)
     assert sorted(installed) == [weights.parent / "done.json", weights]
     assert weights.read_bytes() == b"WEIGHTS" * 100
 
@@ -712,7 +488,7 @@ def test_two_stages_in_one_notebook(tmp_path: Path) -> None:
     out = run_notebook(result["kernel_dir"] / "jigsaw-sample.py", input_root, working, tmp_path)
     check_submission(working, input_root, out)
     assert "stage 1: sample-s1 (one model on the training-only rows), then stage 2: sample" in out.stdout
-    s1 = config.load_file(working / notebook.STAGE1_CONFIG)
+    s1 = config.load_file(working / session.STAGE1_CONFIG)
     assert (s1.name, s1.train.folds, s1.train.lr, s1.model.init_from) == ("sample-s1", (-1,), 5e-3, "")
     s1_dir = working / "models" / "sample-s1" / "fold-1"
     assert (s1_dir / "model.safetensors").is_file() and not (s1_dir / "oof.csv").exists()
@@ -729,7 +505,7 @@ def test_two_stages_in_one_notebook(tmp_path: Path) -> None:
     # brought back by `make kernel-output`, both stages count locally: the folds are complete, predict runs
     stage2 = ["train.training_only_rows=false", "train.lr=1e-3"]
     local = local_args(tmp_path / "local", input_root, *SMALL, *stage1, *stage2)
-    kaggle_output.fetch_output(config.load("sample", local[2:]), api=serve_working(working))
+    output.fetch_output(config.load("sample", local[2:]), api=serve_working(working))
     assert (tmp_path / "local" / "models" / "sample-s1" / "fold-1" / "model.safetensors").is_file()
     assert data.main(local) == 0 and train.main(local) == 0 and predict.main(local) == 0
 
@@ -759,7 +535,7 @@ def test_stage2_notebook_starts_from_an_attached_stage1_kernel(tmp_path: Path) -
     second = run_notebook(script, b_input, b_working, tmp_path / "b")
     check_submission(b_working, b_input, second)
     assert "kernel: stage 1: sample-s1 from kernel jigsaw-sample-s1's output" in second.stdout
-    assert "sample-s1 fold -1 kept" not in second.stdout and not (b_working / notebook.STAGE1_CONFIG).exists()
+    assert "sample-s1 fold -1 kept" not in second.stdout and not (b_working / session.STAGE1_CONFIG).exists()
     linked = b_working.parent / "temp" / "models" / "sample-s1" / "fold-1"
     mounted = b_input / "notebooks" / "tester" / "jigsaw-sample-s1" / "models" / "sample-s1" / "fold-1"
     assert linked.is_symlink() and linked.resolve() == mounted

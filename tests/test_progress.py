@@ -1,10 +1,12 @@
-"""pipeline.progress: sparse redraws when nobody watches, errors on their own line, no transformers bars."""
+"""pipeline.progress: sparse redraws when nobody watches, errors on their own line, no transformers bars, and
+work in a child process (the tokenizer's training) whose errors come back."""
 
 from __future__ import annotations
 
 import io
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +73,13 @@ def test_ticker_shows_slow_work_only(monkeypatch: pytest.MonkeyPatch) -> None:
     slow.close("stopped after")
     lines = log.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("train tokenizer: ") and "stopped after" in lines[1]
+
+
+def test_tokenizer_child_errors_come_back(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="boom"):
+        progress.run_in_child(_raise_boom, desc="x")
+    assert progress.run_in_child(divmod, 7, 2, desc="x") == (3, 1)
+
+
+def _raise_boom():
+    raise ValueError("boom")

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_kaggle_io import FakeKaggleApi, http_error
 
-from pipeline import config, sample, submit
-from pipeline.kaggle_io import KaggleError
+from pipeline import config, submit
+from pipeline.inputs import sample
+from pipeline.kaggle.client import KaggleError
 from pipeline.submit import SubmitError
+from tests.helpers.fake_kaggle import FakeKaggleApi, http_error
 
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 
@@ -64,9 +65,9 @@ def test_submit_waits_for_the_score_and_records_it(cfg: config.Config, tmp_path:
     assert len(lines) == 1 and json.loads(lines[0])["ref"] == 123
     # a second submission is appended; `make submissions` lists both beside the OOF AUC
     submit.submit(cfg, api=api, sleep=no_sleep)
-    rows = submit.table(tmp_path / "models")
+    rows = submit.recorded(tmp_path / "models")
     assert [r["public"] for r in rows] == ["0.9312", "0.9312"] and rows[0]["oof_auc"] == pytest.approx(0.91234)
-    table = submit.format_table(rows)
+    table = submit.submissions_table(rows)
     assert "sample" in table and "0.9123" in table and "0.9312" in table
 
 

@@ -1,0 +1,274 @@
+"""The bench's figures and table: per-step medians and spreads, ratios with ties, markdown and a chart.
+
+Pure functions over the rows' raw measurements (pipeline.bench runs the rows). A row's speed is the
+median of its timed optimizer steps; its spread is the range of those steps. A speed ratio A/B is
+given with the interval it can take when A's and B's steps are paired worst with best
+([A slowest / B fastest, A fastest / B slowest]); when that interval holds 1 the two are a tie.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+FLOOR_BYTES = 16  # fp32 weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4, per trainable parameter
+
+
+# ---------------------------------------------------------------- median, spread, ties
+
+
+def step_stats(step_seconds: list[float], examples_per_step: int) -> dict:
+    """Samples per second at the median step, at the slowest and the fastest, and the spread (range / median)."""
+    s = np.asarray(step_seconds, dtype=float)
+    if len(s) == 0 or (s <= 0).any():
+        raise ValueError(f"step times must be positive, got {list(step_seconds)}")
+    median = float(np.median(s))
+    return {
+        "step_seconds": [float(x) for x in s],
+        "median_step_s": median,
+        "samples_per_second": examples_per_step / median,
+        "sps_low": examples_per_step / float(s.max()),
+        "sps_high": examples_per_step / float(s.min()),
+        "spread": float(s.max() - s.min()) / median,
+    }
+
+
+def speed_ratio(a: dict, b: dict) -> dict:
+    """A's speed over B's: the ratio of medians, its interval from the spreads, and the verdict."""
+    ratio = a["samples_per_second"] / b["samples_per_second"]
+    low, high = a["sps_low"] / b["sps_high"], a["sps_high"] / b["sps_low"]
+    return {"ratio": ratio, "low": low, "high": high, "verdict": verdict(low, high)}
+
+
+def verdict(low: float, high: float) -> str:
+    """'tie' when the interval holds 1 (the difference is within the spread), else 'faster' or 'slower'."""
+    if low <= 1.0 <= high:
+        return "tie"
+    return "faster" if low > 1.0 else "slower"
+
+
+# ---------------------------------------------------------------- the summary
+
+
+def _ok(r: dict | None) -> bool:
+    return r is not None and "peak_mb" in r
+
+
+def summarize(results: list[dict]) -> dict:
+    """Ratios to the baseline (the first row), to the floor, and ours / Trainer, added to each row."""
+    base = results[0]["ours"]
+    params = next((r["ours"]["parameters"] for r in results if _ok(r["ours"])), 0)
+    floor_mb = FLOOR_BYTES * params / 2**20
+    for r in results:
+        o, t = r["ours"], r["trainer"]
+        if not _ok(o):
+            continue
+        r["floor_mb"] = FLOOR_BYTES * o["trained_parameters"] / 2**20
+        r["mem_vs_floor"] = o["peak_mb"] / floor_mb
+        if r is results[0]:
+            r["speed_vs_base"] = {"ratio": 1.0, "low": 1.0, "high": 1.0, "verdict": "baseline"}
+        elif _ok(base):
+            r["speed_vs_base"] = speed_ratio(o, base)
+            if base["peak_mb"] > 0:  # a tiny model's peak can round to nothing
+                r["mem_vs_base"] = o["peak_mb"] / base["peak_mb"]
+        if _ok(t):
+            r["speed_vs_trainer"] = speed_ratio(o, t)
+            if t["peak_mb"] > 0:
+                r["mem_vs_trainer"] = o["peak_mb"] / t["peak_mb"]
+    return {"parameters": params, "floor_mb": floor_mb, "rows": results}
+
+
+def ties(summary: dict) -> list[str]:
+    """Labels of the rows whose speed ours / Trainer is a tie."""
+    return [r["spec"]["label"] for r in summary["rows"] if r.get("speed_vs_trainer", {}).get("verdict") == "tie"]
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _cell(r: dict | None, key: str, fmt: str) -> str:
+    if r is None:
+        return "-"
+    if "na" in r:
+        return "n/a"
+    if "failed" in r:
+        return "failed"
+    return format(r[key], fmt) if key in r else "-"
+
+
+def speed_cell(r: dict | None) -> str:
+    """Samples/s at the median step and the spread, e.g. `2.31 ±4%` (half the range, over the median)."""
+    if not _ok(r):
+        return _cell(r, "samples_per_second", ".2f")
+    return f"{r['samples_per_second']:.2f} ±{50 * r['spread']:.0f}%"
+
+
+def ratio_cell(ratio: dict | None) -> str:
+    """`1.15 (1.08-1.22) faster`, or `tie` in bold when the interval holds 1."""
+    if not ratio:
+        return "-"
+    if ratio["verdict"] == "baseline":
+        return "1.00"
+    word = "**tie**" if ratio["verdict"] == "tie" else ratio["verdict"]
+    return f"{ratio['ratio']:.2f} ({ratio['low']:.2f}-{ratio['high']:.2f}) {word}"
+
+
+def _row_line(r: dict, cuda: bool) -> str:
+    o, t = r["ours"], r["trainer"]
+    shape = f"{o['micro']} x {o['accumulation']}" if "micro" in o else "-"
+    peak = _cell(o, "peak_mb", ",.0f")
+    if cuda and _ok(o):
+        peak += f" ({o['reserved_mb']:,.0f} reserved)"
+    tpeak = _cell(t, "peak_mb", ",.0f")
+    if cuda and _ok(t):
+        tpeak += f" ({t['reserved_mb']:,.0f} reserved)"
+    return (
+        f"| {r['spec']['label']} | {r['spec'].get('only_ours', '-')} | {shape} | {peak} | "
+        f"{_cell(r, 'mem_vs_base', '.2f')} | {_cell(r, 'mem_vs_floor', '.2f')} | "
+        f"{speed_cell(o)} | {ratio_cell(r.get('speed_vs_base'))} | {tpeak} | {speed_cell(t)} | "
+        f"{_cell(r, 'mem_vs_trainer', '.2f')} | {ratio_cell(r.get('speed_vs_trainer'))} |"
+    )
+
+
+def trainer_notes(rows: list[dict]) -> list[str]:
+    """Trainer's exact settings, read back from the TrainingArguments each Trainer row built.
+
+    One note with what every row shares, then one per row with what differs from that.
+    """
+    runs = [(r["spec"]["label"], r["trainer"]["trainer_args"]) for r in rows if "trainer_args" in (r["trainer"] or {})]
+    if not runs:
+        return []
+    common = {k: v for k, v in runs[0][1].items() if all(s.get(k) == v for _, s in runs)}
+    version = common.pop("transformers", "?")
+    notes = [f"Trainer (transformers {version}), TrainingArguments in every row: " + _kv(common) + "."]
+    for label, s in runs:
+        own = {k: v for k, v in s.items() if k not in common and k != "transformers"}
+        notes.append(f"Trainer, {label}: {_kv(own)}.")
+    return notes
+
+
+def _kv(d: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items())
+
+
+def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
+    """The markdown table and its notes; `bench` is the BenchConfig, `explain` extra notes to append."""
+    rows = summary["rows"]
+    device = next((r["ours"]["device"] for r in rows if "device" in r["ours"]), "?")
+    cuda = device.startswith("cuda")
+    precision = next((r["ours"]["precision"] for r in rows[1:] if "precision" in r["ours"]), "?")
+    native = next((r["ours"]["cpu_bf16_native"] for r in rows if "cpu_bf16_native" in r["ours"]), None)
+    cpu_note = ""
+    if precision == "bf16" and native is not None:
+        cpu_note = (
+            ", computed natively by this CPU (AVX512-BF16 or AMX)"
+            if native
+            else ", emulated on this CPU (no AVX512-BF16 or AMX): slower than fp32"
+        )
+    head = (
+        f"# make bench: {bench.model}, sequence length {bench.seq_len}, effective batch {bench.effective_batch}, "
+        f"{bench.steps} timed optimizer steps per row after a warm-up, {device}\n\n"
+        "| row | switches Trainer lacks | micro x accum | peak MB | x baseline | x floor | samples/s | x baseline | "
+        "Trainer peak MB | Trainer samples/s | memory ours/Trainer | speed ours/Trainer |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = [_row_line(r, cuda) for r in rows]
+    notes = [
+        f"Floor: weights + gradients + AdamW state = {FLOOR_BYTES} bytes x {summary['parameters']:,} trainable "
+        f"parameters = {summary['floor_mb']:,.0f} MB; 'x floor' is each row's peak divided by it.",
+        "samples/s: at the median timed optimizer step, ± half the range of the steps (the spread). A ratio is "
+        "the ratio of medians, with in brackets the range it takes when one side's slowest step meets the "
+        "other's fastest; a range that holds 1.00 is a **tie**: the difference is within the spread.",
+        f"Mixed precision here is {precision} autocast (fp32 master weights){cpu_note}; every row sees the same "
+        f"{bench.effective_batch * bench.steps} rows per timed run, random token ids at full length, random weights.",
+        "Peak memory: "
+        + (
+            "torch.cuda.max_memory_allocated (max_memory_reserved in brackets), over the whole row."
+            if cuda
+            else "peak resident memory of the row's own process minus its resident memory before the model "
+            "existed (Linux VmHWM, reset at that point)."
+        ),
+        "Ours is pipeline.loop.train_epoch with loop.make_optimizer (torch AdamW, fused) and, "
+        + (
+            "as `make train` does in one process, sparse word-embedding gradients (a switch Trainer lacks: its "
+            "embedding gradient is dense, vocabulary x hidden, in every row)."
+            if bench.sparse
+            else "with bench.sparse=false, dense word-embedding gradients, as Trainer's."
+        ),
+    ]
+    notes += trainer_notes(rows)
+    notes.append(
+        f"Trimming keeps the {bench.vocab_used:,} ids the data is drawn from (a stand-in for the distinct "
+        "XLM-R ids of the competition's texts; override with bench.vocab_used). Trainer has no such switch: "
+        "its trimming row trains the full vocabulary, as a Trainer user would."
+    )
+    for r in rows:
+        o = r["ours"]
+        if "autofit" in o:
+            notes.append(f"Auto-fit picked micro-batch {o['micro']}: {o['autofit']}. Trainer got the same micro-batch.")
+        if o.get("halvings"):
+            notes.append(f"{r['spec']['label']}: out of memory, micro-batch halved {o['halvings']} time(s) to fit.")
+        for who in ("ours", "trainer"):
+            x = r[who] or {}
+            if "na" in x or "failed" in x:
+                notes.append(f"{r['spec']['label']} ({who}): {x.get('na') or 'failed, ' + x['failed']}.")
+    if any((r["ours"] or {}).get("profile") for r in rows):
+        notes.append("Profiled (bench.profile=true): the profiler slows every step; take speeds from a run without it.")
+    notes += list(explain)
+    return head + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def format_profiles(summary: dict) -> str:
+    """The ops that took the most time in each row's timed steps (`bench.profile=true`), ours beside Trainer."""
+    out = ["# Where the time goes: torch.profiler over each row's timed steps (self time, top ops)\n"]
+    for r in summary["rows"]:
+        for who in ("ours", "trainer"):
+            x = r[who] or {}
+            if not x.get("profile"):
+                continue
+            total = sum(p["self_ms"] for p in x["profile"])
+            out.append(
+                f"## {r['spec']['label']} ({who})\n\n| op | self ms | calls | share of these |\n|---|---:|---:|---:|"
+            )
+            out += [
+                f"| {p['op']} | {p['self_ms']:,.0f} | {p['calls']} | {p['self_ms'] / total:.0%} |" for p in x["profile"]
+            ]
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+def plot(summary: dict, path: Path, title: str) -> None:
+    """Bar chart: peak memory and samples per second (median, spread as error bars), ours beside Trainer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["rows"]
+    labels = [r["spec"]["label"] for r in rows]
+    y = np.arange(len(rows))
+
+    def values(who: str, key: str) -> list[float]:
+        return [r[who][key] if _ok(r[who]) else 0.0 for r in rows]
+
+    def errors(who: str) -> np.ndarray:
+        med = values(who, "samples_per_second")
+        lo = [m - r[who]["sps_low"] if _ok(r[who]) else 0.0 for m, r in zip(med, rows, strict=True)]
+        hi = [r[who]["sps_high"] - m if _ok(r[who]) else 0.0 for m, r in zip(med, rows, strict=True)]
+        return np.array([lo, hi])
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * len(rows) + 1.8), sharey=True)
+    for who, dy, name in (("ours", -0.2, "ours"), ("trainer", 0.2, "HF Trainer")):
+        axes[0].barh(y + dy, values(who, "peak_mb"), 0.4, label=name)
+        axes[1].barh(y + dy, values(who, "samples_per_second"), 0.4, xerr=errors(who), capsize=2)
+    axes[0].set_xlabel("peak memory (MB)")
+    axes[1].set_xlabel("samples/s (median step, bars: slowest to fastest)")
+    axes[0].axvline(summary["floor_mb"], color="k", ls="--", lw=1, label="floor (16 B/param)")
+    axes[0].set_yticks(y, labels)
+    axes[0].invert_yaxis()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper right", ncol=3, fontsize=8)  # clear of the bars
+    fig.suptitle(title, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

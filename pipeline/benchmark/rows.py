@@ -1,0 +1,53 @@
+"""The rows of the bench table: which switches each runs, and the Trainer job that matches each of ours."""
+
+from __future__ import annotations
+
+from pipeline.config import Config
+from pipeline.errors import PipelineError
+
+
+def plan(cfg: Config) -> list[dict]:
+    """Our rows, each a dict of switches; every row has the same effective batch and data."""
+    b = cfg.bench
+    if b.effective_batch % b.micro_batch:
+        raise PipelineError(f"bench.micro_batch={b.micro_batch} must divide bench.effective_batch={b.effective_batch}")
+    if b.steps < 3:
+        raise PipelineError(f"bench.steps={b.steps}: a median and a spread need at least 3 timed steps per row")
+    big, small = b.effective_batch, b.micro_batch
+    base = {"precision": "auto", "micro": big, "checkpointing": False, "trim": False, "optimizer": "adamw"}
+    # every row of ours has sparse word-embedding gradients, as `make train` in one process; bench.sparse=false
+    # makes them dense, as Trainer's, to measure what that one switch is worth
+    sparse = "sparse embedding grads" if b.sparse else "none (dense embedding grads)"
+    base |= {"autofit": False, "sparse": b.sparse, "only_ours": sparse}
+    all3 = {**base, "micro": small, "checkpointing": True}
+    rows = [
+        {**base, "key": "fp32", "label": f"fp32 baseline (batch {big} in one go)", "precision": "fp32"},
+        {**base, "key": "mp", "label": "mixed precision"},
+        {**base, "key": "mp_acc", "label": f"mixed precision + accumulation ({small} x {big // small})"}
+        | {"micro": small},
+        {**base, "key": "mp_ckpt", "label": "mixed precision + checkpointing", "checkpointing": True},
+        {**all3, "key": "all3", "label": "all three"},
+        {**all3, "key": "trim", "label": "all three + vocabulary trimming", "trim": True}
+        | {"only_ours": f"{sparse}, trimming (Trainer: full vocabulary)"},
+        {**all3, "key": "adamw8bit", "label": "all three + 8-bit AdamW", "optimizer": "adamw8bit"},
+        {**all3, "key": "autofit", "label": f"all three + auto-fit (cap {b.max_memory_gb:g} GB)", "autofit": True}
+        | {"only_ours": f"{sparse}, auto-fit (Trainer: the micro-batch ours picked)"},
+    ]
+    unknown = set(b.rows) - {r["key"] for r in rows}
+    if unknown:
+        raise PipelineError(f"bench.rows: no row {sorted(unknown)[0]!r} (known: {', '.join(r['key'] for r in rows)})")
+    # the baseline always runs: every ratio is to it
+    return [r for r in rows if not b.rows or r["key"] in b.rows or r["key"] == "fp32"]
+
+
+def trainer_spec(spec: dict, ours: dict) -> dict:
+    """The Trainer row for one of ours: the same job, without the switches Trainer lacks."""
+    # trimming is ours only: a Trainer user trains the full vocabulary; auto-fit is ours only: Trainer
+    # gets the micro-batch ours picked (the one it ended with, after any out-of-memory halving)
+    micro = ours["micro"]
+    return {**spec, "runner": "trainer", "trim": False, "autofit": False, "micro": micro, "force_micro": micro}
+
+
+def same_job(a: dict) -> tuple:
+    """What makes two Trainer rows the same job (the trimming row's Trainer job is the all-three one's)."""
+    return tuple(a[k] for k in ("precision", "force_micro", "checkpointing", "trim", "optimizer"))

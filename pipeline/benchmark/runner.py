@@ -1,0 +1,300 @@
+"""One bench row, run in a process of its own: the model built, warmed up and timed, ours or through Trainer.
+
+The model is XLM-R's architecture from a config (base or large sizes, the real 250,002-token vocabulary,
+random weights); the data is random token ids at full length. Every row trains on the same rows at the
+same effective batch: an untimed warm-up (one forward/backward on one row, and the optimizer state
+created by a zero step), then `bench.steps` optimizer steps, each timed on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from pipeline.benchmark import report, trainer
+from pipeline.config import Config
+from pipeline.errors import PipelineError
+
+VOCAB = 250002  # XLM-R's vocabulary
+SPECIALS = (0, 1, 2, 3)  # <s> <pad> </s> <unk>: ids below and at the pad id stay put when trimming
+PAD = 1
+SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+ARCH = {"xlm-roberta-base": (768, 12, 12, 3072), "xlm-roberta-large": (1024, 24, 16, 4096)}  # published sizes
+ROW_TAG = "BENCH_ROW "
+
+
+def model_config(cfg: Config):
+    """XLM-R base or large from its sizes, or the sample's tiny XLM-R (`bench.model=tiny`, for tests)."""
+    from transformers import XLMRobertaConfig
+
+    b = cfg.bench
+    if b.model == "tiny":
+        t = cfg.model.tiny
+        sizes = {"hidden_size": t.hidden, "num_hidden_layers": t.layers, "num_attention_heads": t.heads}
+        sizes.update(intermediate_size=t.intermediate, vocab_size=t.vocab)
+    elif b.model in ARCH:
+        sizes = {**dict(zip(SIZES, ARCH[b.model], strict=True)), "vocab_size": VOCAB}
+    else:
+        raise PipelineError(f"bench.model={b.model!r}: one of {', '.join([*ARCH, 'tiny'])}")
+    if b.seq_len + PAD + 1 > 514:
+        raise PipelineError(f"bench.seq_len={b.seq_len}: XLM-R has 512 positions")
+    return XLMRobertaConfig(
+        **sizes, max_position_embeddings=514, pad_token_id=PAD, bos_token_id=0, eos_token_id=2, num_labels=1
+    )
+
+
+def bench_data(cfg: Config, vocab_size: int):
+    """(ids [rows, seq_len], labels, vocabulary): the same for every row, drawn from `vocab_used` ids.
+
+    The vocabulary stands for the ids the competition's texts use; trimming keeps exactly it.
+    """
+    b = cfg.bench
+    if not len(SPECIALS) < b.vocab_used <= vocab_size:
+        raise PipelineError(f"bench.vocab_used={b.vocab_used} must lie in ({len(SPECIALS)}, {vocab_size}]")
+    rng = np.random.default_rng(cfg.train.seed)
+    words = np.sort(rng.choice(np.arange(len(SPECIALS), vocab_size), b.vocab_used - len(SPECIALS), replace=False))
+    vocab = np.union1d(words, SPECIALS)
+    rows = 1 + b.effective_batch * b.steps  # one warm-up row, then the timed rows
+    ids = rng.choice(words, size=(rows, b.seq_len)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = 0, 2  # <s> ... </s>, full length: every row costs the same
+    labels = rng.integers(0, 2, rows).astype(np.float32)
+    return ids, labels, vocab
+
+
+# ---------------------------------------------------------------- one row, in its own process
+
+
+def _memory_start(device) -> int:
+    """Memory before the model exists, with a new peak started (pipeline.core.memory's one definition)."""
+    from pipeline.core import memory
+
+    memory.reset_peak(device)
+    return memory.current_bytes(device)
+
+
+def _memory_peak(device, start: int) -> dict:
+    """The row's peak: allocated GPU memory on CUDA (and the allocator's reserved peak), on CPU the resident
+    peak above what the process held before the model existed."""
+    import torch
+
+    from pipeline.core import memory
+
+    if device.type == "cuda":
+        return {"peak_mb": memory.peak_memory_mb(device), "reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20}
+    return {"peak_mb": (memory.peak_bytes(device) - start) / 2**20}
+
+
+def _now(device) -> float:
+    """The clock, once the device has finished what was queued (CUDA runs asynchronously)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def warm_up(model, ids, precision: str, device) -> None:
+    """One forward/backward on one row (kernels and allocator warmed), gradients dropped."""
+    import torch
+    import torch.nn.functional as F
+
+    from pipeline.core.precision import autocast
+
+    x = torch.as_tensor(ids[:1], dtype=torch.long, device=device)
+    model.train()
+    with autocast(precision, device):
+        logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits
+    F.binary_cross_entropy_with_logits(logits.float().squeeze(-1), torch.zeros(1, device=device)).backward()
+    model.zero_grad(set_to_none=True)
+
+
+def init_state(optimizer) -> None:
+    """Create the optimizer's state with a step of zero gradients at learning rate 0 (weights unchanged)."""
+    import torch
+
+    lrs = [g["lr"] for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        g["lr"] = 0.0
+        for p in g["params"]:
+            p.grad = torch.zeros_like(p)
+    optimizer.step()
+    for g, lr in zip(optimizer.param_groups, lrs, strict=True):
+        g["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+
+
+def run_row(cfg: Config, spec: dict) -> dict:
+    """Build, warm up and time one row; returns its measurements (or `na` with the reason)."""
+    import torch
+    from transformers import XLMRobertaForSequenceClassification
+
+    from pipeline.core import distributed, memory, modeling, trim
+    from pipeline.core.precision import cpu_has_bf16, resolve_precision
+
+    b = cfg.bench
+    device = distributed.pick_device(cfg.train.device)
+    precision = resolve_precision(spec["precision"], device)
+    out = {"key": spec["key"], "runner": spec["runner"], "device": str(device), "precision": precision}
+    if device.type == "cpu":
+        out["cpu_bf16_native"] = cpu_has_bf16()  # without it CPU bf16 is emulated: slower than fp32
+    if spec["optimizer"] == "adamw8bit" and device.type != "cuda":
+        # the same refusal make_optimizer gives, without building a model for it
+        return {**out, "na": "8-bit AdamW (bitsandbytes) runs only on a CUDA GPU"}
+    mconf = model_config(cfg)
+    ids, labels, vocab = bench_data(cfg, mconf.vocab_size)
+    torch.manual_seed(cfg.train.seed)
+    start = _memory_start(device)
+
+    model = XLMRobertaForSequenceClassification(mconf)
+    out["parameters"] = modeling.count_parameters(model)
+    if spec["trim"]:
+        vmap = trim.vocab_map(vocab, mconf.vocab_size, unk_id=3)  # before trimming changes the shared config
+        trim.trim_model(model, vocab)
+        ids = vmap[ids]  # the data in the trimmed model's ids
+    out["trained_parameters"] = modeling.count_parameters(model)
+    model.to(device)
+    micro = spec["micro"]
+    if spec["autofit"] and not spec.get("force_micro"):  # the Trainer's row takes the pick, not probes again
+        if spec["checkpointing"]:
+            modeling.enable_checkpointing(model)  # the probe must see the memory training will use
+        micro, out["autofit"] = memory.fit_micro_batch(
+            model, b.effective_batch, b.seq_len, b.max_memory_gb, precision, device, spec["optimizer"]
+        )
+    micro = spec.get("force_micro") or micro  # the Trainer's auto-fit row takes the micro-batch ours picked
+    out["micro"], out["accumulation"] = micro, b.effective_batch // micro
+    tcfg = dataclasses.replace(
+        cfg.train,
+        micro_batch=micro,
+        accumulation=b.effective_batch // micro,
+        checkpointing=spec["checkpointing"],
+        optimizer=spec["optimizer"],
+    )
+    timed = np.arange(1, len(ids))
+    profiler = Profiler(device) if b.profile else contextlib.nullcontext()
+    if spec["runner"] == "ours":
+        step_seconds, halvings = _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler)
+        if halvings:  # out of memory: train_epoch halved the micro-batches until a window fit
+            out["halvings"], out["micro"] = halvings, -(-micro // 2**halvings)
+            out["accumulation"] = b.effective_batch // out["micro"]
+    else:
+        step_seconds, out["trainer_args"] = _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler)
+    if b.profile:
+        out["profile"] = profiler.top
+    out.update(_memory_peak(device, start))
+    out.update(report.step_stats(step_seconds, b.effective_batch))
+    return out
+
+
+class Profiler:
+    """torch.profiler around the timed steps (`bench.profile=true`); `top` is the ops that took the most time."""
+
+    def __init__(self, device, n: int = 15):
+        self.device, self.n, self.top = device, n, []
+
+    def __enter__(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        self.prof = profile(activities=acts)
+        self.prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.prof.__exit__(*exc)
+        # on CUDA the kernels' own time is what the GPU spends; on CPU the ops' self time
+        key = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        ops = sorted(self.prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[: self.n]
+        self.top = [{"op": e.key, "self_ms": getattr(e, key) / 1e3, "calls": e.count} for e in ops]
+        return False
+
+
+def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler) -> tuple[list[float], int]:
+    """pipeline.core.loop.train_epoch over the timed rows: (seconds of each optimizer step, out-of-memory halvings)."""
+    from pipeline.core import loop, modeling, optim
+    from pipeline.core.precision import make_scaler
+    from pipeline.inputs.tokens import Ragged
+
+    if tcfg.checkpointing and not spec["autofit"]:
+        modeling.enable_checkpointing(model)
+    if spec["sparse"]:
+        modeling.sparse_embedding_grad(model)  # as make train does in one process
+    optimizer = optim.make_optimizer(model, tcfg, device)
+    steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
+    scheduler = optim.make_scheduler(optimizer, 0.0, steps)
+    scaler = make_scaler(precision, device)
+    rows, width = ids.shape
+    data = Ragged(ids.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width)
+    plan = [[timed[i : i + tcfg.micro_batch]] for i in range(0, len(timed), tcfg.micro_batch)]
+    warm_up(model, ids, precision, device)
+    init_state(optimizer)
+    marks = [_now(device)]
+
+    def tick(state) -> bool:
+        marks.append(_now(device))  # one mark per optimizer step
+        return False
+
+    with profiler:
+        state = loop.train_epoch(
+            model, plan, data, labels, optimizer, scheduler, scaler, tcfg, precision, device,
+            pad_id=PAD, progress=False, after_window=tick,
+        )  # fmt: skip
+    return list(np.diff(marks)), state.halvings
+
+
+def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -> tuple[list[float], dict]:
+    """The same job through transformers.Trainer: (seconds of each optimizer step, its settings)."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import Trainer, TrainerCallback
+
+    class Rows(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(timed)
+
+        def __getitem__(self, i):
+            x = torch.as_tensor(ids[timed[i]], dtype=torch.long)
+            return {"input_ids": x, "attention_mask": torch.ones_like(x), "labels": torch.tensor(labels[timed[i]])}
+
+    def bce(outputs, targets, num_items_in_batch=None):
+        # the loss our loop uses: BCE on fp32 logits, summed and divided by the window's examples
+        loss = F.binary_cross_entropy_with_logits(outputs.logits.float().squeeze(-1), targets.float(), reduction="sum")
+        return loss / (num_items_in_batch if num_items_in_batch is not None else len(targets))
+
+    class Clock(TrainerCallback):
+        marks: list[float] = []
+
+        def on_train_begin(self, *a, **k):
+            self.marks = [_now(device)]
+
+        def on_step_end(self, *a, **k):  # after each optimizer step, as ours is marked
+            self.marks.append(_now(device))
+
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as tmp:
+        steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
+        args = trainer.trainer_arguments(tcfg, precision, device, steps, tmp)
+        hf = Trainer(model=model, args=args, train_dataset=Rows(), compute_loss_func=bce, callbacks=[clock])
+        warm_up(model, ids, precision, device)
+        init_state(hf.create_optimizer())  # train() reuses this optimizer, state and all
+        with profiler:
+            hf.train()
+    return list(np.diff(clock.marks)), trainer.trainer_settings(args)
+
+
+def run_subprocess(cfg_args: list[str], spec: dict) -> dict:
+    """One row in a fresh Python process; its last JSON line is the result."""
+    cmd = [sys.executable, "-m", "pipeline.bench", *cfg_args, "--row", json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(ROW_TAG):
+            return json.loads(line[len(ROW_TAG) :])
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    # a row killed for memory (exit -9) is a result too: it did not fit
+    return {"key": spec["key"], "runner": spec["runner"], "failed": f"exit {proc.returncode}: {tail[:200]}"}

@@ -1,0 +1,340 @@
+"""One fold, trained to the end: its model, optimizer and schedule, its evaluations and resume states.
+
+A fold trains on the rows pipeline.inputs.tables.training_rows gives it and is evaluated each epoch on
+its own validation rows; the best epoch's weights and OOF predictions are kept. `FoldRun.run()` writes
+fold<k>/ (see pipeline.train for the files) and, last, done.json: its presence means the fold is complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pipeline import config as config_mod
+from pipeline import files, layout
+from pipeline.config import Config
+from pipeline.core import batching, distributed, loop, memory, modeling, optim, precision, resume, trim
+from pipeline.core.resume import FoldState, Interrupted, StopFlag
+from pipeline.errors import PipelineError
+from pipeline.files import atomic_path, atomic_write_text, check_free_space, write_csv, write_json
+from pipeline.inputs.tables import training_rows
+from pipeline.inputs.tokens import Ragged
+from pipeline.scoring import metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldInputs:
+    """What a fold is trained from: the config, the table and its token ids, the tokenizer and the fingerprint."""
+
+    cfg: Config
+    fold: int
+    table: pd.DataFrame
+    data: Ragged  # the training table's token ids (remapped to the kept ids when the vocabulary is trimmed)
+    tokenizer: object
+    digest: str  # the fold fingerprint done.json will carry
+    keep: np.ndarray | None = None  # the vocabulary ids kept (model.trim_vocab)
+
+
+def banner(cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, params: int) -> str:
+    t = cfg.train
+    eff = t.micro_batch * t.accumulation * d.world
+    return (
+        f"model {cfg.model.name} ({params / 1e6:.1f}M parameters) | device {d.device} | precision {prec} | "
+        f"checkpointing {'on' if t.checkpointing else 'off'}\n"
+        f"examples {n_train:,} train / {n_valid:,} valid | micro-batch {t.micro_batch} x accumulation "
+        f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {steps:,} optimizer steps"
+    )
+
+
+def evaluate(model, d: distributed.Dist, data: Ragged, idx: np.ndarray, cfg: Config, prec: str, pad_id: int):
+    """Each rank predicts a shard; gathered back so every fold row is scored exactly once."""
+    pos = np.arange(len(idx))[d.rank :: d.world]
+    preds = loop.predict(
+        model, data, idx[pos], cfg.train.eval_batch, prec, d.device, pad_id, progress=d.is_main, desc="valid"
+    )
+    out = np.empty(len(idx))
+    for p, v in distributed.gather_objects(d, (pos, preds)):
+        out[p] = v
+    return out
+
+
+def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
+    """save_pretrained (safetensors) into a temporary folder, then rename each file into place."""
+    tmp = fold_dir / f".save-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        config_mod.save(cfg, tmp / layout.RUN_CONFIG)
+        files.default_modes(tmp)  # safetensors writes its file 0600; every artifact gets the same mode
+        for p in tmp.iterdir():
+            os.replace(p, fold_dir / p.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path):
+    """The model as this fold trains it: trimmed, sparse embedding gradients or DDP, checkpointing, on device."""
+    model = modeling.build_model(cfg, tokenizer)
+    init = layout.init_dir(cfg)
+    init_map = trim.load_map(init) if init is not None else None
+    if init_map is not None:  # a trimmed stage-1 model: its embedding rows are already the kept ones
+        if keep is None or not np.array_equal(init_map, trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)):
+            raise PipelineError(
+                f"model.init_from={cfg.model.init_from} was trained with a trimmed vocabulary: "
+                f"trim this experiment too (model.trim_vocab=true), on the same data"
+            )
+    elif keep is not None:
+        trim.trim_model(model, keep)
+    # before any state is written: a resume state is ~16 bytes a parameter (fp32 weights + AdamW moments), the
+    # weights 4 more; every rank checks, so all of them stop together
+    need = modeling.count_parameters(model) * (16 + 4)
+    check_free_space(fold_dir.parent, need, f"fold {layout.fold_index(fold_dir)}'s resume state and weights")
+    if d.is_main:  # the map beside the weights lets predict remap test ids; an untrimmed run removes a stale one
+        vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
+        trim.save_map(fold_dir, vmap)
+    if not d.enabled:
+        modeling.sparse_embedding_grad(model)
+    if cfg.train.checkpointing:
+        modeling.enable_checkpointing(model)  # before DDP wraps the model
+    return model.to(d.device)
+
+
+def wrap(model, d: distributed.Dist):
+    """DDP around the model under torchrun (it copies rank 0's weights to every rank), else the model."""
+    if not d.enabled:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # gradient_as_bucket_view: the gradients live in DDP's all-reduce buckets instead of beside a copy of them
+    # (4 bytes a parameter saved: 2.2 GB for XLM-R large)
+    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None, gradient_as_bucket_view=True)
+
+
+def with_plan(cfg: Config, micro: int, accumulation: int) -> Config:
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, micro_batch=micro, accumulation=accumulation))
+
+
+def auto_fit(cfg: Config, model, net, prec: str, d: distributed.Dist) -> Config:
+    """cfg with the largest micro-batch that fits train.max_memory_gb (same effective batch)."""
+    t = cfg.train
+    per_device = t.micro_batch * t.accumulation
+    micro, how = memory.fit_micro_batch(
+        model, per_device, cfg.model.max_length, t.max_memory_gb, prec, d.device, t.optimizer, net=net
+    )
+    micro = min(distributed.gather_objects(d, micro))  # every rank must run the same plan
+    if d.is_main:
+        print(f"auto-fit under {t.max_memory_gb:g} GB: micro-batch {micro} x accumulation {per_device // micro}")
+        print(f"  ({how})")
+    return with_plan(cfg, micro, per_device // micro)  # the banner and the saved config show the fitted plan
+
+
+class FoldRun:
+    """One fold's model, optimizer and schedule, with its resume states; `run()` trains it to the end."""
+
+    def __init__(self, inputs: FoldInputs, d: distributed.Dist, stop: StopFlag) -> None:
+        self.inputs, self.d, self.stop = inputs, d, stop
+        self.fold, self.table, self.data, self.tokenizer = inputs.fold, inputs.table, inputs.data, inputs.tokenizer
+        self.digest = inputs.digest
+        self.fold_dir = layout.fold_dir(inputs.cfg, inputs.fold)
+        if d.is_main:
+            self.fold_dir.mkdir(parents=True, exist_ok=True)
+            # an old result goes first: an interrupted retrain must never leave new weights behind an old
+            # done.json, nor old test predictions beside new weights
+            for name in (layout.DONE, layout.TEST_PREDS, layout.TEST_KEY):
+                (self.fold_dir / name).unlink(missing_ok=True)
+        resume.set_seed(inputs.cfg.train.seed + inputs.fold)
+        self.precision = precision.resolve_precision(inputs.cfg.train.precision, d.device)
+        self.choose_rows()
+        self.build(resume.load_resume_everywhere(self.fold_dir / layout.RESUME, self.digest, d))
+
+    def choose_rows(self) -> None:
+        """Which rows train this fold and which score it (none for a stage-1 model)."""
+        cfg, table, fold = self.inputs.cfg, self.table, self.fold
+        # which rows train this fold is decided in one place, so the leak tests check what training uses
+        self.train_idx = training_rows(table, fold, cfg.train.training_only_rows)
+        stage1 = fold == layout.STAGE1  # a stage-1 model has no validation rows
+        self.valid_idx = np.flatnonzero((table["fold"].to_numpy() == fold) & (not stage1))
+        if not stage1 and table["toxic"].iloc[self.valid_idx].nunique() < 2:
+            raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
+        self.labels = table["toxic"].to_numpy(np.float32)
+        self.pad_id = self.tokenizer.pad_token_id
+
+    def build(self, state: dict | None) -> None:
+        """The model (with a resume state's weights), DDP, the batch plan, optimizer, schedule and scaler."""
+        cfg, d = self.inputs.cfg, self.d
+        self.model = build_fold_model(cfg, self.tokenizer, self.inputs.keep, d, self.fold_dir)
+        if state is not None and "model" in state:
+            self.model.load_state_dict(state["model"])  # before DDP, which copies rank 0's weights everywhere
+        self.net = wrap(self.model, d)
+        self.cfg = cfg
+        if state is not None and "plan" in state:  # the batch plan the saved steps count in, not a new fit
+            self.cfg = with_plan(cfg, *state["plan"])
+        elif cfg.train.max_memory_gb > 0:
+            self.cfg = auto_fit(cfg, self.model, self.net, self.precision, d)
+        t = self.cfg.train
+        self.optimizer = optim.make_optimizer(self.model, t, d.device)
+        self.windows = len(batching.accumulation_windows(len(self.epoch_plan(0)), t.accumulation))
+        self.scheduler = optim.make_scheduler(self.optimizer, t.warmup, t.epochs * self.windows)
+        self.scaler = precision.make_scaler(self.precision, d.device)
+        self.progress = FoldState()
+        if state is not None:
+            self.restore(state)
+
+    def epoch_plan(self, epoch: int) -> list[list[np.ndarray]]:
+        """The epoch's micro-steps as row indices of the table: micro-step k, rank r's batch."""
+        t = self.cfg.train
+        lengths = self.data.lengths[self.train_idx]
+        batches = batching.length_grouped_batches(lengths, t.micro_batch, t.seed + self.fold, epoch, self.d.world)
+        return [[self.train_idx[b] for b in s] for s in batching.micro_steps(batches, self.d.world)]
+
+    def restore(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        resume.set_rng_state(resume.own_rng(state, self.d.rank))
+        self.progress = resume.fold_state(state)
+        if self.d.is_main:
+            print(f"fold {self.fold}: resuming at epoch {state['epoch'] + 1}, step {state['step']['window']} "
+                  f"of {self.windows}")  # fmt: skip
+
+    def checkpoint(self) -> None:
+        """Save a resume state (every rank takes part: each one's random state is saved)."""
+        rngs = distributed.gather_objects(self.d, resume.rng_state())
+        if self.d.is_main:
+            p = self.progress
+            state = {
+                "digest": self.digest,
+                "token": os.urandom(8).hex(),  # tells a rank whether the file it sees is the one rank 0 saved
+                "world": self.d.world,
+                "plan": (self.cfg.train.micro_batch, self.cfg.train.accumulation),  # as auto-fit chose them
+                "epoch": p.epoch,
+                "step": vars(p.step).copy(),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "best": p.best,
+                "history": p.history,
+                "rng": rngs,
+            }
+            with atomic_path(self.fold_dir / layout.RESUME) as tmp:
+                torch.save(state, tmp)
+        distributed.barrier(self.d)
+
+    def train_epoch(self, epoch: int) -> None:
+        """Train the rest of the epoch; a stop (Ctrl-C, SIGTERM) saves a resume state and raises Interrupted."""
+        t, p, d = self.cfg.train, self.progress, self.d
+        stopped = False
+
+        def after_window(state: loop.StepState) -> bool:
+            nonlocal stopped
+            stopped = distributed.any_rank(d, self.stop.raised)
+            every = t.save_every_steps
+            # the last window is saved by the stop only: the epoch's own end saves after the evaluation
+            if stopped or (every and state.window % every == 0 and state.window < self.windows):
+                p.step = state
+                self.checkpoint()
+            return stopped
+
+        memory.reset_peak(d.device)
+        p.step = loop.train_epoch(
+            self.net, self.epoch_plan(epoch), self.data, self.labels, self.optimizer, self.scheduler, self.scaler,
+            t, self.precision, d.device, pad_id=self.pad_id, rank=d.rank, world=d.world, state=p.step,
+            after_window=after_window, progress=d.is_main, desc=f"fold {self.fold} epoch {epoch + 1}/{t.epochs}",
+            max_bad_steps=t.max_bad_steps,
+        )  # fmt: skip
+        if stopped:
+            raise Interrupted(
+                f"fold {self.fold} stopped at epoch {epoch + 1}, step {p.step.window}; "
+                f"`make train` again resumes from there"
+            )
+
+    def epoch_record(self, epoch: int, preds: np.ndarray, seconds: float, steps_run: int) -> dict:
+        """metrics.jsonl's line for an epoch: loss, AUC overall and per language, speed, memory, lr."""
+        step, d, stage1 = self.progress.step, self.d, self.fold == layout.STAGE1
+        valid = self.table.iloc[self.valid_idx]
+        return {
+            "epoch": epoch + 1,
+            "loss": step.loss_sum / max(step.examples, 1),
+            "auc": None if stage1 else metrics.auc(valid["toxic"], preds),
+            "auc_per_lang": {} if stage1 else metrics.auc_by_lang(valid["toxic"], preds, valid["lang"]),
+            "seconds": round(step.seconds + seconds, 2),
+            "samples_per_second": round(step.examples * d.world / max(step.seconds, 1e-9), 1),
+            "peak_memory_mb": round(memory.peak_memory_mb(d.device), 1),
+            "skipped_steps": step.skipped,
+            "steps_run": steps_run,  # optimizer steps this process ran in the epoch (fewer after a resume)
+            "lr": self.scheduler.get_last_lr()[0],
+        }
+
+    def evaluate_epoch(self, epoch: int, steps_run: int) -> None:
+        """Score the fold's rows; the best epoch so far keeps its weights and OOF predictions."""
+        p, d = self.progress, self.d
+        start = time.perf_counter()
+        stage1 = self.fold == layout.STAGE1  # no validation rows: the last epoch is the model
+        preds = evaluate(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
+        record = self.epoch_record(epoch, preds, time.perf_counter() - start, steps_run)
+        p.history.append(record)
+        if d.is_main:
+            per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
+            auc = "stage 1" if stage1 else f"AUC {record['auc']:.4f} ({per})"
+            print(
+                f"fold {self.fold} epoch {epoch + 1}: loss {record['loss']:.4f} {auc} "
+                f"{record['samples_per_second']:.0f} ex/s, peak {record['peak_memory_mb']:.0f} MB"
+            )
+            text = "".join(json.dumps(h) + "\n" for h in p.history)
+            atomic_write_text(self.fold_dir / layout.METRICS, text)
+            if stage1 or record["auc"] > p.best["auc"]:
+                p.best = {"auc": record["auc"], "epoch": epoch + 1}
+                save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
+                if not stage1:
+                    valid = self.table.iloc[self.valid_idx][["id", "lang", "toxic", "fold"]]
+                    write_csv(self.fold_dir / layout.OOF, valid.assign(pred=preds))
+        p.best = distributed.gather_objects(d, p.best)[0]  # rank 0 decides, the others follow
+
+    def run(self) -> dict:
+        t, p, d = self.cfg.train, self.progress, self.d
+        if d.is_main:
+            print(f"\n=== fold {self.fold} ===")
+            print(banner(self.cfg, d, self.precision, len(self.train_idx), len(self.valid_idx),
+                         t.epochs * self.windows, modeling.count_parameters(self.model)))  # fmt: skip
+        fold_start = time.perf_counter() - sum(h["seconds"] for h in p.history)
+        for epoch in range(p.epoch, t.epochs):
+            p.epoch, start_window = epoch, p.step.window
+            if p.step.window < self.windows:
+                self.train_epoch(epoch)
+            if len(p.history) <= epoch:  # trained, not yet evaluated (a resume may land here)
+                self.evaluate_epoch(epoch, p.step.window - start_window)
+                p.step = loop.StepState(window=self.windows, halvings=p.step.halvings)
+                self.checkpoint()
+            # micro-batches halved after running out of memory stay halved
+            p.epoch, p.step = epoch + 1, loop.StepState(halvings=p.step.halvings)
+        return self.finish(time.perf_counter() - fold_start)
+
+    def finish(self, seconds: float) -> dict:
+        p, t = self.progress, self.cfg.train
+        result = {
+            "fold": self.fold,
+            "digest": self.digest,
+            "epochs": len(p.history),
+            "best_epoch": p.best["epoch"],
+            "auc": p.best["auc"],
+            "auc_per_lang": p.history[p.best["epoch"] - 1]["auc_per_lang"],
+            "minutes": round(seconds / 60, 2),
+            "precision": self.precision,
+            "world": self.d.world,
+            "effective_batch": t.micro_batch * t.accumulation * self.d.world,
+        }
+        if self.d.is_main:
+            write_json(self.fold_dir / layout.DONE, result)  # last: its presence means the fold is complete
+            (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
+        distributed.barrier(self.d)
+        return result

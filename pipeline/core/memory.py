@@ -1,0 +1,184 @@
+"""Peak memory, measured one way for every reader, and auto-fit: the largest micro-batch under `train.max_memory_gb`.
+
+Peak memory: on CUDA the allocator's peak (torch.cuda.max_memory_allocated) since `reset_peak`; on CPU the
+process's peak resident memory (VmHWM) since `reset_peak`, which Linux resets through /proc/self/clear_refs
+(where it cannot, the peak since the process started). Training's metrics, auto-fit and `make bench` all
+read it here.
+
+A probe is one whole optimizer step as training runs it, on the model as training wraps it (DDP with
+its gradient buckets): forward and backward at the full sequence length, then the densified embedding
+gradient, clipping and the optimizer step, which allocates the AdamW moments. The probe's optimizer has
+a learning rate of 0, so its step leaves the weights exactly as they were; it is dropped afterwards.
+Under DDP the probe runs inside no_sync(): no collective, so a rank that runs out of memory cannot
+leave the others waiting.
+
+On CUDA the fit is measured: the allocator is capped at max_memory_gb (for the whole run, so the cap
+holds like a smaller card) and micro-batches are tried from the largest down; the first that neither
+runs out of memory nor passes the cap wins.
+
+On CPU there is no allocator cap to run into, so the fit is an estimate from measurements: peak
+resident memory of a probe at micro-batch 1 and 2 (Linux resets the peak through /proc/self/clear_refs),
+extrapolated linearly. It is printed as an estimate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import resource
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from pipeline.config import TrainConfig
+from pipeline.core import optim
+from pipeline.core import precision as precision_mod
+
+GB = 2**30
+MB = 2**20
+
+
+def rss_bytes(field: str = "VmRSS") -> int:
+    """The process's resident memory (VmRSS) or its peak since the last reset (VmHWM), from /proc."""
+    status = Path("/proc/self/status")
+    if not status.exists():  # not Linux: only the peak since the process started is known
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, kilobytes elsewhere
+    return int(re.search(rf"{field}:\s+(\d+)", status.read_text()).group(1)) * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current resident memory (Linux >= 4.0); False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def reset_peak(device: torch.device) -> None:
+    """Start a new peak: what `peak_bytes` reports from here on."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        reset_peak_rss()
+
+
+def peak_bytes(device: torch.device) -> int:
+    """The peak since `reset_peak`: allocated GPU memory on CUDA, resident memory on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return rss_bytes("VmHWM")
+
+
+def current_bytes(device: torch.device) -> int:
+    """What is held now, measured as `peak_bytes` measures a peak."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    return rss_bytes()
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    return peak_bytes(device) / MB
+
+
+def divisors_down(n: int) -> list[int]:
+    """Micro-batch candidates: the divisors of the effective batch, largest first (accumulation stays whole)."""
+    return [m for m in range(n, 0, -1) if n % m == 0]
+
+
+def probe(net, model, micro: int, seq_len: int, precision: str, device: torch.device, optimizer: str) -> None:
+    """One whole training step at full length on `net` (the model, or DDP around it); weights unchanged."""
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = torch.randint(5, vocab, (micro, seq_len), device=device)
+    net.train()
+    opt = optim.make_optimizer(model, TrainConfig(optimizer=optimizer), device)
+    for group in opt.param_groups:
+        group["lr"] = 0.0  # AdamW's update and decay are both x lr: the step allocates its state, moves nothing
+    scaler = precision_mod.make_scaler(precision, device)
+    sync = net.no_sync() if hasattr(net, "no_sync") else contextlib.nullcontext()
+    try:
+        with sync:
+            with precision_mod.autocast(precision, device):
+                logits = net(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+            loss = F.binary_cross_entropy_with_logits(logits.float().squeeze(-1), torch.zeros(micro, device=device))
+            scaler.scale(loss).backward()
+        optim.optimizer_step(model, opt, scaler, max_grad_norm=1.0)
+    finally:
+        model.zero_grad(set_to_none=True)
+        opt.state.clear()
+
+
+def fit_micro_batch(
+    model,
+    per_device_batch: int,
+    seq_len: int,
+    max_memory_gb: float,
+    precision: str,
+    device,
+    optimizer: str = "adamw",
+    net=None,
+) -> tuple[int, str]:
+    """(micro-batch, how it was decided): the largest divisor of per_device_batch that fits the cap.
+
+    `net` is the model as training runs it (DDP-wrapped under torchrun); by default the model itself.
+    """
+    net = model if net is None else net
+    cap = int(max_memory_gb * GB)
+    # dropout in the probes must not shift the training run's random numbers
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        if device.type == "cuda":
+            return _fit_cuda(net, model, per_device_batch, seq_len, cap, precision, device, optimizer)
+        return _fit_cpu(net, model, per_device_batch, seq_len, cap, precision, device, optimizer)
+
+
+def _fit_cuda(net, model, batch, seq_len, cap, precision, device, optimizer) -> tuple[int, str]:
+    total = torch.cuda.get_device_properties(device).total_memory
+    # the cap becomes the allocator's limit: a probe that would pass it fails fast, as on a smaller card
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
+    for micro in divisors_down(batch):
+        try:
+            reset_peak(device)
+            probe(net, model, micro, seq_len, precision, device, optimizer)
+            peak = peak_bytes(device)
+        except torch.OutOfMemoryError:
+            peak = None
+        finally:
+            torch.cuda.empty_cache()
+        if peak is not None and peak <= cap:
+            return micro, f"measured on {device}: whole-step peak {peak / GB:.1f} GB, cap {cap / GB:.1f} GB"
+    return 1, f"nothing fits under {cap / GB:.1f} GB on {device}; micro-batch 1 (expect out-of-memory retries)"
+
+
+def cpu_estimate(base: int, peak1: int, peak2: int, micro: int) -> int:
+    """Peak resident bytes at `micro`: the process before the probes plus a linear fit of the probes' peaks."""
+    per_example = max(peak2 - peak1, 0)
+    return base + peak1 + (micro - 1) * per_example
+
+
+def cpu_probe_peaks(net, model, seq_len: int, precision: str, device, optimizer: str) -> tuple[int, int, int]:
+    """(resident bytes before, peak above it at micro-batch 1, at 2); the probes' memory is measured whole."""
+    base = current_bytes(device)
+    peaks = []
+    for micro in (1, 2):
+        reset_peak(device)
+        probe(net, model, micro, seq_len, precision, device, optimizer)
+        # memory freed by the first probe may stay resident; the second reuses it, so both peaks count from base
+        peaks.append(peak_bytes(device) - base)
+    return base, peaks[0], peaks[1]
+
+
+def _fit_cpu(net, model, batch, seq_len, cap, precision, device, optimizer) -> tuple[int, str]:
+    if not reset_peak_rss():
+        return 1, "cpu: the peak resident memory cannot be reset here, so nothing can be measured; micro-batch 1"
+    base, peak1, peak2 = cpu_probe_peaks(net, model, seq_len, precision, device, optimizer)
+    for micro in divisors_down(batch):
+        estimate = cpu_estimate(base, peak1, peak2, micro)
+        if estimate <= cap:
+            return micro, (
+                f"cpu estimate (no allocator cap on CPU): {estimate / GB:.2f} GB of {cap / GB:.2f} GB "
+                f"from whole-step probes at micro-batch 1 and 2 ({(peak2 - peak1) / 2**20:.0f} MB per example)"
+            )
+    return 1, f"cpu estimate: even micro-batch 1 needs more than {cap / GB:.2f} GB"

@@ -1,0 +1,73 @@
+"""The optimizer, its learning-rate schedule, and the step that ends an accumulation window.
+
+The schedule counts optimizer steps, never micro-batches. A window's step is: densify the sparse
+embedding gradient, unscale (fp16), clip the true gradients, step; a step whose gradients are not finite
+is skipped (the GradScaler skips it by itself in fp16) and the caller counts it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.config import TrainConfig
+from pipeline.errors import PipelineError
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW without decay on biases and LayerNorm weights; fused where the device has it, or 8-bit."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.optimizer == "adamw8bit":
+        if device.type != "cuda":
+            raise PipelineError("train.optimizer=adamw8bit runs only on a CUDA GPU (bitsandbytes); use adamw here")
+        try:
+            import bitsandbytes as bnb
+        except ImportError as e:
+            raise PipelineError(f"train.optimizer=adamw8bit needs bitsandbytes ({e})") from None
+        return bnb.optim.AdamW8bit(groups, lr=cfg.lr)
+    # fused: one kernel per step, with no parameter-sized temporaries (the for-loop version makes two the
+    # size of the 250k-row embedding at once); torch has it for CUDA and CPU
+    return torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type in ("cuda", "cpu"))
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, warmup: float, total_steps: int):
+    """Linear warm-up then linear decay to zero, counted in optimizer steps (not micro-batches)."""
+    warm = max(1, int(round(warmup * total_steps))) if warmup > 0 else 0
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(0.0, (total_steps - step) / max(1, total_steps - warm))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def densify_grads(model: torch.nn.Module) -> None:
+    for p in model.parameters():
+        if p.grad is not None and p.grad.is_sparse:
+            p.grad = p.grad.to_dense()
+
+
+def optimizer_step(model: torch.nn.Module, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float) -> bool:
+    """Densify, unscale, clip, step: the end of an accumulation window. True when the weights were updated."""
+    densify_grads(model)  # sparse embedding rows (see modeling.sparse_embedding_grad) -> one dense gradient
+    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if scaler.is_enabled():
+        scale = scaler.get_scale()
+        scaler.step(optimizer)  # skips the update by itself when fp16 gradients overflowed
+        scaler.update()
+        return scaler.get_scale() >= scale  # the scale shrinks exactly when the step was skipped
+    finite = bool(torch.isfinite(norm))
+    if finite:
+        optimizer.step()
+    return finite
+
+
+def reset_scaler(scaler: torch.amp.GradScaler) -> None:
+    """Forget this window's unscale_ record (the scale itself is kept): the window is redone from the start."""
+    # GradScaler refuses a second unscale_ before update(); its per-optimizer record is a defaultdict that
+    # starts every optimizer afresh when cleared
+    if scaler.is_enabled():
+        scaler._per_optimizer_states.clear()

@@ -1,0 +1,57 @@
+"""Mixed precision: which one a device gets, the autocast around the forward, and fp16's GradScaler.
+
+bf16 only where the device computes it natively (CUDA compute capability 8.0+, or a CPU with AVX512-BF16
+or AMX); else fp16 with a GradScaler on CUDA and fp32 on CPU. The weights stay fp32 whatever runs under
+autocast, and the loss is computed in fp32 from the logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.errors import PipelineError
+
+PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def cpu_has_bf16() -> bool:
+    """Native bf16 arithmetic (AVX512-BF16 or AMX); elsewhere CPU bf16 is emulated and slower than fp32."""
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # a torch without these probes: trust autocast
+        return True
+
+
+def cuda_has_bf16(device: torch.device) -> bool:
+    """Native bf16 tensor-core arithmetic: compute capability 8.0+ (Ampere on).
+
+    torch.cuda.is_bf16_supported() alone says True on a T4 or P100 (Kaggle's GPUs) because a bf16 tensor can
+    be made there; the arithmetic is emulated and slow, and fp16 with a GradScaler is the right choice.
+    """
+    major, _ = torch.cuda.get_device_capability(device)
+    return major >= 8 and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """`auto`: bf16 where the device computes it natively, else fp16 on CUDA and fp32 on CPU."""
+    if name == "auto":
+        if device.type == "cuda":
+            return "bf16" if cuda_has_bf16(device) else "fp16"
+        return "bf16" if cpu_has_bf16() else "fp32"
+    if name == "bf16" and device.type == "cuda" and not cuda_has_bf16(device):
+        cap = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        raise PipelineError(
+            f"train.precision=bf16: this GPU (compute capability {cap}) only emulates bf16, slowly; "
+            f"use train.precision=fp16 or auto"
+        )
+    return name
+
+
+def autocast(precision: str, device: torch.device):
+    dtype = PRECISIONS[precision]
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
+def make_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
+    # only fp16 underflows: its gradients need scaling up before backward and down before the step
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")

@@ -1,0 +1,35 @@
+"""Stage `make cv`: the fold AUC table of what has been trained so far, for the current inputs and settings.
+
+Reads   models/<name>/fold<k>/oof.csv and done.json of the folds made from the current inputs and settings
+Writes  models/<name>/oof.csv   every validation row with its out-of-fold prediction
+        models/<name>/cv.json   AUC per fold, overall OOF AUC and per language
+        models/<name>/cv.png    ROC curves per language, AUC per fold
+
+Folds of other settings or inputs are left out and named with the reason (pipeline.layout.usable_folds).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pipeline import config as config_mod
+from pipeline import layout
+from pipeline.config import Config
+from pipeline.errors import run_stage
+from pipeline.scoring import report
+
+
+def run(cfg: Config) -> dict:
+    summary = report.cv_report(cfg)
+    print(report.fold_table(summary))
+    print(f"wrote {layout.experiment_dir(cfg)}/cv.json, cv.png, oof.csv")
+    return summary
+
+
+def main(argv=None) -> int:
+    args = config_mod.parser("Print the fold AUC table of what has been trained so far.").parse_args(argv)
+    return run_stage(lambda: run(config_mod.from_args(args)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

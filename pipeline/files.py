@@ -1,0 +1,255 @@
+"""Files that survive a crash, digests of their content, and the checks and locks around them.
+
+Every artifact is written to a temporary name, then renamed: a kill at any moment leaves either the old
+file or the new one, never half of one. Which paths exist is pipeline.layout's business, not this module's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+
+
+class DiskFullError(PipelineError, OSError):
+    """Not enough free disk space for what a stage is about to write; one line, exit status 2."""
+
+
+def _umask() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines() if Path("/proc/self/status").exists() else ():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: read it by setting it, and put it back at once
+    os.umask(mask)
+    return mask
+
+
+def default_modes(path: Path | str) -> None:
+    """Give `path` (a file, or a folder and everything in it) the modes a plain `open` would: 0644 under
+    umask 022. Writers that go through a private temporary file (safetensors writes 0600) otherwise leave
+    one artifact readable by its owner only."""
+    path = Path(path)
+    mask = _umask()
+    items = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for p in items:
+        if p.is_symlink():
+            continue
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path | str):
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(path)
+    try:
+        yield tmp
+        if tmp.is_file():
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())  # the bytes reach the disk before the name does
+        if tmp.exists():
+            default_modes(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: Path | str):
+    """Yield a temporary folder; it replaces `path` (and any old copy of it) only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        default_modes(tmp)
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        if path.exists():
+            os.replace(path, old)  # a folder cannot be renamed over a non-empty one
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: Path | str, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_json(path: Path | str):
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_csv(path: Path | str, frame) -> None:
+    """A pandas frame as UTF-8 CSV, atomically (quotes and newlines in text survive a round trip)."""
+    # Python's minimal quoting quotes only the terminator's characters: a lone "\r" in a text would be left
+    # bare and split the row for every reader, so such a frame is written with every text quoted
+    texts = frame.select_dtypes(include=["object", "string"])
+    bare_cr = any("\r" in str(c) for c in frame.columns) or any(
+        texts[c].astype(str).str.contains("\r", regex=False).any() for c in texts.columns
+    )
+    with atomic_path(path) as tmp:
+        frame.to_csv(
+            tmp, index=False, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC if bare_cr else csv.QUOTE_MINIMAL
+        )
+
+
+def file_digest(path: Path | str, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def json_digest(obj) -> str:
+    """A short hash of a JSON-able value, the same for equal values whatever their key order."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=32)
+def _tree_digest(folder: str, stamp: tuple) -> str:
+    root = Path(folder)
+    return json_digest({name: file_digest(root / name) for name, _ in stamp})
+
+
+def tree_digest(folder: Path | str, skip: tuple[str, ...] = ()) -> str:
+    """The content of every file under `folder` (relative names and bytes), whatever the folder is called."""
+    root = Path(folder)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name not in skip and not p.name.startswith("."))
+    # keyed on names, sizes and times too, so a large weights folder is read once per process
+    stamp = tuple((str(p.relative_to(root)), (p.stat().st_size, p.stat().st_mtime_ns)) for p in files)
+    return _tree_digest(str(root.resolve()), stamp)
+
+
+def check_free_space(folder: Path | str, need_bytes: int, what: str) -> None:
+    """Stop before writing `need_bytes` into `folder` if the disk cannot hold them (with a margin)."""
+    folder = Path(folder)
+    probe = folder
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need_bytes * 1.1 + (64 << 20):
+        raise DiskFullError(
+            f"not enough disk space for {what} in {folder}: need about {need_bytes / 2**30:.2f} GiB, "
+            f"{free / 2**30:.2f} GiB free"
+        )
+
+
+# ---------------------------------------------------------------- files and folders, checked before work starts
+
+
+class PathError(PipelineError, OSError):
+    """A file or folder the stage needs is the wrong kind or lacks a permission; one line naming it."""
+
+
+_access = os.access  # the seam tests use: root passes every os.access check
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_readable(path: Path | str, what: str) -> None:
+    """`path` (a file, or a folder and the files in it) can be read."""
+    path = Path(path)
+    if not path.exists():
+        return  # the stage itself says what is missing and how to make it
+    items = [path, *[p for p in path.iterdir() if p.is_file()]] if path.is_dir() and _access(path, os.R_OK) else [path]
+    for p in items:
+        need = os.R_OK | os.X_OK if p.is_dir() else os.R_OK
+        if not _access(p, need):
+            raise PathError(f"{p}: {what} cannot be read (permission denied); fix its permissions (chmod u+r)")
+
+
+def check_writable_dir(path: Path | str, what: str) -> None:
+    """`path` is a folder (or can be made one) that this user can write into."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists() and not p.is_dir():
+            raise PathError(f"{p}: is a file, but {what} must be a folder there; move the file away")
+    base = _existing(path)
+    if not _access(base, os.W_OK | os.X_OK):
+        raise PathError(f"{base}: {what} cannot be written (permission denied); fix its permissions or choose another")
+
+
+def check_file_target(path: Path | str, what: str) -> None:
+    """A file will be written at `path`: it is not a folder, and its folder is writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise PathError(f"{path}: is a folder, but {what} is written there as a file; remove or rename the folder")
+    check_writable_dir(path.parent, f"the folder of {what}")
+
+
+# ---------------------------------------------------------------- one run per experiment at a time
+
+
+class LockError(PipelineError, RuntimeError):
+    """Another process works on the same experiment."""
+
+
+_held: dict[str, int] = {}  # lock path -> open descriptor, for the locks this process holds
+
+
+def _is_worker_rank() -> bool:
+    # torchrun starts one process per device with RANK set: the ranks of one run must not refuse each
+    # other, so only rank 0 (or a process outside torchrun) takes the experiment's lock for the group
+    return os.environ.get("RANK", "0") != "0"
+
+
+def acquire_lock(path: Path | str, what: str, stage: str = "") -> bool:
+    """Take the lock at `path` for this process; False if this process holds it already.
+
+    flock is released by the kernel when its holder dies, so the lock of a killed run is taken over at once;
+    the file keeps the holder's pid and command only for the message.
+    """
+    path = Path(path)
+    key = str(path.resolve())
+    if key in _held or _is_worker_rank():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+        os.close(fd)
+        raise LockError(f"{what} is in use by {holder}; wait for it to finish or stop it (lock: {path})") from None
+    os.ftruncate(fd, 0)
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:200]
+    os.write(fd, f"pid {os.getpid()} ({stage + ': ' if stage else ''}{command})\n".encode())
+    _held[key] = fd
+    return True
+
+
+def release_lock(path: Path | str) -> None:
+    fd = _held.pop(str(Path(path).resolve()), None)
+    if fd is not None:
+        os.ftruncate(fd, 0)  # the file stays: removing it would let a waiting process lock a stale inode
+        os.close(fd)  # closing the descriptor releases the flock

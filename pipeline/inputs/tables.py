@@ -1,0 +1,186 @@
+"""The prepared tables: built from the competition's files by `make data`, read by every later stage.
+
+The training table has one row per comment: id, text, lang, toxic, source, fold (and pseudo_for with
+data.pseudo_from: see pipeline.inputs.pseudo). Validation rows get folds 0..k-1, stratified on
+language x label; rows used only for training (English, translated, pseudo-labelled) get fold -1. The
+test table is id, text, lang. The same config and files give the same tables, byte for byte.
+
+`training_rows` decides which rows a fold trains on, in one place, so that the leak tests check what
+training uses: a stage-1 model never sees a validation row, and fold k never its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import StratifiedKFold
+
+from pipeline import layout
+from pipeline.config import Config
+from pipeline.errors import DataError
+from pipeline.inputs import competition, pseudo
+from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
+
+TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
+
+
+# ---------------------------------------------------------------- build
+
+
+def assign_folds(strata: pd.Series, k: int, seed: int) -> np.ndarray:
+    """Fold 0..k-1 for each row, from a seeded StratifiedKFold on the given strata."""
+    folds = np.full(len(strata), -1, dtype=np.int64)
+    splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    for fold, (_, idx) in enumerate(splitter.split(np.zeros(len(strata)), strata.to_numpy())):
+        folds[idx] = fold
+    return folds
+
+
+def english_rows(frame: pd.DataFrame, negatives: int, seed: int) -> pd.DataFrame:
+    """All toxic rows plus a seeded sample of `negatives` clean ones, in file order."""
+    toxic = frame["toxic"] >= 0.5
+    clean = np.flatnonzero(~toxic.to_numpy())
+    rng = np.random.default_rng(seed)
+    keep = rng.choice(clean, size=min(negatives, len(clean)), replace=False)
+    mask = toxic.to_numpy().copy()
+    mask[keep] = True
+    return frame[mask]
+
+
+def rows(ids, texts, langs, toxic, source: str, fold) -> pd.DataFrame:
+    """One source's rows in the table's columns (lang and fold may be one value for every row)."""
+    return pd.DataFrame({"id": ids, "text": texts, "lang": langs, "toxic": toxic, "source": source, "fold": fold})
+
+
+def english_part(cfg: Config, path) -> pd.DataFrame:
+    en = read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
+    en = english_rows(en, cfg.data.english_negatives, cfg.data.seed)
+    return rows(en["id"], en["comment_text"], "en", en["toxic"], path.stem, -1)
+
+
+def bias_part(cfg: Config, path) -> pd.DataFrame:
+    """A seeded sample of data.bias_rows unintended-bias rows, in file order."""
+    bias = read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
+    bias = bias.sample(n=min(cfg.data.bias_rows, len(bias)), random_state=cfg.data.seed).sort_index()
+    return rows(bias["id"], bias["comment_text"], "en", bias["toxic"], path.stem, -1)
+
+
+def extra_part(path, lang: str) -> pd.DataFrame:
+    """A translated training file; its rows have no ids of their own, so they are named <file>-<row>."""
+    extra = competition.read_extra(path, lang)
+    ids = [f"{path.stem}-{i}" for i in range(len(extra))]
+    return rows(ids, extra["comment_text"].to_numpy(), extra["lang"].to_numpy(), extra["toxic"].to_numpy(),
+                path.stem, -1)  # fmt: skip
+
+
+def validation_part(cfg: Config, path) -> pd.DataFrame:
+    """The validation rows, each in one of data.folds folds."""
+    k = cfg.data.folds
+    valid = read_csv(path, ["id", "comment_text", "lang", "toxic"], labels=("toxic",))
+    check_unique(valid, "id", path)
+    check_lang(valid, path)
+    if len(valid) < k:
+        raise DataError(f"{path}: {len(valid)} rows cannot make {k} folds")
+    label = (valid["toxic"] >= 0.5).astype(int).astype(str)
+    # a stratum smaller than k cannot be spread over k folds: then the label alone (each fold keeps both
+    # classes), then the language alone
+    for strata in (valid["lang"] + "_" + label, label, valid["lang"]):
+        if strata.value_counts().min() >= k:
+            break
+    folds = assign_folds(strata, k, cfg.data.seed)
+    return rows(valid["id"], valid["comment_text"], valid["lang"], valid["toxic"], path.stem, folds)
+
+
+def test_table(raw) -> pd.DataFrame:
+    """id, text, lang of test.csv, whose ids must be sample_submission.csv's."""
+    path, sub_path = raw / competition.TEST, raw / competition.SUBMISSION
+    test = read_csv(path, ["id", "content", "lang"])
+    check_unique(test, "id", path)
+    check_lang(test, path)
+    sub = read_csv(sub_path, ["id", "toxic"], usecols=False)
+    check_unique(sub, "id", sub_path)
+    if set(sub["id"]) != set(test["id"]):
+        n = len(set(sub["id"]) ^ set(test["id"]))
+        raise DataError(f"{sub_path}: ids differ from {path.name}'s ({n} id(s) in only one of them)")
+    return pd.DataFrame({"id": test["id"], "text": test["content"], "lang": test["lang"]})
+
+
+def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(training table, test table) from the raw files."""
+    parts = [english_part(cfg, raw / competition.TRAIN)]
+    if cfg.data.bias_rows > 0:
+        parts.append(bias_part(cfg, raw / competition.BIAS))
+    parts += [extra_part(path, lang) for path, lang in competition.extra_files(cfg, raw)]
+    parts.append(validation_part(cfg, raw / competition.VALID))
+    table = pd.concat(parts, ignore_index=True)
+    # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
+    table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
+    table["fold"] = table["fold"].astype(np.int64)
+    check_fold_classes(table, cfg.data.folds, raw / competition.VALID)
+    test = test_table(raw)
+    return pseudo.add(cfg, table[TABLE_COLUMNS], test), test
+
+
+def check_fold_classes(table: pd.DataFrame, k: int, valid_path) -> None:
+    """Each fold's validation rows hold both classes: a fold of one class has no AUC and picks no best epoch."""
+    valid = table[table["fold"] >= 0]
+    positives, total = int(valid["toxic"].sum()), len(valid)
+    most = min(positives, total - positives)  # the most folds that can each get a row of the rarer class
+    for fold in range(k):
+        found = valid[valid["fold"] == fold]
+        if found["toxic"].nunique() < 2:
+            cls = "toxic" if int(found["toxic"].iloc[0]) == 1 else "non-toxic"
+            fix = f"set data.folds={most} or fewer" if most >= 2 else "add validation rows of both classes"
+            raise DataError(
+                f"{valid_path}: fold {fold} of {k} would hold {len(found)} validation rows, all {cls} "
+                f"({positives} of {total} validation rows are toxic); each fold needs both classes: {fix}"
+            )
+
+
+def summarize(table: pd.DataFrame, test: pd.DataFrame) -> dict:
+    by = table.groupby(["source", "lang"]).agg(rows=("toxic", "size"), toxic=("toxic", "mean"))
+    return {
+        "rows": len(table),
+        "test_rows": len(test),
+        "toxic_rate": round(float(table["toxic"].mean()), 4),
+        "by_source_lang": [
+            {"source": s, "lang": lang, "rows": int(r.rows), "toxic_rate": round(float(r.toxic), 4)}
+            for (s, lang), r in by.iterrows()
+        ],
+        # keys as text: data.json gives them back so, and a rerun returns what a build returned
+        "folds": {str(int(k)): int(v) for k, v in table["fold"].value_counts().sort_index().items()},
+        "test_langs": {str(k): int(v) for k, v in test["lang"].value_counts().sort_index().items()},
+    }
+
+
+# ---------------------------------------------------------------- read
+
+
+def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """The prepared tables and data.json, for the stages after `make data`."""
+    out = layout.prepared_dir(cfg)
+    meta = layout.read_data_json(cfg)
+    if meta["signature"]["data"] != cfg.to_dict()["data"]:
+        raise DataError(f"{out}: built with other data settings; rerun `make data` with this config")
+    dtypes = {"id": str, "text": str, "lang": str, "source": str}
+    table = pd.read_csv(out / layout.TABLE, dtype=dtypes, keep_default_na=False)
+    test = pd.read_csv(out / layout.TEST_TABLE, dtype=dtypes, keep_default_na=False)
+    return table, test, meta
+
+
+def training_rows(table: pd.DataFrame, fold: int, training_only_rows: bool = True) -> np.ndarray:
+    """Row positions fold `fold` trains on; for a stage-1 model the training-only rows and nothing else.
+
+    Pseudo-labelled test rows carry the fold they were made for in `pseudo_for`: fold k trains only on the
+    labels of the teacher's fold-k model, which never saw fold k.
+    """
+    folds = table["fold"].to_numpy()
+    pseudo_for = table["pseudo_for"].to_numpy() if "pseudo_for" in table else np.full(len(table), -1)
+    plain = pseudo_for == -1
+    if fold == layout.STAGE1:
+        return np.flatnonzero((folds == layout.STAGE1) & plain)
+    chosen = (folds >= 0) & (folds != fold)  # the other folds' validation rows
+    if training_only_rows:
+        chosen |= (folds == layout.STAGE1) & plain
+    chosen |= pseudo_for == fold  # test rows labelled by the teacher's model of this very fold
+    return np.flatnonzero(chosen)

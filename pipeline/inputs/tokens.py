@@ -1,0 +1,230 @@
+"""Tokenize once, cache, load as memory-mapped arrays (built by `make data`, read by train and predict).
+
+Writes  input/prepared/<name>/tokenizer/    the tiny model's tokenizer, trained on the texts (tiny only)
+        input/cache/<key>/{train,test}_ids.npy      every row's token ids, concatenated (int32)
+        input/cache/<key>/{train,test}_offsets.npy  row i is ids[offsets[i]:offsets[i+1]] (int64)
+        input/cache/<key>/meta.json                 key, sizes, digests, throughput
+
+Ids are stored unpadded; batches are padded at collate time to their own longest row. The key covers
+the tokenizer's files, max length and the tables' content: a changed input rebuilds, an unchanged one
+is a cache hit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline import layout, progress
+from pipeline.config import Config
+from pipeline.errors import PipelineError
+from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, tree_digest, write_json
+from pipeline.inputs import tokenizer as tokenizer_mod
+
+SPLITS = ("train", "test")
+CHUNK = 2048
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """Variable-length rows of token ids over two flat arrays."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @classmethod
+    def from_lists(cls, rows: list[list[int]]) -> Ragged:
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(r) for r in rows])
+        ids = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(offsets[-1]))
+        return cls(ids, offsets)
+
+
+def tokenizer_source(cfg: Config, folder: Path | None = None) -> Path | str:
+    """The tiny model's trained tokenizer folder (in `folder`, default the prepared one), else the model's name."""
+    if cfg.model.name == "tiny":
+        return Path(folder or layout.prepared_dir(cfg)) / layout.TOKENIZER
+    return cfg.model.path or cfg.model.name
+
+
+class LengthError(PipelineError, ValueError):
+    pass
+
+
+def max_positions(cfg: Config) -> int | None:
+    """The longest input the model can take, read from a local folder's config.json; None when unknown.
+
+    XLM-R numbers positions from pad_token_id + 1 (2), so a checkpoint with 514 position embeddings takes 512.
+    The tiny model is built with room for model.max_length, and a hub name is not read (no network here).
+    """
+    conf = Path(cfg.model.path or cfg.model.name).expanduser() / "config.json"
+    if cfg.model.name == "tiny" or not conf.is_file():
+        return None
+    info = read_json(conf)
+    if "max_position_embeddings" not in info:
+        return None
+    offset = info.get("pad_token_id", 1) + 1 if "roberta" in info.get("model_type", "xlm-roberta") else 0
+    return int(info["max_position_embeddings"]) - offset
+
+
+def check_max_length(cfg: Config) -> None:
+    """model.max_length no longer than the model's position embeddings: refused in `make data`, not after an epoch."""
+    limit = max_positions(cfg)
+    if limit is not None and cfg.model.max_length > limit:
+        raise LengthError(
+            f"model.max_length={cfg.model.max_length} is longer than {cfg.model.name} can take "
+            f"({limit} tokens, from its config.json); set model.max_length={limit} or less"
+        )
+
+
+def ensure_tokenizer(cfg: Config, table, test, meta: dict, folder: Path | None = None):
+    """Load the tokenizer; for the tiny model, (re)train it when the texts it was trained on changed."""
+    source = tokenizer_source(cfg, folder)
+    if cfg.model.name == "tiny":
+        note = {"table_digest": meta["table_digest"], "test_digest": meta["test_digest"], "vocab": cfg.model.tiny.vocab}
+        stamp = Path(source) / "trained_on.json"
+        if not stamp.exists() or read_json(stamp) != note:
+            # pseudo-labelled rows are test texts already counted: the tokenizer stays the teacher's
+            texts = list(table.loc[table["source"] != "pseudo", "text"]) + list(test["text"])
+            n = len(set().union(*texts))
+            # the unigram model needs a piece for every distinct character of the texts
+            if cfg.model.tiny.vocab < n + len(tokenizer_mod.SPECIALS):
+                raise PipelineError(
+                    f"model.tiny.vocab={cfg.model.tiny.vocab} is too small for the {n} distinct characters "
+                    f"of the texts; set model.tiny.vocab above {n + len(tokenizer_mod.SPECIALS)}"
+                )
+            # in a child process: SentencePiece ignores Ctrl-C until it is done (about 50 s on the real slice)
+            progress.run_in_child(
+                tokenizer_mod.train_tokenizer, texts, cfg.model.tiny.vocab, Path(source), note, desc="train tokenizer"
+            )
+    return tokenizer_mod.load_tokenizer(source)
+
+
+def tokenizer_digest(source: Path | str, tokenizer) -> str:
+    """Digest of the tokenizer's files (a folder), or of its serialized form (a hub name)."""
+    if Path(source).is_dir():  # the same digest a fold's fingerprint names the tiny tokenizer by
+        return tree_digest(source, skip=("trained_on.json",))
+    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+
+
+def cache_key(tok_digest: str, max_length: int, table_digest: str, test_digest: str) -> str:
+    parts = [tok_digest, str(max_length), table_digest, test_digest]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def tokenize(tokenizer, texts: list[str], max_length: int, desc: str = "tokenize") -> Ragged:
+    """Batched fast tokenization, with special tokens, truncated to max_length; no padding."""
+    rows: list[list[int]] = []
+    for start in progress.bar(range(0, len(texts), CHUNK), desc=desc, unit="chunk", disable=len(texts) < 4 * CHUNK):
+        enc = tokenizer(
+            texts[start : start + CHUNK],
+            truncation=True,
+            max_length=max_length,
+            add_special_tokens=True,
+            return_attention_mask=False,
+        )
+        rows.extend(enc["input_ids"])
+    return Ragged.from_lists(rows)
+
+
+def check_cache(folder: Path, deep: bool = True) -> dict | None:
+    """meta.json if every array is present with the size (and, if deep, the digest) it records; else None."""
+    try:
+        meta = read_json(folder / layout.CACHE_META)
+        for name, info in meta["files"].items():
+            p = folder / name
+            if p.stat().st_size != info["bytes"] or (deep and file_digest(p) != info["sha256"]):
+                return None
+        return meta
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> dict:
+    """The tokenizer (tiny: trained into `prepared`) and the token cache of these tables; `prepared`/tokens.json
+    points at the cache. `make data` calls this on its staging folder, so that the table, the tokenizer and
+    the pointer are replaced together or not at all."""
+    tokenizer = ensure_tokenizer(cfg, table, test, meta, prepared)
+    source = tokenizer_source(cfg, prepared)
+    tok_digest = tokenizer_digest(source, tokenizer)
+    key = cache_key(tok_digest, cfg.model.max_length, meta["table_digest"], meta["test_digest"])
+    folder = layout.cache_root(cfg) / key
+    pointer = Path(prepared) / layout.TOKENS_POINTER
+    if folder.exists():
+        cached = check_cache(folder)
+        if cached is not None:
+            write_json(pointer, {"key": key})
+            return {**cached, "status": "hit"}
+        log(f"tokens: {folder} fails its own check (size or digest); rebuilding it")
+    texts = {"train": list(table["text"]), "test": list(test["text"])}
+    chars = sum(len(t) for ts in texts.values() for t in ts)
+    check_free_space(folder.parent, chars * 2 + (1 << 20), "the token cache")
+    start = time.perf_counter()
+    with atomic_dir(folder) as tmp:
+        files, tokens = {}, 0
+        for split in SPLITS:
+            ragged = tokenize(tokenizer, texts[split], cfg.model.max_length, desc=f"tokenize {split}")
+            tokens += len(ragged.ids)
+            for part, arr in (("ids", ragged.ids), ("offsets", ragged.offsets)):
+                name = f"{split}_{part}.npy"
+                np.save(tmp / name, arr)
+                files[name] = {"bytes": (tmp / name).stat().st_size, "sha256": file_digest(tmp / name)}
+        seconds = time.perf_counter() - start
+        rows = len(texts["train"]) + len(texts["test"])
+        out = {
+            "key": key,
+            "tokenizer_digest": tok_digest,
+            "tokenizer": str(tokenizer_source(cfg)),  # where it lives once `make data` is done
+            "max_length": cfg.model.max_length,
+            "vocab_size": len(tokenizer),
+            "pad_id": tokenizer.pad_token_id,
+            "table_digest": meta["table_digest"],
+            "test_digest": meta["test_digest"],
+            "rows": {"train": len(texts["train"]), "test": len(texts["test"])},
+            "tokens": tokens,
+            "seconds": round(seconds, 3),
+            "comments_per_second": round(rows / max(seconds, 1e-9)),
+            "files": files,
+        }
+        write_json(tmp / layout.CACHE_META, out)
+    write_json(pointer, {"key": key})
+    return {**out, "status": "built"}
+
+
+def load(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:
+    """The cached splits as memory-mapped arrays, checked against the prepared tables they belong to."""
+    pointer = layout.prepared_dir(cfg) / layout.TOKENS_POINTER
+    if not pointer.exists():
+        raise PipelineError(f"no token cache for {pointer.parent}; run `make data` with this config first")
+    folder = layout.cache_root(cfg) / read_json(pointer)["key"]
+    cmeta = check_cache(folder, deep=False)
+    if cmeta is None:
+        raise PipelineError(f"{folder}: token cache is missing or damaged; run `make data` again")
+    source = tokenizer_source(cfg)
+    # the tiny tokenizer retrained in place (make data stopped before it updated tokens.json) gives other ids
+    stale_tokenizer = (
+        cfg.model.name == "tiny"
+        and "tokenizer_digest" in cmeta
+        and tokenizer_digest(source, None) != cmeta["tokenizer_digest"]
+    )
+    if cmeta["table_digest"] != meta["table_digest"] or cmeta["max_length"] != cfg.model.max_length or stale_tokenizer:
+        raise PipelineError(f"{folder}: token cache is for other tables or settings; run `make data` again")
+    splits = {
+        s: Ragged(np.load(folder / f"{s}_ids.npy", mmap_mode="r"), np.load(folder / f"{s}_offsets.npy", mmap_mode="r"))
+        for s in SPLITS
+    }
+    return splits, cmeta

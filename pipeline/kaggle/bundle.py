@@ -1,0 +1,131 @@
+"""What `make kernel` uploads: the code bundle (a private dataset) and the kernel folder (metadata + code file).
+
+Writes  kernel/<slug>/code/      dataset-metadata.json, pipeline/ (the package's .py files and configs/*.yaml,
+                                 nothing else) and kernel-config.yaml (the resolved config)
+        kernel/<slug>/notebook/  kernel-metadata.json and the code file <slug>.py (or .ipynb): the text of
+                                 pipeline/kaggle/launch.py, then the code dataset's name and the config
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from pipeline import config as config_mod
+from pipeline.config import Config
+from pipeline.files import atomic_dir, atomic_write_text, write_json
+from pipeline.kaggle.plan import (
+    DATASET_METADATA,
+    KERNEL_METADATA,
+    KernelError,
+    Plan,
+    check_dataset_metadata,
+    check_kernel_metadata,
+    dataset_metadata,
+    kernel_metadata,
+)
+
+PACKAGE = Path(__file__).resolve().parents[1]  # the pipeline package: the only code that travels
+LAUNCH = Path(__file__).resolve().parent / "launch.py"  # the notebook's code file, before its last lines
+BUNDLE_CONFIG = "kernel-config.yaml"  # the resolved config, inside the code bundle
+# What the bundle may hold: the package's source and its configs. Anything else is refused.
+BUNDLE_SUFFIXES = {".py", ".yaml"}
+# Names that must never travel, whatever a future change to the bundle does.
+FORBIDDEN_NAMES = {"kaggle.json", "access_token", "access_token.txt", "credentials.json", ".env", ".netrc"}
+FORBIDDEN_PARTS = {"input", "models", "submissions", ".venv", "__pycache__", ".git", ".cache", "kernel"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The code bundle
+
+
+def bundle_files() -> list[tuple[Path, str]]:
+    """(source, path in the bundle) for every file that travels: the package's .py files and configs."""
+    out = []
+    for p in sorted(PACKAGE.rglob("*")):
+        rel = p.relative_to(PACKAGE)
+        if p.is_file() and p.suffix in BUNDLE_SUFFIXES and not (set(rel.parts[:-1]) & FORBIDDEN_PARTS):
+            out.append((p, str(Path("pipeline") / rel)))
+    return out
+
+
+def check_bundle(folder: Path) -> list[Path]:
+    """Refuse a bundle holding data, models, caches, a virtualenv, a credential file or a known secret."""
+    from pipeline.kaggle import client
+
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    secrets = [s for s in client.known_secrets() if s]
+    for p in files:
+        rel = p.relative_to(folder)
+        if rel.name in FORBIDDEN_NAMES or set(rel.parts[:-1]) & FORBIDDEN_PARTS:
+            raise KernelError(f"code bundle: {rel} must not be uploaded")
+        if rel.name != DATASET_METADATA and rel.name != BUNDLE_CONFIG and p.suffix not in BUNDLE_SUFFIXES:
+            raise KernelError(f"code bundle: {rel} is not pipeline code or config")
+        text = p.read_bytes()
+        if any(s.encode() in text for s in secrets):
+            raise KernelError(f"code bundle: {rel} contains a Kaggle credential")
+    return files
+
+
+def write_bundle(cfg: Config, plan: Plan, dest: Path) -> list[Path]:
+    """The code bundle (a Kaggle dataset folder) at `dest`, replaced whole; returns its files."""
+    meta = dataset_metadata(plan)
+    check_dataset_metadata(meta)
+    with atomic_dir(dest) as tmp:
+        for src, rel in bundle_files():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, tmp / rel)
+        config_mod.save(cfg, tmp / BUNDLE_CONFIG)
+        write_json(tmp / DATASET_METADATA, meta)
+        check_bundle(tmp)
+    return check_bundle(dest)
+
+
+# ---------------------------------------------------------------------------------------------
+# The notebook's code file
+
+
+def _py_str(text: str) -> str:
+    """A Python literal for `text`: a readable triple-quoted block when that is exact, else repr()."""
+    if "'''" in text or "\\" in text or text.endswith("'"):
+        return repr(text)
+    return "'''\\\n" + text + "'''"
+
+
+def script_text(cfg: Config, plan: Plan) -> str:
+    """pipeline/kaggle/launch.py's text, then the lines that run it with this code dataset and config."""
+    config_text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+    return (
+        f"# {plan.title}: the Jigsaw multilingual pipeline on a Kaggle GPU, written by `make kernel`\n"
+        f"# (edit the repository instead). The code comes from the attached dataset {plan.dataset_ref}.\n"
+        + LAUNCH.read_text(encoding="utf-8")
+        + "\n\n# The resolved config `make kernel` was given; the notebook fills in Kaggle's paths (kernel-run.yaml).\n"
+        + f"CODE_DATASET = {plan.dataset_slug!r}\n"
+        + f"CONFIG = {_py_str(config_text)}\n\n"
+        + 'if __name__ == "__main__":\n    run(CODE_DATASET, CONFIG)\n'
+    )
+
+
+def notebook_json(source: str) -> str:
+    """The script as a one-cell Jupyter notebook (kaggle.kernel_type=notebook)."""
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 4,
+    }
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def write_kernel(cfg: Config, plan: Plan, dest: Path) -> dict:
+    """The kernel folder (metadata + code file) at `dest`, replaced whole; returns the checked metadata."""
+    meta = kernel_metadata(cfg, plan)
+    source = script_text(cfg, plan)
+    with atomic_dir(dest) as tmp:
+        atomic_write_text(tmp / plan.code_file, notebook_json(source) if plan.kernel_type == "notebook" else source)
+        write_json(tmp / KERNEL_METADATA, meta)
+        check_kernel_metadata(meta, tmp)
+    return meta

@@ -1,0 +1,713 @@
+"""The one module that talks to Kaggle: credentials, API errors in plain words, downloads, uploads, kernels
+and submissions. Every call to the kaggle library is here.
+
+Everything else in the pipeline calls these functions and never imports `kaggle` itself, so that:
+
+* `import kaggle` runs only when a Kaggle call is really made. The package authenticates (and may
+  print help or hit the network) at import time, and creates its config folder as a side effect.
+* every failure the user can fix reaches them as one `KaggleError` with a one-line message that says
+  what to do, and never contains a secret.
+
+Facts about kaggle 2.2.5 this module relies on (read from its source):
+
+* `KaggleApi.authenticate()` tries, in order: an access token (`KAGGLE_API_TOKEN`, whose value may
+  also be a path to a token file, then `~/.kaggle/access_token` or `access_token.txt`, which the SDK
+  validates online), a legacy key (`username` + `key` from `<config dir>/kaggle.json`, overridden by
+  `KAGGLE_USERNAME` / `KAGGLE_KEY`), OAuth (`~/.kaggle/credentials.json` from `kaggle auth login`).
+  When all fail it prints help and calls `exit(1)`, i.e. raises `SystemExit`.
+* The config dir is `$KAGGLE_CONFIG_DIR`, else `~/.kaggle`, else on Linux when that is missing
+  `$XDG_CONFIG_HOME/kaggle` (default `~/.config/kaggle`). The token files are always under `~/.kaggle`.
+* API failures are `requests.exceptions.HTTPError` whose `.response.status_code` holds the status
+  (kagglesdk raises it from `raise_for_status()` or from a JSON body with `code >= 400`);
+  network failures are `requests.exceptions.ConnectionError` / `Timeout`.
+* `competition_download_files(competition, path, force, quiet, unzip)` writes
+  `<path>/<competition>.zip`; `dataset_download_files(dataset, path, force, quiet, unzip, licenses)`
+  writes `<path>/<dataset-slug>.zip`. Both default to `quiet=True`.
+
+Each call wraps the library's in `except Exception as exc: raise explain(exc, "<kind> <ref>") from exc`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import zipfile
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.errors import PipelineError
+
+if TYPE_CHECKING:  # only for type checkers: importing kaggle at run time authenticates
+    from kaggle.api.kaggle_api_extended import KaggleApi
+
+log = logging.getLogger(__name__)
+
+TOKEN_SETTINGS_URL = "https://www.kaggle.com/settings"
+
+
+class KaggleError(PipelineError, RuntimeError):
+    """A Kaggle failure the user can fix; the message (one line, no secrets) says how.
+
+    A PipelineError too, so that `errors.run_stage` prints it as one line instead of a traceback.
+    """
+
+
+def credentials_hint() -> str:
+    """Return the one-line message listing the ways to give Kaggle credentials."""
+    return (
+        "Give Kaggle credentials in one of four ways: set KAGGLE_API_TOKEN=<token>; "
+        "or save the token to ~/.kaggle/access_token; "
+        "or set KAGGLE_USERNAME and KAGGLE_KEY; "
+        'or save {"username": ..., "key": ...} to ~/.kaggle/kaggle.json '
+        "(the folder can be changed with KAGGLE_CONFIG_DIR). "
+        f'Create a token at {TOKEN_SETTINGS_URL}, section "API".'
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _config_dir(env: Mapping[str, str], home: Path) -> Path:
+    # Mirrors KaggleApi.config_dir (computed in the class body of kaggle_api_extended.py).
+    if env.get("KAGGLE_CONFIG_DIR"):
+        return Path(env["KAGGLE_CONFIG_DIR"])
+    legacy = home / ".kaggle"
+    if sys.platform.startswith("linux") and not legacy.exists():
+        return Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "kaggle"
+    return legacy
+
+
+def kaggle_json(env: Mapping[str, str], home: Path) -> dict[str, Any]:
+    text = _read_text(_config_dir(env, home) / "kaggle.json")
+    try:
+        data = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _token_env(env: Mapping[str, str]) -> str:
+    value = env.get("KAGGLE_API_TOKEN", "")
+    # kagglesdk treats a KAGGLE_API_TOKEN that names an existing file as the path to the token.
+    if value and Path(value).exists():
+        return _read_text(Path(value))
+    return value
+
+
+def has_credentials(env: Mapping[str, str] | None = None, home: Path | None = None) -> bool:
+    """Tell whether any Kaggle credentials are present, without importing kaggle or going online.
+
+    `env` defaults to `os.environ` and `home` to `Path.home()`, both read at call time (a default of
+    `Path.home()` in the signature would freeze the home of the moment the module was imported).
+    Presence only: whether Kaggle accepts them is known at the first API call.
+    """
+    env = os.environ if env is None else env
+    home = Path.home() if home is None else home
+    if _token_env(env):
+        return True
+    kaggle_dir = home / ".kaggle"  # token files are looked up here whatever KAGGLE_CONFIG_DIR says
+    if _read_text(kaggle_dir / "access_token") or _read_text(kaggle_dir / "access_token.txt"):
+        return True
+    # KaggleApi reads kaggle.json first, then lets every KAGGLE_* variable override its keys, so a
+    # username in the file plus KAGGLE_KEY in the environment is a valid pair.
+    config = kaggle_json(env, home)
+    username = env.get("KAGGLE_USERNAME") or config.get("username")
+    key = env.get("KAGGLE_KEY") or config.get("key")
+    if username and key:
+        return True
+    # OAuth credentials saved by `kaggle auth login`; authenticate() accepts them too.
+    oauth = _read_text(kaggle_dir / "credentials.json")
+    try:
+        return bool(oauth and json.loads(oauth).get("refresh_token"))
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
+def credential_problems(env: Mapping[str, str] | None = None, home: Path | None = None) -> list[str]:
+    """Credentials that are there but cannot work, each as one line naming the variable or file (never a value)."""
+    env = os.environ if env is None else env
+    home = Path.home() if home is None else home
+    problems = []
+    path = _config_dir(env, home) / "kaggle.json"
+    text = _read_text(path) if path.is_file() else ""
+    if path.is_file():
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            problems.append(f'{path} is not a JSON object like {{"username": ..., "key": ...}}: fix or remove it')
+        else:
+            absent = [k for k in ("username", "key") if not data.get(k) and not env.get(f"KAGGLE_{k.upper()}")]
+            if absent:
+                problems.append(f"{path} has no {' and no '.join(map(repr, absent))}: fix or remove it")
+    if env.get("KAGGLE_USERNAME") and not env.get("KAGGLE_KEY") and not (kaggle_json(env, home).get("key")):
+        problems.append("KAGGLE_USERNAME is set but KAGGLE_KEY is not: set both, or use KAGGLE_API_TOKEN")
+    if env.get("KAGGLE_KEY") and not env.get("KAGGLE_USERNAME") and not (kaggle_json(env, home).get("username")):
+        problems.append("KAGGLE_KEY is set but KAGGLE_USERNAME is not: set both, or use KAGGLE_API_TOKEN")
+    token = env.get("KAGGLE_API_TOKEN", "")
+    if token and Path(token).exists() and not _token_env(env):
+        problems.append("KAGGLE_API_TOKEN names a file that is empty or unreadable: fix the file or the variable")
+    return problems
+
+
+def known_secrets() -> list[str]:
+    """Secret values known to this process, so that messages can be scrubbed of them."""
+    home = Path.home()
+    values = [
+        os.environ.get("KAGGLE_KEY", ""),
+        os.environ.get("KAGGLE_API_TOKEN", ""),
+        _token_env(os.environ),
+    ]
+    values += [_read_text(home / ".kaggle" / name) for name in ("access_token", "access_token.txt")]
+    values.append(str(kaggle_json(os.environ, home).get("key") or ""))
+    # Short values could match ordinary words; real keys and tokens are long.
+    return sorted({v for v in values if len(v) >= 8}, key=len, reverse=True)
+
+
+def clean(text: str) -> str:
+    """Make `text` safe for a KaggleError: one line, no secret values."""
+    for secret in known_secrets():
+        text = text.replace(secret, "***")
+    return " ".join(text.split())
+
+
+def get_api() -> KaggleApi:
+    """Return an authenticated `KaggleApi`, or raise `KaggleError` saying how to fix the setup."""
+    problems = credential_problems()
+    # kaggle's authenticate() reads kaggle.json even when a token is also given: a broken one is always fatal
+    broken = [p for p in problems if "kaggle.json" in p] or (problems if not has_credentials() else [])
+    if broken:
+        raise KaggleError(f"Kaggle credentials: {broken[0]}")
+    if not has_credentials():
+        raise KaggleError(f"No Kaggle credentials found. {credentials_hint()}")
+    try:
+        # Lazy on purpose: `import kaggle` (which this import triggers) authenticates at import time.
+        from kaggle.api.kaggle_api_extended import KaggleApi
+    except ImportError as exc:
+        raise KaggleError(
+            f"Cannot import the kaggle package ({clean(f'{type(exc).__name__}: {exc}')}): "
+            "run `pip install -r requirements.txt`."
+        ) from exc
+    except Exception as exc:  # e.g. OSError: the class body creates the config folder
+        raise KaggleError(f"Cannot load the kaggle package ({clean(str(exc))}). {credentials_hint()}") from exc
+    api = KaggleApi()
+    try:
+        api.authenticate()
+    except SystemExit as exc:
+        # authenticate() prints its own help and calls exit(1) when no credential works.
+        raise KaggleError(f"Kaggle did not accept the credentials found. {credentials_hint()}") from exc
+    except Exception as exc:
+        # Token validation goes online: network and HTTP errors get the same words as API calls.
+        raise explain(exc, "Kaggle authentication") from exc
+    return api
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def http_status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)  # requests.HTTPError; may be None (IAP token errors)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    try:
+        import requests
+    except ImportError:
+        return False
+    # requests' ConnectionError is not the builtin one; kaggle's retries re-raise these.
+    return isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.Timeout))
+
+
+def explain(exc: BaseException, what: str) -> KaggleError:
+    """Turn an exception from a Kaggle API call into a `KaggleError` whose message says what to do.
+
+    `what` names the target as "<kind> <ref>", e.g. "competition jigsaw-multilingual-toxic-comment-
+    classification", "dataset owner/slug", "kernel owner/slug"; the kind picks the 403 advice.
+    The caller raises the result `from exc`, which keeps the original traceback for debugging.
+    """
+    if isinstance(exc, KaggleError):
+        return exc
+    status = http_status(exc)
+    kind, _, ref = what.partition(" ")
+    if status == 401:
+        return KaggleError(f"{what}: Kaggle rejected the credentials (401): wrong or expired. {credentials_hint()}")
+    if status == 403:
+        if kind == "competition":
+            return KaggleError(
+                f"{what}: access denied (403). Accept the competition's rules on its Kaggle page: "
+                f"https://www.kaggle.com/competitions/{ref}/rules"
+            )
+        return KaggleError(
+            f"{what}: access denied (403): your account lacks access to this {kind} (private, or owned by someone else)"
+        )
+    if status == 404:
+        return KaggleError(f"{what}: not found (404): check the name")
+    if status == 409:
+        return KaggleError(f"{what}: conflict (409): a version or slug already exists / is being processed")
+    if status is not None:
+        return KaggleError(f"{what}: Kaggle answered {status}: {clean(str(exc))}")
+    if _is_network_error(exc):
+        return KaggleError(f"{what}: cannot reach Kaggle: check your internet connection")
+    return KaggleError(f"{what}: {type(exc).__name__}: {clean(str(exc))}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Downloads
+
+
+def download_competition(
+    competition: str, dest: Path, api: KaggleApi | None = None, files: tuple[str, ...] | list[str] = ()
+) -> list[Path]:
+    """Download and unzip the files of `competition` into `dest`; return the files in `dest`.
+
+    With `files`, only those are fetched, one by one (competition_download_file), and only the ones
+    `dest` lacks: the archive of every file holds large copies the pipeline never reads. Files already
+    in `dest` are never overwritten; only missing ones are added.
+    """
+    api = get_api() if api is None else api
+    dest = Path(dest)
+    if not files:
+        return _fetch(
+            lambda path: api.competition_download_files(competition, path=path, quiet=False),
+            f"competition {competition}",
+            dest,
+        )
+    for name in files:
+        if (dest / name).is_file():
+            continue
+        try:
+            # the server wraps a large file in <name>.zip; _fetch unzips it beside the others
+            _fetch(
+                lambda path, name=name: api.competition_download_file(competition, name, path=path, quiet=False),
+                f"competition {competition}",
+                dest,
+            )
+        except KaggleError as exc:
+            if http_status(exc.__cause__) == 404:
+                raise KaggleError(f"competition {competition} has no file {name} (404)") from exc
+            raise
+    return files_under(dest)
+
+
+def download_dataset(slug: str, dest: Path, api: KaggleApi | None = None) -> list[Path]:
+    """Download and unzip all files of dataset `slug` ("owner/name") into `dest`; return the files.
+
+    Files already in `dest` are never overwritten; only missing ones are added.
+    """
+    api = get_api() if api is None else api
+    return _fetch(
+        lambda path: api.dataset_download_files(slug, path=path, quiet=False),
+        f"dataset {slug}",
+        Path(dest),
+    )
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def _fetch(download: Callable[[str], object], what: str, dest: Path) -> list[Path]:
+    """Run `download(folder)` in a temporary folder beside `dest`, unzip, then move into `dest`.
+
+    The temporary folder is on the same filesystem as `dest`, so the final moves are renames: a crash
+    leaves either no file or a complete one in `dest`, never half of one.
+    """
+    if dest.exists() and not dest.is_dir():
+        raise KaggleError(f"{what}: {dest} exists and is not a folder")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)  # a leftover of an earlier run that had this pid
+    raw, files = tmp / "download", tmp / "files"
+    raw.mkdir(parents=True)
+    files.mkdir()
+    try:
+        try:
+            download(str(raw))
+        except Exception as exc:
+            raise explain(exc, what) from exc
+        for item in sorted(raw.iterdir()):
+            if item.is_file() and item.suffix.lower() == ".zip":
+                _unzip(item, files, what)
+            else:
+                os.replace(item, files / item.name)  # Kaggle may serve a lone file unzipped
+        _unzip_nested(files, what)
+        if not files_under(files):
+            raise KaggleError(f"{what}: the download contained no files")
+        _install(files, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return files_under(dest)
+
+
+def _unzip(archive: Path, into: Path, what: str) -> None:
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for member in zf.infolist():
+                target = into / member.filename
+                if not member.is_dir() and target.exists():
+                    # Kaggle bundles sometimes hold both train.csv and train.csv.zip: same data twice.
+                    if target.stat().st_size == member.file_size:
+                        continue
+                    raise KaggleError(f"{what}: {archive.name} holds a different {member.filename}")
+                # extract() drops '..' and absolute prefixes from member names: nothing escapes `into`.
+                zf.extract(member, into)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        # BadZipFile covers a truncated download and a CRC mismatch found while extracting.
+        raise KaggleError(f"{what}: {archive.name} is not a valid zip ({exc}); download it again") from exc
+
+
+def _unzip_nested(root: Path, what: str) -> None:
+    """Extract every .zip under `root` next to itself and delete it, until none is left."""
+    while zips := [p for p in files_under(root) if p.suffix.lower() == ".zip"]:
+        for archive in zips:
+            _unzip(archive, archive.parent, what)
+            archive.unlink()
+
+
+def _install(files: Path, dest: Path) -> None:
+    """Move the tree `files` into `dest`: one rename when `dest` is new, else add missing files only."""
+    if not dest.exists() or not any(dest.iterdir()):
+        if dest.exists():
+            dest.rmdir()  # rename() onto a folder needs it absent (or empty, on POSIX only)
+        os.replace(files, dest)
+        return
+    added: list[Path] = []
+    created: list[Path] = []
+    try:
+        for src in files_under(files):
+            target = dest / src.relative_to(files)
+            if target.exists():
+                # Raw files are never edited: a file already there wins, even if it differs.
+                log.info("%s already exists, kept as it is", target)
+                continue
+            for parent in reversed(target.relative_to(dest).parents[:-1]):
+                if not (dest / parent).exists():
+                    (dest / parent).mkdir()
+                    created.append(dest / parent)
+            os.replace(src, target)
+            added.append(target)
+    except BaseException:
+        # Undo the moves so that `dest` is exactly as it was.
+        for target in added:
+            target.unlink(missing_ok=True)
+        for folder in reversed(created):
+            folder.rmdir()
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Uploads and kernels (`make kernel`, `make kernel-output`)
+#
+# kaggle 2.2.5 facts used below (read from kaggle_api_extended.py):
+#
+# * `dataset_create_new(folder, public, quiet, convert_to_csv, dir_mode, ignore_patterns)` and
+#   `dataset_create_version(folder, version_notes, quiet, convert_to_csv, delete_old_versions, dir_mode,
+#   ignore_patterns)` read `<folder>/dataset-metadata.json` and upload every other entry of the folder;
+#   with dir_mode="zip" a subfolder is uploaded as `<name>.zip` holding the folder's contents (paths
+#   relative to the folder itself), otherwise subfolders are skipped. Both return an
+#   ApiCreateDatasetResponse whose `status` is "ok" or whose `error` says what went wrong (create_new
+#   returns such an error, not an exception, when the slug is taken).
+# * `dataset_status(ref)` returns "ready", "pending", ... and raises HTTPError 404 for no such dataset.
+# * `kernels_push(folder, timeout=None, acc=None, no_run=False)` reads `<folder>/kernel-metadata.json`
+#   and returns an ApiSaveKernelResponse: `url`, `version_number`, `error`, `invalid_dataset_sources`,
+#   `invalid_competition_sources`, `invalid_kernel_sources`, `invalid_model_sources`.
+# * `kernels_status(ref)` returns `.status` (a KernelWorkerStatus enum: QUEUED, RUNNING, COMPLETE, ERROR,
+#   CANCEL_REQUESTED, CANCEL_ACKNOWLEDGED, NEW_SCRIPT) and `.failure_message`.
+# * `kernels_output(ref, path, file_pattern=None, force=False, quiet=True, ...)` writes each output file
+#   at `<path>/<its name relative to /kaggle/working>` (`file_pattern` is a regex searched in that name)
+#   plus `<path>/<slug>.log`, and returns (files, next_page_token). Both kernel calls turn a 401/403
+#   into a ValueError "Cannot access kernel ... (Permission 'kernels.get' was denied) ...".
+
+CONFIG_NAME_USER = "username"  # KaggleApi.CONFIG_NAME_USER
+
+
+def configured_username(env: Mapping[str, str] | None = None, home: Path | None = None) -> str:
+    """The Kaggle user name known without importing kaggle: KAGGLE_USERNAME, else kaggle.json's; or ""."""
+    env = os.environ if env is None else env
+    home = Path.home() if home is None else home
+    return str(env.get("KAGGLE_USERNAME") or kaggle_json(env, home).get("username") or "")
+
+
+def authenticated_username(api: KaggleApi) -> str:
+    """The user name the API authenticated as ("" when the credentials do not carry one)."""
+    try:
+        return str(api.get_config_value(CONFIG_NAME_USER) or "")
+    except Exception:  # get_config_value only reads a dict, but a stranger api object may differ
+        return ""
+
+
+def _kernel_access(exc: BaseException, what: str) -> KaggleError:
+    """kernels_status / kernels_output / kernels_logs replace a 401 or 403 by a ValueError that blames the slug.
+
+    The ValueError is raised inside `except HTTPError`, so its __context__ still holds the real status.
+    """
+    if isinstance(exc, ValueError) and "was denied" in str(exc):
+        status = http_status(exc.__context__) if exc.__context__ is not None else None
+        if status == 401:
+            return explain(exc.__context__, what)  # credentials rejected: the slug is not the problem
+        return KaggleError(
+            f"{what}: access denied (403): no such kernel visible to this account; check kaggle.user / "
+            "kaggle.kernel_slug, and that it was pushed with the credentials in use"
+        )
+    return explain(exc, what)
+
+
+def dataset_exists(ref: str, api: KaggleApi) -> bool:
+    """Whether dataset `ref` (owner/slug) exists for this account; 404 means no, other failures raise."""
+    try:
+        api.dataset_status(ref)
+    except Exception as exc:
+        if http_status(exc) == 404:
+            return False
+        raise explain(exc, f"dataset {ref}") from exc
+    return True
+
+
+def wait_dataset_ready(
+    ref: str,
+    api: KaggleApi,
+    timeout_s: float = 900,
+    poll_s: float = 10,
+    sleep: Callable[[float], None] | None = None,
+    grace_s: float = 120,
+) -> str:
+    """Poll `dataset_status(ref)` until Kaggle has processed the upload; return the last status.
+
+    A kernel pushed before its code dataset is ready would mount the previous version. A 404 in the
+    first `grace_s` seconds is a dataset just created and not yet visible: keep polling. "deleted",
+    "error" and "failed" are final: waiting would not change them.
+    """
+    import time
+
+    sleep = time.sleep if sleep is None else sleep
+    waited = 0.0
+    while True:
+        try:
+            status = str(api.dataset_status(ref) or "").lower()
+        except Exception as exc:
+            if http_status(exc) != 404 or waited >= grace_s:
+                raise explain(exc, f"dataset {ref}") from exc
+            status = "not visible yet"
+        if status == "ready":
+            return status
+        if status == "deleted":
+            raise KaggleError(
+                f"dataset {ref} was deleted on Kaggle; a deleted slug cannot be reused at once: set "
+                "kaggle.dataset_slug=<new-slug> and run `make kernel` again"
+            )
+        if status in ("error", "failed"):
+            raise KaggleError(f"dataset {ref}: Kaggle could not process the upload (status {status})")
+        if waited >= timeout_s:
+            raise KaggleError(
+                f"dataset {ref}: still {status or 'processing'} after {waited:.0f} s; "
+                "run `make kernel` again once https://www.kaggle.com/datasets/" + ref + " shows it ready"
+            )
+        sleep(poll_s)
+        waited += poll_s
+
+
+def upload_dataset(folder: Path, ref: str, notes: str, api: KaggleApi) -> tuple[str, str]:
+    """Create dataset `ref` from `folder` the first time, else add a new version. Returns (action, url).
+
+    Subfolders are uploaded zipped (dir_mode="zip"); Kaggle unpacks them on its side.
+    """
+    what = f"dataset {ref}"
+    exists = dataset_exists(ref, api)
+    error = _send_dataset(folder, notes, api, exists, what)
+    if error and "already in use" in error and not exists:
+        exists = True  # created meanwhile (create_new answers so instead of raising): add a version
+        error = _send_dataset(folder, notes, api, exists, what)
+    if error:
+        if "already in use" in error or "409" in error:
+            raise KaggleError(f"{what}: conflict (409): {clean(error)}")
+        raise KaggleError(f"{what}: upload refused: {clean(error)}")
+    return ("new version" if exists else "created"), f"https://www.kaggle.com/datasets/{ref}"
+
+
+def _version_refused(exc: BaseException, what: str, api: KaggleApi) -> KaggleError:
+    """A 403 on a new version: Kaggle answers so while the previous version is still processing."""
+    ref = what.partition(" ")[2]
+    try:
+        status = str(api.dataset_status(ref) or "").lower()
+    except Exception:
+        status = ""
+    if status and status != "ready":
+        return KaggleError(
+            f"{what}: the previous version is still {status} on Kaggle (403 until it is ready); "
+            "wait a few minutes and run `make kernel` again"
+        )
+    return explain(exc, what)
+
+
+def dataset_files(ref: str, api: KaggleApi) -> list[str]:
+    """The file names of dataset `ref` (owner/slug), every page."""
+    names: list[str] = []
+    token = None
+    while True:
+        try:
+            result = api.dataset_list_files(ref, page_token=token, page_size=200)
+        except Exception as exc:
+            raise explain(exc, f"dataset {ref}") from exc
+        error = str(getattr(result, "error_message", "") or "")
+        if error:
+            raise KaggleError(f"dataset {ref}: {clean(error)}")
+        names += [str(getattr(f, "name", "")) for f in getattr(result, "files", None) or []]
+        token = getattr(result, "next_page_token", None)
+        if not token:
+            return names
+
+
+def _send_dataset(folder: Path, notes: str, api: KaggleApi, exists: bool, what: str) -> str:
+    """One create/version call; returns Kaggle's error text, "" on success."""
+    try:
+        if exists:
+            result = api.dataset_create_version(str(folder), notes, quiet=True, dir_mode="zip")
+        else:
+            result = api.dataset_create_new(str(folder), public=False, quiet=True, dir_mode="zip")
+    except Exception as exc:
+        if exists and http_status(exc) == 403:
+            raise _version_refused(exc, what, api) from exc
+        raise explain(exc, what) from exc
+    if result is None:
+        return "the upload returned nothing (see the output above)"
+    status, error = str(getattr(result, "status", "") or ""), str(getattr(result, "error", "") or "")
+    if status.lower() == "ok" and not error:
+        return ""
+    return error or f"status {status or 'unknown'}"
+
+
+def push_kernel(folder: Path, ref: str, api: KaggleApi, timeout_s: int = 0) -> tuple[str, int | None]:
+    """Push the kernel folder (kernel-metadata.json + code file) and start a run. Returns (url, version)."""
+    what = f"kernel {ref}"
+    try:
+        result = api.kernels_push(str(folder), timeout=str(timeout_s) if timeout_s else None)
+    except Exception as exc:
+        raise explain(exc, what) from exc
+    if result is None:
+        raise KaggleError(f"{what}: the push returned nothing (see the output above)")
+    error = str(getattr(result, "error", "") or "")
+    if error:
+        hint = " (another version may still be saving: wait for it, then push again)" if "409" in error else ""
+        raise KaggleError(f"{what}: push refused: {clean(error)}{hint}")
+    invalid = []
+    for kind in ("dataset", "competition", "kernel", "model"):
+        bad = list(getattr(result, f"invalid_{kind}_sources", None) or [])
+        if bad:
+            invalid.append(f"{kind} sources {', '.join(map(str, bad))}")
+    if invalid:
+        raise KaggleError(
+            f"{what}: pushed, but Kaggle could not attach {'; '.join(invalid)} "
+            "(check the names, that the competition's rules are accepted and that you can see the datasets)"
+        )
+    url = str(getattr(result, "url", "") or f"https://www.kaggle.com/code/{ref}")
+    version = getattr(result, "version_number", None)
+    return url, version if isinstance(version, int) else None
+
+
+def kernel_status(ref: str, api: KaggleApi) -> tuple[str, str]:
+    """(status, failure message) of the kernel's latest run; status is lower case: complete, running, ..."""
+    try:
+        result = api.kernels_status(ref)
+    except Exception as exc:
+        raise _kernel_access(exc, f"kernel {ref}") from exc
+    status = getattr(result, "status", "")
+    name = getattr(status, "name", status)  # a KernelWorkerStatus enum in kagglesdk
+    return str(name).lower(), str(getattr(result, "failure_message", "") or "")
+
+
+def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: str | None = None) -> list[Path]:
+    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`.
+
+    `dest` is kept between calls and force=False: kaggle skips a file already there with the same size
+    and date, so fetching again after an interrupted download only gets what is missing.
+    """
+    what = f"kernel {ref}"
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        api.kernels_output(ref, str(dest), file_pattern=file_pattern, force=False, quiet=True)
+    except Exception as exc:
+        raise _kernel_access(exc, what) from exc
+    files = files_under(dest)
+    if not [p for p in files if p.suffix != ".log"]:
+        raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
+    return files
+
+
+def kernel_log(ref: str, api: KaggleApi) -> str:
+    """The log of the kernel's latest session, as Kaggle stores it ("" when there is none yet)."""
+    try:
+        return str(api.kernels_logs(ref) or "")
+    except Exception as exc:
+        raise _kernel_access(exc, f"kernel {ref}") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# Submissions (`make submit`)
+#
+# kaggle 2.2.5: `competition_submit(file_name, message, competition, quiet=False, sandbox=False)` uploads
+# and returns an ApiCreateSubmissionResponse (`ref`, `message`; ref 0 and message "Could not submit to
+# competition" when the upload failed). `get_submission(submission_ref)` returns an ApiSubmission:
+# `status` (SubmissionStatus PENDING / COMPLETE / ERROR), `public_score`, `private_score` (strings,
+# "" until published), `error_description`. Right after submitting, get_submission may answer 404.
+
+LIMIT_WORDS = ("limit", "maximum number", "too many")
+
+
+def submit(competition: str, path: Path, message: str, api: KaggleApi) -> int:
+    """Submit `path` to `competition`; return the submission's ref."""
+    what = f"competition {competition}"
+    try:
+        result = api.competition_submit(str(path), message, competition, quiet=True)
+    except Exception as exc:
+        raise _submit_refused(exc, what) from exc
+    ref = getattr(result, "ref", 0)
+    if not ref:
+        said = clean(str(getattr(result, "message", "") or "no answer"))
+        if any(w in said.lower() for w in LIMIT_WORDS):
+            raise KaggleError(f"{what}: daily submission limit reached ({said}); submit again tomorrow (UTC)")
+        raise KaggleError(f"{what}: the submission was not accepted: {said}")
+    return int(ref)
+
+
+def _submit_refused(exc: BaseException, what: str) -> KaggleError:
+    text = str(exc) + " " + str(getattr(getattr(exc, "response", None), "text", "") or "")
+    if http_status(exc) in (400, 429) and any(w in text.lower() for w in LIMIT_WORDS):
+        return KaggleError(f"{what}: daily submission limit reached; submit again tomorrow (UTC)")
+    return explain(exc, what)  # 403: the competition's rules are not accepted
+
+
+def submission_state(ref: int, api: KaggleApi) -> dict:
+    """{"status": pending | complete | error, "public": str, "private": str, "error": str} of submission `ref`."""
+    try:
+        sub = api.get_submission(ref)
+    except Exception as exc:
+        if http_status(exc) == 404:  # not readable yet, right after submitting
+            return {"status": "pending", "public": "", "private": "", "error": ""}
+        raise explain(exc, f"submission {ref}") from exc
+    status = getattr(sub, "status", "")
+    return {
+        "status": str(getattr(status, "name", status) or "pending").lower(),
+        "public": str(getattr(sub, "public_score", "") or ""),
+        "private": str(getattr(sub, "private_score", "") or ""),
+        "error": str(getattr(sub, "error_description", "") or ""),
+    }

@@ -1,0 +1,43 @@
+"""The notebook's code file: this module's source, then the code dataset's name and the config.
+
+`make kernel` writes this file's text, followed by three lines that call `run`, as the kernel's code
+file (pipeline/kaggle/bundle.py). It uses the standard library only: it runs before the pipeline is
+importable, and its one job is to find the attached code bundle, put it on sys.path and hand over to
+`pipeline.notebook.notebook_main`. Internet is off on Kaggle and nothing is installed.
+"""
+
+import importlib
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+
+def find_code(input_root: Path, slug: str) -> Path:
+    """The folder holding pipeline/__init__.py, to put on sys.path.
+
+    Kaggle unpacks the uploaded pipeline.zip into a pipeline/ folder; if it did not, unzip it here
+    (the archive stores paths relative to the package folder, so the files go into pipeline/).
+    """
+    for pattern in (slug, "*/" + slug, "*/*/" + slug):
+        for mount in sorted(input_root.glob(pattern)):
+            if (mount / "pipeline" / "__init__.py").is_file():
+                return mount
+            archive = mount / "pipeline.zip"
+            if archive.is_file():
+                out = Path(tempfile.mkdtemp(prefix="pipeline-code-"))
+                with zipfile.ZipFile(archive) as zf:
+                    nested = any(n.startswith("pipeline/") for n in zf.namelist())
+                    zf.extractall(out if nested else out / "pipeline")
+                return out
+    raise RuntimeError(f"the code dataset {slug} is not attached under {input_root}")
+
+
+def run(slug: str, config_text: str) -> None:
+    input_root = Path(os.environ.get("KAGGLE_INPUT_ROOT") or "/kaggle/input")
+    sys.path.insert(0, str(find_code(input_root, slug)))
+    # imported by name once the bundle is on sys.path: this file runs as the kernel's code file, before
+    # the package can be imported, and as a module of the Kaggle seam it imports no stage
+    notebook = importlib.import_module("pipeline.notebook")
+    notebook.notebook_main(config_text)

@@ -1,0 +1,106 @@
+"""The cross-validation report: AUC per fold, OOF overall and per language, as a table, JSON and a picture.
+
+Writes  models/<name>/oof.csv   every validation row with its out-of-fold prediction
+        models/<name>/cv.json   AUC per fold, overall OOF AUC and per language (and test_auc from predict)
+        models/<name>/cv.png    ROC curves per language, AUC per fold
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from sklearn.metrics import roc_curve
+
+from pipeline import layout
+from pipeline.config import Config
+from pipeline.files import atomic_path, read_json, write_csv, write_json
+from pipeline.scoring.metrics import auc, auc_by_lang
+
+
+def cv_summary(oof: pd.DataFrame, done: dict[int, dict]) -> dict:
+    folds = {int(k): auc(g["toxic"], g["pred"]) for k, g in oof.groupby("fold")}
+    return {
+        "oof_auc": auc(oof["toxic"], oof["pred"]),
+        "per_lang": auc_by_lang(oof["toxic"], oof["pred"], oof["lang"]),
+        "folds": folds,
+        "fold_per_lang": {int(k): auc_by_lang(g["toxic"], g["pred"], g["lang"]) for k, g in oof.groupby("fold")},
+        "rows": len(oof),
+        "fold_details": done,
+    }
+
+
+def fold_table(summary: dict) -> str:
+    """The fold AUC table `make train` and `make cv` print: one line per fold, then the OOF."""
+    langs = list(summary["per_lang"])
+    head = (
+        f"{'fold':>4}  {'epochs':>6}  {'best AUC':>8}  " + "  ".join(f"{lg:>6}" for lg in langs) + f"  {'minutes':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for k, a in summary["folds"].items():
+        d = summary["fold_details"].get(k, {})
+        per = summary["fold_per_lang"][k]
+        lines.append(
+            f"{k:>4}  {d.get('epochs', 0):>6}  {a:>8.4f}  "
+            + "  ".join(f"{per.get(lg, float('nan')):>6.4f}" for lg in langs)
+            + f"  {d.get('minutes', float('nan')):>7.1f}"
+        )
+    lines.append("-" * len(head))
+    minutes = sum(d.get("minutes", 0) for d in summary["fold_details"].values())
+    lines.append(
+        f"{'OOF':>4}  {'':>6}  {summary['oof_auc']:>8.4f}  "
+        + "  ".join(f"{summary['per_lang'][lg]:>6.4f}" for lg in langs)
+        + f"  {minutes:>7.1f}"
+    )
+    return "\n".join(lines)
+
+
+def plot(oof: pd.DataFrame, summary: dict, path: Path) -> None:
+    """ROC per language on the left, AUC per fold on the right: the CV at a glance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for lang, g in oof.groupby("lang"):
+        if g["toxic"].nunique() == 2:
+            fpr, tpr, _ = roc_curve(g["toxic"], g["pred"])
+            left.plot(fpr, tpr, label=f"{lang} (AUC {summary['per_lang'][lang]:.3f}, n={len(g)})")
+    fpr, tpr, _ = roc_curve(oof["toxic"], oof["pred"])
+    left.plot(fpr, tpr, color="black", lw=2, label=f"all (AUC {summary['oof_auc']:.3f})")
+    left.plot([0, 1], [0, 1], ls=":", color="grey")
+    left.set(xlabel="false positive rate", ylabel="true positive rate", title="Out-of-fold ROC by language")
+    left.legend(loc="lower right", fontsize=8)
+    folds = list(summary["folds"])
+    values = [summary["folds"][k] for k in folds]
+    bars = right.bar([str(k) for k in folds], values, color="tab:blue")
+    right.bar_label(bars, fmt="%.3f", fontsize=8)
+    right.axhline(summary["oof_auc"], color="black", ls="--", label=f"OOF {summary['oof_auc']:.3f}")
+    low = min([*values, summary["oof_auc"]])
+    right.set(xlabel="fold", ylabel="AUC", title="AUC per fold", ylim=(max(0.0, low - 0.05), 1.0))
+    right.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def cv_report(cfg: Config, digest: str | None = None) -> dict:
+    """Gather the usable folds' OOF predictions; write oof.csv, cv.json and cv.png."""
+    exp = layout.experiment_dir(cfg)
+    dirs = layout.usable_folds(cfg, digest)
+    oof = pd.concat(
+        [pd.read_csv(d / layout.OOF, dtype={"id": str}, keep_default_na=False) for d in dirs], ignore_index=True
+    )
+    done = {layout.fold_index(d): read_json(d / layout.DONE) for d in dirs}
+    summary = cv_summary(oof, done)
+    old = exp / layout.CV_JSON
+    if old.exists():  # the test score `make predict` measured stays while it belongs to the same folds
+        test = read_json(old).get("test_auc")
+        if test and test.get("folds") == [d.name for d in dirs] and test.get("digests") == layout.fold_digests(dirs):
+            summary["test_auc"] = test
+    write_csv(exp / layout.OOF, oof)
+    write_json(exp / layout.CV_JSON, summary)
+    plot(oof, summary, exp / layout.CV_PNG)
+    return summary

@@ -1,0 +1,218 @@
+"""The bench on a tiny XLM-R: every row, Trainer's real settings, the median/spread/tie logic, the GPU preset."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from pipeline import bench, config
+from pipeline.benchmark import report as bench_report
+from pipeline.benchmark import rows as bench_rows
+from pipeline.benchmark import runner as bench_runner
+from pipeline.benchmark import trainer as bench_trainer
+from pipeline.core import precision
+from pipeline.errors import PipelineError
+
+TINY = [
+    "bench.model=tiny",
+    "bench.seq_len=16",
+    "bench.effective_batch=4",
+    "bench.micro_batch=2",
+    "bench.vocab_used=300",
+    "bench.max_memory_gb=4",
+    "model.tiny.vocab=1000",
+    "model.tiny.layers=1",
+    "model.tiny.hidden=32",
+    "model.tiny.heads=2",
+    "model.tiny.intermediate=64",
+]
+
+
+def test_table_rows_ratios_and_files(tmp_path) -> None:
+    cfg = config.load("sample", [*TINY, f"models_dir={tmp_path}"])
+    # rows in this process (the stage runs each in a fresh one): the table's code is what is tested here
+    summary = bench.run(cfg, lambda spec: bench_runner.run_row(cfg, spec), log=lambda *a: None)
+    rows = {r["spec"]["key"]: r for r in summary["rows"]}
+    assert list(rows) == ["fp32", "mp", "mp_acc", "mp_ckpt", "all3", "trim", "adamw8bit", "autofit"]
+    for key, r in rows.items():
+        if key == "adamw8bit":  # no CUDA here: n/a with the reason, and no Trainer row for it
+            assert "CUDA" in r["ours"]["na"] and r["trainer"] is None
+            continue
+        o, t = r["ours"], r["trainer"]
+        assert o["micro"] * o["accumulation"] == 4  # the same effective batch everywhere
+        assert t["micro"] == o["micro"] and t["runner"] == "trainer"
+        assert len(o["step_seconds"]) == len(t["step_seconds"]) == 3  # bench.steps timed steps each
+        assert o["samples_per_second"] > 0 and r["speed_vs_trainer"]["verdict"] in ("tie", "faster", "slower")
+        assert "mem_vs_floor" in r
+    assert rows["fp32"]["speed_vs_base"]["ratio"] == 1.0
+    # trimming is ours only: its Trainer run is the all-three one, on the full vocabulary
+    assert rows["trim"]["ours"]["trained_parameters"] < rows["all3"]["ours"]["trained_parameters"]
+    assert rows["trim"]["trainer"] is rows["all3"]["trainer"]
+    assert rows["trim"]["trainer"]["trained_parameters"] == rows["all3"]["ours"]["trained_parameters"]
+    assert summary["floor_mb"] == 16 * rows["fp32"]["ours"]["parameters"] / 2**20
+    table = (tmp_path / "bench" / "tiny.md").read_text()
+    assert "all three + vocabulary trimming" in table and "Floor:" in table and "n/a" in table
+    assert "optim=adamw_torch_fused" in table and "switches Trainer lacks" in table
+    # auto precision is bf16 on CPU only where it is native; the notes say which it was
+    assert ("computed natively" in table) == precision.cpu_has_bf16()
+    assert (tmp_path / "bench" / "tiny.png").stat().st_size > 0
+    assert json.loads((tmp_path / "bench" / "tiny.json").read_text())["parameters"] == summary["parameters"]
+
+
+def test_one_row_in_a_fresh_process() -> None:
+    spec = {**bench_rows.plan(config.load("sample", TINY))[4], "runner": "ours"}  # all three
+    out = bench_runner.run_subprocess(["--config", "sample", *TINY], spec)
+    assert out["key"] == "all3" and out["peak_mb"] > 0 and out["micro"] == 2 and out["accumulation"] == 2
+
+
+# ---------------------------------------------------------------- Trainer's settings
+
+
+def test_trainer_gets_its_default_optimizer_and_the_jobs_settings(tmp_path) -> None:
+    from transformers import Trainer, TrainingArguments
+
+    tcfg = dataclasses.replace(config.TrainConfig(), micro_batch=4, accumulation=8, checkpointing=True)
+    args = bench_trainer.trainer_arguments(tcfg, "bf16", torch.device("cpu"), max_steps=3, output_dir=str(tmp_path))
+    default = next(f.default for f in dataclasses.fields(TrainingArguments) if f.name == "optim")
+    got = bench_trainer.trainer_settings(args)
+    # what a user gets from TrainingArguments(): fused AdamW on torch >= 2.8 (2.13 here)
+    assert got["optim"] == default == "adamw_torch_fused"
+    assert got["bf16"] is True and got["fp16"] is False
+    assert got["per_device_train_batch_size"] == 4 and got["gradient_accumulation_steps"] == 8
+    assert got["activation_checkpointing"] is True
+    assert got["activation_checkpointing_kwargs"] == {"use_reentrant": False}
+    assert got["learning_rate"] == tcfg.lr and got["max_grad_norm"] == tcfg.max_grad_norm
+    assert got["weight_decay"] == tcfg.weight_decay and got["lr_scheduler_type"] == "linear"
+    # and Trainer really builds the fused optimizer from them
+    from tests.helpers.tinymodel import tiny_classifier
+
+    opt = Trainer(model=tiny_classifier(), args=args).create_optimizer()
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"] is True
+
+
+def test_trainer_8bit_row_names_trainers_bitsandbytes_optimizer(tmp_path) -> None:
+    tcfg = dataclasses.replace(config.TrainConfig(), optimizer="adamw8bit")
+    args = bench_trainer.trainer_arguments(tcfg, "fp16", torch.device("cpu"), max_steps=1, output_dir=str(tmp_path))
+    assert bench_trainer.trainer_settings(args)["optim"] == "adamw_bnb_8bit"
+
+
+def test_trainer_row_drops_the_switches_trainer_lacks() -> None:
+    spec = next(s for s in bench_rows.plan(config.load("sample", TINY)) if s["key"] == "trim")
+    t = bench_rows.trainer_spec(spec, {"micro": 4, "halvings": 1})
+    assert t["trim"] is False and t["runner"] == "trainer" and t["force_micro"] == 4  # the micro-batch ours ran
+    assert "trimming" in spec["only_ours"] and "sparse" in spec["only_ours"]
+
+
+# ---------------------------------------------------------------- median, spread, ties
+
+
+def test_step_stats_median_and_spread() -> None:
+    s = bench_report.step_stats([2.0, 1.0, 4.0], examples_per_step=8)
+    assert s["median_step_s"] == 2.0 and s["samples_per_second"] == 4.0  # the median, not the mean (7/3 s)
+    assert s["sps_low"] == 2.0 and s["sps_high"] == 8.0 and s["spread"] == 1.5
+    with pytest.raises(ValueError):
+        bench_report.step_stats([], 8)
+
+
+def _speed(*seconds: float) -> dict:
+    return bench_report.step_stats(list(seconds), 10)
+
+
+def test_ratio_within_the_spread_is_a_tie() -> None:
+    # ours 10% faster at the median, but the steps overlap: a tie, not a win
+    r = bench_report.speed_ratio(_speed(0.9, 0.95, 1.05), _speed(0.95, 1.0, 1.1))
+    assert r["ratio"] == pytest.approx(1.0 / 0.95) and r["verdict"] == "tie"
+    assert r["low"] < 1 < r["high"]
+    assert bench_report.speed_ratio(_speed(0.5, 0.52, 0.55), _speed(1.0, 1.02, 1.05))["verdict"] == "faster"
+    assert bench_report.speed_ratio(_speed(1.0, 1.02, 1.05), _speed(0.5, 0.52, 0.55))["verdict"] == "slower"
+    assert bench_report.verdict(1.0, 1.2) == "tie"  # an edge that touches 1 is still a tie
+
+
+def _row(key: str, ours: dict, trainer: dict) -> dict:
+    meta = {"parameters": 100, "trained_parameters": 100, "peak_mb": 10.0, "micro": 4, "accumulation": 1}
+    meta |= {"device": "cpu", "precision": "bf16"}
+    return {"spec": {"key": key, "label": f"row {key}"}, "ours": {**meta, **ours}, "trainer": {**meta, **trainer}}
+
+
+def test_table_marks_ties() -> None:
+    rows = [
+        _row("a", _speed(1.0, 1.0, 1.0), _speed(2.0, 2.0, 2.0)),  # twice as fast, no spread: faster
+        _row("b", _speed(0.9, 1.0, 1.2), _speed(1.0, 1.05, 1.1)),  # overlapping: a tie
+    ]
+    summary = bench_report.summarize(rows)
+    assert bench_report.ties(summary) == ["row b"]
+    table = bench_report.bench_table(config.BenchConfig(), summary)
+    line_a = next(x for x in table.splitlines() if x.startswith("| row a"))
+    line_b = next(x for x in table.splitlines() if x.startswith("| row b"))
+    assert line_a.endswith("2.00 (2.00-2.00) faster |") and "tie" not in line_a
+    assert line_b.endswith("**tie** |")
+
+
+# ---------------------------------------------------------------- the GPU preset
+
+
+def test_gpu_preset_plan() -> None:
+    cfg = config.load("bench-gpu", device=False)
+    b = cfg.bench
+    assert (b.model, b.seq_len, b.effective_batch, cfg.train.device) == ("xlm-roberta-large", 256, 32, "cuda")
+    rows = bench_rows.plan(cfg)
+    assert [r["key"] for r in rows] == ["fp32", "all3", "trim", "adamw8bit"]
+    assert rows[0]["precision"] == "fp32" and rows[0]["micro"] == 32
+    assert all(r["micro"] * (32 // r["micro"]) == 32 for r in rows) and b.steps >= 3
+    assert rows[1]["checkpointing"] and rows[1]["micro"] < 32 and rows[3]["optimizer"] == "adamw8bit"
+    assert bench_runner.model_config(cfg).hidden_size == 1024  # large
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_gpu_preset_fails_fast_without_cuda(tmp_path, capsys, monkeypatch) -> None:
+    def never(*a, **k):
+        raise AssertionError("a row was started")
+
+    monkeypatch.setattr(bench, "run_subprocess", never)
+    assert bench.main(["--config", "bench-gpu", f"models_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: train.device='cuda': this machine has no CUDA device")
+    assert not (tmp_path / "bench").exists()
+
+
+def test_too_few_steps_is_refused() -> None:
+    with pytest.raises(PipelineError, match="bench.steps"):
+        bench_rows.plan(config.load("sample", [*TINY, "bench.steps=2"]))
+
+
+def test_profile_names_the_ops_of_each_run(tmp_path) -> None:
+    cfg = config.load("sample", [*TINY, f"models_dir={tmp_path}", "bench.rows=[mp]", "bench.profile=true"])
+    summary = bench.run(cfg, lambda spec: bench_runner.run_row(cfg, spec), log=lambda *a: None)
+    mp = summary["rows"][1]
+    assert mp["ours"]["profile"] and mp["trainer"]["profile"]
+    assert any(p["op"].startswith("aten::") for p in mp["ours"]["profile"])
+    text = (tmp_path / "bench" / "tiny.profile.md").read_text()
+    assert "## mixed precision (ours)" in text and "## mixed precision (trainer)" in text
+    assert "Profiled" in (tmp_path / "bench" / "tiny.md").read_text()
+
+
+def test_a_row_that_halved_reports_the_micro_batch_it_ran(monkeypatch) -> None:
+    cfg = config.load("sample", TINY)
+    monkeypatch.setattr(bench_runner, "_run_ours", lambda *a: ([0.1, 0.1, 0.1], 1))  # one out-of-memory halving
+    out = bench_runner.run_row(cfg, {**bench_rows.plan(cfg)[0], "runner": "ours"})  # fp32, batch 4 in one go
+    assert (out["micro"], out["accumulation"], out["halvings"]) == (2, 2, 1)
+    assert bench_rows.trainer_spec(bench_rows.plan(cfg)[0], out)["force_micro"] == 2  # Trainer runs what fit
+
+
+def test_sparse_switch_off_runs_ours_with_dense_embedding_gradients(monkeypatch) -> None:
+    """bench.sparse=false: ours without the one switch Trainer lacks, to measure what that switch is worth."""
+    from pipeline.core import modeling
+
+    calls = []
+    real = modeling.sparse_embedding_grad
+    monkeypatch.setattr(modeling, "sparse_embedding_grad", lambda model: calls.append(model) or real(model))
+    for sparse, expected in ((True, 1), (False, 0)):
+        cfg = config.load("sample", [*TINY, f"bench.sparse={str(sparse).lower()}"])
+        spec = {**next(s for s in bench_rows.plan(cfg) if s["key"] == "mp_acc"), "runner": "ours"}
+        calls.clear()
+        assert bench_runner.run_row(cfg, spec)["samples_per_second"] > 0
+        assert len(calls) == expected
+        assert ("sparse" in spec["only_ours"]) == sparse

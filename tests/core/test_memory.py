@@ -1,0 +1,168 @@
+"""Memory (pipeline.core.memory): auto-fit and its whole-step probe, and the out-of-memory retry: same effective
+batch, the epoch finishes, the result is the same."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import XLMRobertaForSequenceClassification
+
+from pipeline.config import TrainConfig
+from pipeline.core import batching, loop, memory, modeling, optim, precision
+from pipeline.inputs.tokens import Ragged
+from tests.helpers.tinymodel import tiny_classifier
+
+ROOT = Path(__file__).resolve().parents[2]
+MB = 2**20
+CPU = torch.device("cpu")
+
+
+def tiny_model() -> XLMRobertaForSequenceClassification:
+    return tiny_classifier()
+
+
+class OutOfMemoryAbove(torch.nn.Module):
+    """Raises torch.OutOfMemoryError for any batch of more than `limit` rows, as a small card would."""
+
+    def __init__(self, inner: torch.nn.Module, limit: int) -> None:
+        super().__init__()
+        self.inner, self.limit, self.sizes, self.raised = inner, limit, [], 0
+
+    def forward(self, **batch):
+        n = batch["input_ids"].shape[0]
+        if n > self.limit:
+            self.raised += 1
+            raise torch.OutOfMemoryError(f"simulated: {n} rows > {self.limit}")
+        self.sizes.append(n)
+        return self.inner(**batch)
+
+
+def train(model, plan, data, labels, cfg):
+    opt = optim.make_optimizer(model, cfg, torch.device("cpu"))
+    sched = optim.make_scheduler(opt, 0.0, 10)
+    scaler = precision.make_scaler("fp32", torch.device("cpu"))
+    return loop.train_epoch(
+        model, plan, data, labels, opt, sched, scaler, cfg, "fp32", torch.device("cpu"), pad_id=1, progress=False
+    )
+
+
+def test_out_of_memory_halves_and_keeps_the_result(capsys) -> None:
+    rng = np.random.default_rng(0)
+    data = Ragged.from_lists([[0, *rng.integers(5, 200, int(n)).tolist(), 2] for n in rng.integers(3, 20, 26)])
+    labels = rng.integers(0, 2, 26).astype(np.float32)
+    cfg = TrainConfig(micro_batch=4, accumulation=2, lr=1e-3, max_grad_norm=1.0)
+    batches = batching.length_grouped_batches(data.lengths, cfg.micro_batch, seed=0, epoch=0)
+    plan = batching.micro_steps(batches, 1)  # 7 micro-batches (the last of 2 rows): 4 windows, the last short
+
+    reference = tiny_model()
+    wrapped = OutOfMemoryAbove(copy.deepcopy(reference), limit=2)
+    ref_state = train(reference, plan, data, labels, cfg)
+    state = train(wrapped, plan, data, labels, cfg)
+
+    assert wrapped.raised == 1 and state.halvings == 1  # the first window failed once, then ran halved
+    assert max(wrapped.sizes) == 2 and sum(wrapped.sizes) == 26  # every row exactly once: the epoch finished
+    assert state.window == ref_state.window == 4 and state.examples == 26  # same windows: same effective batch
+    assert "out of memory" in capsys.readouterr().err
+    # each window's gradient is still the mean over its rows: the weights match the run that never ran out
+    for p, q in zip(wrapped.inner.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert abs(state.loss_sum - ref_state.loss_sum) < 1e-3
+
+
+def test_halve_window_keeps_rows() -> None:
+    window = [[np.arange(5)], [np.arange(5, 6)]]
+    halved = batching.halve_window(window)
+    assert [b.tolist() for ms in halved for b in ms] == [[0, 1, 2], [3, 4], [5]]
+
+
+# A model whose embedding dominates (100k x 64): what the step adds (the dense embedding gradient, the AdamW
+# moments) is most of the memory, so an estimate that leaves the step out misses by a third
+MEASURE = """
+import json, sys
+import numpy as np, torch
+from tests.helpers.tinymodel import tiny_classifier
+from pipeline.core import loop, memory, modeling, optim, precision
+from pipeline.config import TrainConfig
+from pipeline.inputs.tokens import Ragged
+
+torch.set_num_threads(1)
+model = tiny_classifier(vocab=100_000, hidden=64, layers=1, intermediate=128)
+modeling.sparse_embedding_grad(model)
+cpu = torch.device("cpu")
+micro, seq = 4, 32
+if sys.argv[1] == "estimate":
+    memory.reset_peak_rss()
+    base, p1, p2 = memory.cpu_probe_peaks(model, model, seq, "fp32", cpu, "adamw")
+    print(json.dumps(memory.cpu_estimate(base, p1, p2, micro) - base))
+else:
+    rng = np.random.default_rng(0)
+    data = Ragged.from_lists([rng.integers(5, 100_000, seq).tolist() for _ in range(micro)])
+    cfg = TrainConfig(micro_batch=micro, accumulation=1)
+    opt = optim.make_optimizer(model, cfg, cpu)
+    sched, scaler = optim.make_scheduler(opt, 0.0, 1), precision.make_scaler("fp32", cpu)
+    memory.reset_peak_rss()
+    base = memory.rss_bytes()
+    loop.train_epoch(model, [[np.arange(micro)]], data, np.zeros(micro, np.float32), opt, sched, scaler, cfg,
+                     "fp32", cpu, pad_id=1, progress=False)
+    print(json.dumps(memory.rss_bytes("VmHWM") - base))
+"""
+
+
+def measured(what: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, what], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_cpu_estimate_matches_a_measured_training_step() -> None:
+    """The estimate at micro-batch 4, against the peak of a real optimizer step at 4 (each in a fresh process)."""
+    if not memory.reset_peak_rss():
+        pytest.skip("the peak resident memory cannot be reset here (/proc/self/clear_refs)")
+    estimate, step = measured("estimate"), measured("step")
+    assert step > 40 * 2**20  # the dense gradient (25 MB) and the moments (51 MB) are really allocated
+    print(f"estimate {estimate / MB:.1f} MB, measured {step / MB:.1f} MB")
+    assert 0.8 < estimate / step < 1.25, (estimate / MB, step / MB)
+
+
+def test_fit_picks_the_largest_micro_batch_under_the_cap(monkeypatch) -> None:
+    # probes measured: 100 MB before, 30 MB at micro-batch 1, 40 MB at 2 (10 MB an example)
+    monkeypatch.setattr(memory, "cpu_probe_peaks", lambda *a: (100 * MB, 30 * MB, 40 * MB))
+    model = tiny_model()
+    for cap_mb, want in [(1000, 8), (190, 4), (159, 2), (135, 1), (50, 1)]:
+        micro, note = memory.fit_micro_batch(model, 8, 16, cap_mb * MB / memory.GB, "fp32", torch.device("cpu"))
+        assert micro == want, (cap_mb, note)
+    assert "estimate" in note and memory.divisors_down(12) == [12, 6, 4, 3, 2, 1]
+
+
+# ---------------------------------------------------------------- auto-fit probes the whole step
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_probe_runs_a_whole_step_and_leaves_the_weights() -> None:
+    model = tiny_classifier(vocab=300, hidden=32)
+    modeling.sparse_embedding_grad(model)
+    before = copy.deepcopy(model.state_dict())
+    steps = []
+    real = optim.optimizer_step
+
+    def spy(*a, **k):
+        steps.append(1)
+        return real(*a, **k)
+
+    optim.optimizer_step, saved = spy, optim.optimizer_step
+    try:
+        memory.probe(model, model, 2, 16, "fp32", CPU, "adamw")
+    finally:
+        optim.optimizer_step = saved
+    assert steps == [1]  # densify, clip and the optimizer step are part of what is measured
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k  # learning rate 0: the probe moved nothing
+    assert all(p.grad is None for p in model.parameters())

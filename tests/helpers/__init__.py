@@ -1,0 +1,56 @@
+"""Shared test helpers: small configs and stage argv under a temporary folder, digests of folders, the token cache
+as `make data` builds it, the real data slice, a free port. The fixtures are in tests/conftest.py."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pipeline import config
+from pipeline.config import Config
+from pipeline.files import file_digest
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+SHARED = ROOT.parent / "shared" / "jigsaw-real"
+SCALE = 0.2  # the built-in sample at a fifth of its size: 690 training rows, 180 test rows
+
+
+def make_cfg(tmp_path: Path, *overrides: str) -> Config:
+    """The sample config, small and fast, writing under tmp_path/input; later overrides win."""
+    return config.load(
+        "sample",
+        [f"input_dir={tmp_path / 'input'}", f"data.sample_scale={SCALE}", "model.tiny.vocab=1000", *overrides],
+    )
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """Every file under `folder` (relative path) with its sha256: equal before and after means untouched."""
+    return {str(p.relative_to(folder)): file_digest(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def prepare_tokens(cfg: Config, log=print) -> dict:
+    """The tokenizer and token cache of the prepared tables, as `make data` builds them after the tables."""
+    from pipeline import layout
+    from pipeline.inputs import tables, tokens
+
+    table, test, meta = tables.load_table(cfg)
+    return tokens.build(cfg, layout.prepared_dir(cfg), table, test, meta, log=log)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stage_args(tmp_path: Path, *more: str) -> list[str]:
+    """A stage's argv for the small sample under tmp_path/input (as `make data ARGS=...` gives it)."""
+    return [f"input_dir={tmp_path / 'input'}", f"data.sample_scale={SCALE}", "model.tiny.vocab=1000", *more]
+
+
+def one_line_error(capsys) -> str:
+    """The `error: ...` line a stage ended with, checked to be the last line it printed on stderr."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("error: "), err
+    return lines[-1]

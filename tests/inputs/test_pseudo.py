@@ -1,0 +1,100 @@
+"""Pseudo-labels: fold k trains only on the labels of the teacher's fold-k model; a new teacher relabels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import config, layout, predict, train
+from pipeline import data as data_mod
+from pipeline.errors import PipelineError
+from pipeline.inputs import pseudo, tables
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+TEST = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["w", "x", "y", "z"], "lang": ["es", "fr", "ru", "tr"]})
+
+
+def teacher(models: Path, name: str, preds: dict[int, list[float]]) -> None:
+    """A hand-made teacher: fold<k>/done.json and test.csv holding `preds[k]` for TEST's ids (reversed order)."""
+    for k, p in preds.items():
+        d = models / name / f"fold{k}"
+        d.mkdir(parents=True)
+        (d / "done.json").write_text("{}")
+        pd.DataFrame({"id": TEST["id"][::-1], "toxic": p[::-1]}).to_csv(d / "test.csv", index=False)
+
+
+def cfg_for(tmp_path: Path, *more: str):
+    return config.load("sample", [f"models_dir={tmp_path}", "data.folds=2", "data.pseudo_from=t", *more])
+
+
+def test_each_fold_gets_only_its_own_teacher_folds_labels(tmp_path) -> None:
+    teacher(tmp_path, "t", {0: [0.05, 0.5, 0.2, 0.97], 1: [0.9, 0.1, 0.6, 0.3]})
+    rows = pseudo.pseudo_rows(cfg_for(tmp_path), TEST)
+    assert rows["pseudo_for"].tolist() == [0] * 4 + [1] * 4 and set(rows["fold"]) == {-1}
+    assert rows["toxic"].tolist() == [0.05, 0.5, 0.2, 0.97, 0.9, 0.1, 0.6, 0.3]  # in the test table's order
+    assert set(rows["source"]) == {"pseudo"}
+
+    table = pd.DataFrame({"id": ["v0", "v1", "t0"], "text": "", "lang": "es", "toxic": [0, 1, 1], "source": "x",
+                          "fold": [0, 1, -1]})  # fmt: skip
+    full = pseudo.add(cfg_for(tmp_path), table, TEST)
+    for k in (0, 1):  # the leak test: fold k's pseudo rows carry exactly the teacher's fold-k predictions
+        used = full.iloc[tables.training_rows(full, k)]
+        labelled = used[used["source"] == "pseudo"]
+        assert (labelled["pseudo_for"] == k).all() and len(labelled) == 4
+        assert labelled["toxic"].tolist() == rows[rows["pseudo_for"] == k]["toxic"].tolist()
+    assert "pseudo" not in set(full.iloc[tables.training_rows(full, -1)]["source"])  # nor in a stage-1 model
+
+
+def test_hard_labels_keep_the_confident_ends(tmp_path) -> None:
+    teacher(tmp_path, "t", {0: [0.05, 0.5, 0.2, 0.97], 1: [0.9, 0.1, 0.6, 0.3]})
+    rows = pseudo.pseudo_rows(cfg_for(tmp_path, "data.pseudo_labels=hard", "data.pseudo_low=0.2"), TEST)
+    assert rows[["id", "toxic", "pseudo_for"]].values.tolist() == [
+        ["a", 0.0, 0], ["c", 0.0, 0], ["d", 1.0, 0], ["a", 1.0, 1], ["b", 0.0, 1]
+    ]  # fmt: skip
+
+
+def test_hard_labels_that_keep_nothing_say_so(tmp_path) -> None:
+    teacher(tmp_path, "t", {0: [0.4, 0.5, 0.45, 0.6], 1: [0.9, 0.1, 0.6, 0.3]})
+    with pytest.raises(PipelineError, match="kept no row of fold 0.*pseudo_low"):
+        pseudo.pseudo_rows(cfg_for(tmp_path, "data.pseudo_labels=hard"), TEST)
+
+
+def test_a_missing_teacher_fold_names_the_command(tmp_path) -> None:
+    teacher(tmp_path, "t", {0: [0.1] * 4})
+    with pytest.raises(PipelineError, match=r"fold1 has no complete model.*make train predict.*name=t"):
+        pseudo.pseudo_rows(cfg_for(tmp_path), TEST)
+    with pytest.raises(config.ConfigError, match="pseudo_low"):
+        cfg_for(tmp_path, "data.pseudo_low=0.95")
+
+
+@pytest.mark.slow
+def test_student_end_to_end_and_a_new_teacher_relabels(tmp_path) -> None:
+    paths = [f"input_dir={tmp_path / 'input'}", f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path}/s"]
+    small = ["data.folds=2", "data.sample_scale=0.2", "train.epochs=1", "model.tiny.hidden=32",
+             "model.tiny.intermediate=64", "model.tiny.vocab=1000", "model.max_length=32"]  # fmt: skip
+    teacher_args = ["--config", "sample", *paths, *small, "name=teacher"]
+    for stage in (data_mod, train, predict):
+        assert stage.main(teacher_args) == 0
+    student_args = ["--config", "sample", *paths, *small, "name=student", "data.pseudo_from=teacher"]
+    assert data_mod.main(student_args) == 0
+    student = config.load("sample", student_args[2:])
+    table, test, _ = tables.load_table(student)
+    labelled = table[table["source"] == "pseudo"]
+    assert labelled["pseudo_for"].value_counts().to_dict() == {0: len(test), 1: len(test)}
+    for k in (0, 1):  # soft labels: the teacher's own fold-k predictions
+        want = pd.read_csv(tmp_path / "models" / "teacher" / f"fold{k}" / "test.csv", dtype={"id": str})
+        got = labelled[labelled["pseudo_for"] == k].merge(want, on="id", suffixes=("", "_teacher"))
+        np.testing.assert_allclose(got["toxic"], got["toxic_teacher"], rtol=1e-12)
+    assert train.main([*student_args, "train.folds=[0]"]) == 0
+    digest = layout.current_fingerprint(student)
+
+    # the teacher trained again (another seed): the student's table and folds are stale
+    for stage in (train, predict):
+        assert stage.main([*teacher_args, "train.seed=7"]) == 0
+    assert data_mod.main(student_args) == 0
+    assert layout.current_fingerprint(student) != digest
+    assert not layout.is_complete(tmp_path / "models" / "student" / "fold0", layout.current_fingerprint(student))

@@ -1,0 +1,154 @@
+"""The fold table (pipeline.inputs.tables): folds stratified on language and label, seeded and identical across
+builds, the English and bias rows, texts that survive the table, a fold with one class, reading it back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import data, layout
+from pipeline.errors import DataError
+from pipeline.inputs import competition, sample, tables
+from tests.helpers import SCALE, make_cfg
+
+LANGS_TEST = {"es", "fr", "it", "pt", "ru", "tr"}
+
+
+def quiet(*_args) -> None:
+    pass
+
+
+def build(tmp_path: Path, *overrides: str) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    cfg = make_cfg(tmp_path, *overrides)
+    data.prepare(cfg, log=quiet)
+    return tables.load_table(cfg)
+
+
+def fold_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows per (fold) x (lang, toxic) among the validation rows."""
+    valid = table[table["fold"] >= 0]
+    return valid.groupby(["fold", "lang", "toxic"]).size().unstack(["lang", "toxic"], fill_value=0)
+
+
+# ---------------------------------------------------------------- folds
+
+
+def test_assign_folds_disjoint_covering_balanced() -> None:
+    strata = pd.Series(["es_0"] * 50 + ["es_1"] * 11 + ["it_0"] * 43 + ["it_1"] * 17 + ["tr_0"] * 29)
+    folds = tables.assign_folds(strata, 5, seed=3)
+    assert folds.shape == (len(strata),)
+    assert set(folds.tolist()) == set(range(5))  # every row in exactly one fold, none left at -1
+    members = [set(np.flatnonzero(folds == k)) for k in range(5)]
+    assert sum(len(m) for m in members) == len(strata)
+    assert set().union(*members) == set(range(len(strata)))
+    for s in strata.unique():  # stratified: each stratum spread evenly, to within one row
+        per_fold = np.bincount(folds[(strata == s).to_numpy()], minlength=5)
+        assert per_fold.max() - per_fold.min() <= 1, s
+
+
+def test_assign_folds_seeded() -> None:
+    strata = pd.Series(["a"] * 40 + ["b"] * 20)
+    first = tables.assign_folds(strata, 4, seed=1)
+    assert np.array_equal(first, tables.assign_folds(strata, 4, seed=1))
+    assert not np.array_equal(first, tables.assign_folds(strata, 4, seed=2))
+
+
+def test_table_folds_stratified_on_language_and_label(tmp_path: Path) -> None:
+    table, _, meta = build(tmp_path)
+    valid = table[table["source"] == "validation"]
+    assert (table.loc[table["source"] != "validation", "fold"] == -1).all()  # training-only rows
+    assert set(valid["fold"]) == set(range(5))
+    counts = fold_counts(table)
+    assert counts.shape[1] == 6  # es/it/tr x 0/1
+    assert ((counts.max() - counts.min()) <= 1).all(), counts
+    assert meta["summary"]["folds"] == {str(k): int(v) for k, v in table["fold"].value_counts().items()}  # JSON keys
+
+
+def test_folds_csv_identical_across_fresh_builds(tmp_path: Path) -> None:
+    paths = []
+    for sub in ("a", "b"):
+        cfg = make_cfg(tmp_path / sub, "data.english_negatives=60")
+        data.prepare(cfg, log=quiet)
+        paths.append(layout.prepared_dir(cfg))
+    for name in ("folds.csv", "test.csv"):
+        assert (paths[0] / name).read_bytes() == (paths[1] / name).read_bytes(), name
+    other = make_cfg(tmp_path / "c", "data.english_negatives=60", "data.seed=7")
+    data.prepare(other, log=quiet)
+    assert (layout.prepared_dir(other) / "folds.csv").read_bytes() != (paths[0] / "folds.csv").read_bytes()
+
+
+def test_english_negatives_seeded(tmp_path: Path) -> None:
+    raw = pd.DataFrame(sample.make_frames(0, SCALE)[competition.TRAIN])
+    n_toxic = int((raw["toxic"] == 1).sum())
+    assert len(raw) - n_toxic > 60  # more clean rows than we keep
+
+    def english(sub: str, *overrides: str) -> pd.DataFrame:
+        table, _, _ = build(tmp_path / sub, "data.english_negatives=60", *overrides)
+        return table[table["source"] == "jigsaw-toxic-comment-train"]
+
+    a, b, c = english("a"), english("b"), english("c", "data.seed=7")
+    assert int(a["toxic"].sum()) == n_toxic  # every toxic row is kept
+    assert int((a["toxic"] == 0).sum()) == 60
+    assert list(a["id"]) == list(b["id"])  # same seed, same sample
+    assert set(a.loc[a["toxic"] == 0, "id"]) != set(c.loc[c["toxic"] == 0, "id"])
+    assert set(a.loc[a["toxic"] == 1, "id"]) == set(c.loc[c["toxic"] == 1, "id"])
+    assert (a["lang"] == "en").all()
+
+
+def test_english_rows_keeps_file_order() -> None:
+    frame = pd.DataFrame({"id": list("abcdefgh"), "toxic": [0.0, 1, 0, 0, 1, 0, 0, 0]})
+    rows = tables.english_rows(frame, negatives=2, seed=0)
+    assert list(rows.index) == sorted(rows.index)
+    assert {"b", "e"} <= set(rows["id"]) and len(rows) == 4
+    assert len(tables.english_rows(frame, negatives=100, seed=0)) == 8  # more than available: all of them
+
+
+def test_bias_rows_become_hard_labels(tmp_path: Path) -> None:
+    table, _, _ = build(tmp_path, "data.bias_rows=50")
+    bias = table[table["source"] == "jigsaw-unintended-bias-train"]
+    assert len(bias) == 50
+    assert set(bias["toxic"]) <= {0, 1} and bias["toxic"].sum() > 0
+
+
+def test_sample_texts_survive_the_table(tmp_path: Path) -> None:
+    table, test, meta = build(tmp_path)
+    frames = sample.make_frames(0, SCALE)
+    valid = table[table["source"] == "validation"].set_index("id")
+    raw = frames["validation.csv"].set_index(frames["validation.csv"]["id"].astype(str))
+    assert valid["text"].to_dict() == raw["comment_text"].to_dict()  # quotes and newlines included
+    assert any("\n" in t for t in valid["text"]) and any('"' in t for t in valid["text"])
+    assert list(test["text"]) == list(frames["test.csv"]["content"])
+    assert set(test["lang"]) == LANGS_TEST and len(test) == meta["summary"]["test_rows"]
+
+
+# ---------------------------------------------------------------- fold classes
+
+
+def test_fold_with_one_class_is_refused(tmp_path: Path, raw_sample: Path) -> None:
+    valid = pd.read_csv(raw_sample / competition.VALID, dtype=str, keep_default_na=False)
+    toxic = valid.index[valid["toxic"] == "1"]
+    valid.loc[toxic[3:], "toxic"] = "0"  # 3 toxic rows cannot reach 5 folds
+    valid.to_csv(raw_sample / competition.VALID, index=False)
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}")
+    with pytest.raises(DataError) as info:
+        data.prepare(cfg, log=quiet)
+    message = str(info.value)
+    assert message.startswith(str(raw_sample / competition.VALID)) and "\n" not in message
+    assert "all non-toxic" in message and "3 of 180 validation rows are toxic" in message
+    assert "data.folds=3 or fewer" in message
+    assert not layout.prepared_dir(cfg).exists()
+    data.prepare(make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", "data.folds=3"), log=quiet)
+
+
+# ---------------------------------------------------------------- reading the prepared tables
+
+
+def test_load_table_refuses_other_data_settings(tmp_path: Path) -> None:
+    data.prepare(make_cfg(tmp_path), log=quiet)
+    with pytest.raises(DataError, match="other data settings"):
+        tables.load_table(make_cfg(tmp_path, "data.seed=5"))
+    with pytest.raises(DataError, match="no prepared data"):
+        tables.load_table(make_cfg(tmp_path, "name=never-built"))

@@ -1,0 +1,76 @@
+"""The code bundle and the notebook's code file (pipeline.kaggle.bundle): the pipeline and its configs only, never
+data or a credential; a notebook kernel type writes an .ipynb."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import config, kernel
+from pipeline.kaggle import bundle
+from pipeline.kaggle import plan as kaggle_plan
+from pipeline.kaggle.plan import KernelError
+from tests.helpers.fake_kaggle import SENTINEL
+from tests.helpers.kernels import dry, make_cfg
+
+
+@pytest.fixture(autouse=True)
+def no_credentials(no_kaggle_env: Path) -> Path:
+    """Every test starts with no Kaggle credentials and an empty HOME."""
+    return no_kaggle_env
+
+
+def test_notebook_kernel_type_writes_an_ipynb(tmp_path: Path) -> None:
+    cfg = dry(tmp_path, "kaggle.kernel_type=notebook")
+    meta = bundle.write_kernel(cfg, kaggle_plan.make_plan(cfg, "tester"), tmp_path / "k")
+    nb = json.loads((tmp_path / "k" / meta["code_file"]).read_text())
+    assert meta["code_file"] == "jigsaw-sample.ipynb" and nb["nbformat"] == 4
+    assert "run(CODE_DATASET, CONFIG)" in nb["cells"][0]["source"]
+
+
+def test_bundle_holds_the_pipeline_and_configs_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    monkeypatch.setenv("KAGGLE_USERNAME", "tester")
+    cfg = make_cfg(tmp_path, "kaggle.dry_run=true")
+    result = kernel.build_and_push(cfg)
+    code = result["code_dir"]
+    names = sorted(str(p.relative_to(code)) for p in code.rglob("*") if p.is_file())
+    assert "dataset-metadata.json" in names and "kernel-config.yaml" in names
+    assert "pipeline/__init__.py" in names and "pipeline/kernel.py" in names and "pipeline/configs/sample.yaml" in names
+    for name in names:
+        assert name in ("dataset-metadata.json", "kernel-config.yaml") or (
+            name.startswith("pipeline/") and name.endswith((".py", ".yaml"))
+        ), name
+        assert not any(part in name.split("/") for part in ("input", "models", "submissions", ".venv", "__pycache__"))
+    for p in code.rglob("*"):
+        if p.is_file():
+            assert SENTINEL.encode() not in p.read_bytes()
+    assert result["bundle_bytes"] == sum(p.stat().st_size for p in code.rglob("*") if p.is_file())
+    assert result["bundle_bytes"] < 1 << 20
+    meta = json.loads((code / "dataset-metadata.json").read_text())
+    assert meta["id"] == "tester/jigsaw-sample-code" and meta["licenses"] == [{"name": "CC0-1.0"}]
+    assert config.load_file(code / "kernel-config.yaml") == cfg
+
+
+@pytest.mark.parametrize("bad", ["kaggle.json", "input/x.csv", "models/m/model.safetensors", "notes.txt"])
+def test_check_bundle_refuses_data_and_credentials(tmp_path: Path, bad: str) -> None:
+    folder = tmp_path / "bundle"
+    (folder / "pipeline").mkdir(parents=True)
+    (folder / "pipeline" / "a.py").write_text("x = 1\n")
+    bundle.check_bundle(folder)
+    (folder / bad).parent.mkdir(parents=True, exist_ok=True)
+    (folder / bad).write_text("{}")
+    with pytest.raises(KernelError, match="code bundle"):
+        bundle.check_bundle(folder)
+
+
+def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    folder = tmp_path / "bundle"
+    (folder / "pipeline").mkdir(parents=True)
+    (folder / "pipeline" / "a.py").write_text(f"KEY = {SENTINEL!r}\n")
+    with pytest.raises(KernelError, match="contains a Kaggle credential") as info:
+        bundle.check_bundle(folder)
+    assert SENTINEL not in str(info.value)

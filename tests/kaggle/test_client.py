@@ -1,0 +1,611 @@
+"""Tests for pipeline.kaggle.client, the seam to Kaggle. No test ever reaches the network.
+
+Most tests use `FakeKaggleApi` (tests/helpers/fake_kaggle.py); the few that exercise the real kaggle 2.2.5
+package run it in a subprocess with a temporary HOME (importing kaggle authenticates and creates a config
+folder) and with `requests.Session.send` replaced, so that the errors are the ones the real library raises.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from pipeline.kaggle import client
+from pipeline.kaggle.client import KaggleError
+from tests.helpers.fake_kaggle import SENTINEL, FakeKaggleApi, http_error, run_python
+
+COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
+
+VALIDATION = "id,comment_text,lang,toxic\n0,Este usuario ni siquiera llega,es,0\n1,Il testo e ok,it,0\n"
+TEST = "id,content,lang\n0,Doctor Who adlı viki başlığına,tr\n1,Вполне возможно,ru\n"
+NESTED = "a,b\n1,2\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def build_zip(path: Path) -> Path:
+    """A zip like Kaggle serves: two csv files plus one nested `x.csv.zip`."""
+    nested = path.with_name("x.csv.zip")
+    with zipfile.ZipFile(nested, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("x.csv", NESTED)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("validation.csv", VALIDATION)
+        zf.writestr("test.csv", TEST)
+        zf.write(nested, "x.csv.zip")
+    nested.unlink()
+    return path
+
+
+def sdk_json_error(status: int, message: str) -> requests.HTTPError:
+    """An HTTPError as kagglesdk raises it for a JSON error body: HTTPError(resp["message"], response=...)."""
+    response = requests.Response()
+    response.status_code = status
+    response.headers["Content-Type"] = "application/json"
+    response._content = json.dumps({"code": status, "message": message}).encode()
+    return requests.HTTPError(message, response=response)
+
+
+def leftovers(parent: Path) -> list[str]:
+    return [p.name for p in parent.iterdir() if ".tmp-" in p.name]
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    (tmp_path / "served").mkdir()
+    return build_zip(tmp_path / "served" / "bundle.zip")
+
+
+# ---------------------------------------------------------------------------------------------
+# The seam itself
+
+
+def test_import_does_not_import_kaggle(tmp_path: Path) -> None:
+    result = run_python("import pipeline.kaggle.client, sys; print('kaggle' in sys.modules)", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+    assert not (tmp_path / ".config").exists()  # kaggle's import-time side effect did not happen
+
+
+def test_fake_matches_real_signatures(tmp_path: Path) -> None:
+    result = run_python(
+        """
+        import inspect, json
+        from kaggle.api.kaggle_api_extended import KaggleApi
+        print(json.dumps({name: list(inspect.signature(getattr(KaggleApi, name)).parameters)
+                          for name in ("competition_download_files", "dataset_download_files",
+                                       "dataset_status", "dataset_create_new", "dataset_create_version",
+                                       "kernels_push", "kernels_status", "kernels_output",
+                                       "get_config_value", "kernels_logs", "dataset_list_files",
+                                       "competition_download_file", "competition_submit",
+                                       "get_submission")}))
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    real = json.loads(result.stdout.strip().splitlines()[-1])
+    for name, params in real.items():
+        assert ["self", *inspect.signature(getattr(FakeKaggleApi(), name)).parameters] == params
+
+
+# ---------------------------------------------------------------------------------------------
+# Downloads
+
+
+def test_download_competition_extracts_everything(tmp_path: Path, archive: Path) -> None:
+    api = FakeKaggleApi(archive)
+    dest = tmp_path / "input" / "jigsaw"
+    files = client.download_competition(COMPETITION, dest, api=api)
+
+    assert sorted(p.name for p in files) == ["test.csv", "validation.csv", "x.csv"]
+    assert all(p.parent == dest for p in files)
+    assert (dest / "validation.csv").read_text() == VALIDATION
+    assert (dest / "test.csv").read_text() == TEST
+    assert (dest / "x.csv").read_text() == NESTED
+    assert not list(dest.rglob("*.zip"))
+    assert leftovers(dest.parent) == []
+
+    [(name, args)] = api.calls
+    assert name == "competition_download_files"
+    assert args["competition"] == COMPETITION
+    assert args["quiet"] is False
+    assert args["unzip"] is False  # we unzip ourselves, to catch corrupt and nested zips
+    # Downloaded into a temporary folder beside dest (same filesystem, so the move is a rename).
+    assert Path(args["path"]).is_relative_to(dest.parent / f".{dest.name}.tmp-{os.getpid()}")
+
+
+def test_download_dataset_extracts_everything(tmp_path: Path, archive: Path) -> None:
+    api = FakeKaggleApi(archive)
+    dest = tmp_path / "input" / "translated"
+    files = client.download_dataset("someone/jigsaw-translated", dest, api=api)
+
+    assert sorted(p.name for p in files) == ["test.csv", "validation.csv", "x.csv"]
+    [(name, args)] = api.calls
+    assert (name, args["dataset"], args["quiet"]) == (
+        "dataset_download_files",
+        "someone/jigsaw-translated",
+        False,
+    )
+    assert leftovers(dest.parent) == []
+
+
+def test_download_into_existing_dest_only_adds_missing(tmp_path: Path, archive: Path) -> None:
+    dest = tmp_path / "jigsaw"
+    dest.mkdir()
+    (dest / "validation.csv").write_text("mine\n")
+    files = client.download_competition(COMPETITION, dest, api=FakeKaggleApi(archive))
+
+    assert (dest / "validation.csv").read_text() == "mine\n"  # raw files are never edited
+    assert (dest / "test.csv").read_text() == TEST
+    assert sorted(p.name for p in files) == ["test.csv", "validation.csv", "x.csv"]
+    assert leftovers(tmp_path) == []
+
+
+def test_download_merges_subfolders_and_duplicate_zipped_copies(tmp_path: Path) -> None:
+    served = tmp_path / "served.zip"
+    inner = tmp_path / "train.csv.zip"
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr("train.csv", VALIDATION)
+    with zipfile.ZipFile(served, "w") as zf:
+        zf.writestr("train.csv", VALIDATION)  # Kaggle bundles sometimes hold a file and its zip
+        zf.write(inner, "train.csv.zip")
+        zf.writestr("extra/more.csv", TEST)
+    dest = tmp_path / "jigsaw"
+    dest.mkdir()
+    (dest / "validation.csv").write_text("mine\n")
+
+    files = client.download_competition(COMPETITION, dest, api=FakeKaggleApi(served))
+    assert [p.relative_to(dest).as_posix() for p in files] == [
+        "extra/more.csv",
+        "train.csv",
+        "validation.csv",
+    ]
+    assert (dest / "extra" / "more.csv").read_text() == TEST
+    assert (dest / "train.csv").read_text() == VALIDATION
+
+
+def test_download_into_empty_existing_dest(tmp_path: Path, archive: Path) -> None:
+    dest = tmp_path / "jigsaw"
+    dest.mkdir()
+    files = client.download_competition(COMPETITION, dest, api=FakeKaggleApi(archive))
+    assert len(files) == 3
+
+
+def test_corrupt_zip_leaves_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"PK\x03\x04 this is not really a zip")
+    dest = tmp_path / "input" / "jigsaw"
+
+    with pytest.raises(KaggleError, match=rf"{COMPETITION}\.zip") as info:
+        client.download_competition(COMPETITION, dest, api=FakeKaggleApi(bad))
+    assert "not a valid zip" in str(info.value)
+    assert not dest.exists()
+    assert leftovers(dest.parent) == []
+
+
+def test_corrupt_nested_zip_leaves_existing_dest_unchanged(tmp_path: Path) -> None:
+    served = tmp_path / "served.zip"
+    with zipfile.ZipFile(served, "w") as zf:
+        zf.writestr("test.csv", TEST)
+        zf.writestr("train.csv.zip", b"garbage, not a zip")
+    dest = tmp_path / "jigsaw"
+    dest.mkdir()
+    (dest / "validation.csv").write_text("mine\n")
+
+    with pytest.raises(KaggleError, match=r"train\.csv\.zip"):
+        client.download_competition(COMPETITION, dest, api=FakeKaggleApi(served))
+    assert [p.name for p in dest.iterdir()] == ["validation.csv"]
+    assert (dest / "validation.csv").read_text() == "mine\n"
+    assert leftovers(tmp_path) == []
+
+
+def test_api_error_leaves_nothing(tmp_path: Path) -> None:
+    dest = tmp_path / "jigsaw"
+    with pytest.raises(KaggleError) as info:
+        client.download_competition(COMPETITION, dest, api=FakeKaggleApi(error=http_error(404, "Not Found")))
+    assert isinstance(info.value.__cause__, requests.HTTPError)  # original kept for debugging
+    assert not dest.exists()
+    assert leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Error messages
+
+
+def download_error(tmp_path: Path, error: BaseException) -> str:
+    with pytest.raises(KaggleError) as info:
+        client.download_competition(COMPETITION, tmp_path / "d", api=FakeKaggleApi(error=error))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: http_error(403, "Forbidden"),
+        lambda: sdk_json_error(403, "Permission 'competitions.get' was denied"),
+    ],
+)
+def test_403_says_accept_rules(tmp_path: Path, make) -> None:
+    message = download_error(tmp_path, make())
+    assert "Accept the competition's rules" in message
+    assert f"https://www.kaggle.com/competitions/{COMPETITION}/rules" in message
+    assert "403" in message
+
+
+def test_403_on_dataset_says_no_access(tmp_path: Path) -> None:
+    with pytest.raises(KaggleError) as info:
+        client.download_dataset("someone/private", tmp_path / "d", api=FakeKaggleApi(error=http_error(403)))
+    message = str(info.value)
+    assert "dataset someone/private" in message and "access denied (403)" in message
+    assert "rules" not in message
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (401, "(401)"),
+        (404, "not found (404): check the name"),
+        (409, "conflict (409): a version or slug already exists / is being processed"),
+        (500, "500"),
+    ],
+)
+def test_status_messages(tmp_path: Path, status: int, expected: str) -> None:
+    message = download_error(tmp_path, http_error(status, "Whatever"))
+    assert expected in message
+    assert f"competition {COMPETITION}" in message
+    if status == 401:
+        assert client.credentials_hint() in message
+
+
+def test_network_error_message(tmp_path: Path) -> None:
+    for error in (
+        requests.ConnectionError("Max retries exceeded"),
+        requests.Timeout("read timed out"),
+        ConnectionError("reset"),
+    ):
+        assert "cannot reach Kaggle: check your internet connection" in download_error(tmp_path, error)
+
+
+def test_explain_never_leaks_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    for exc in (http_error(500, f"boom {SENTINEL}"), ValueError(f"odd key {SENTINEL}\nsecond line")):
+        message = str(client.explain(exc, f"kernel me/{COMPETITION}"))
+        assert SENTINEL not in message and "\n" not in message
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials
+
+
+def test_has_credentials_none(no_kaggle_env: Path) -> None:
+    assert not client.has_credentials()
+    assert not client.has_credentials(env={}, home=no_kaggle_env)
+
+
+def test_has_credentials_api_token_env(no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_API_TOKEN", "KGAT_abc")
+    assert client.has_credentials()
+
+
+def test_has_credentials_access_token_file(no_kaggle_env: Path) -> None:
+    (no_kaggle_env / ".kaggle").mkdir()
+    token = no_kaggle_env / ".kaggle" / "access_token"
+    token.write_text("  \n")
+    assert not client.has_credentials()  # kagglesdk ignores an empty token file
+    token.write_text("KGAT_abc\n")
+    assert client.has_credentials()
+
+
+def test_has_credentials_username_and_key_env(no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_USERNAME", "me")
+    assert not client.has_credentials()
+    monkeypatch.setenv("KAGGLE_KEY", "0123456789abcdef")
+    assert client.has_credentials()
+
+
+def test_has_credentials_kaggle_json(no_kaggle_env: Path) -> None:
+    (no_kaggle_env / ".kaggle").mkdir()
+    (no_kaggle_env / ".kaggle" / "kaggle.json").write_text('{"username": "me", "key": "0123456789abcdef"}')
+    assert client.has_credentials()
+
+
+def test_has_credentials_kaggle_json_other_places(no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    creds = '{"username": "me", "key": "0123456789abcdef"}'
+    xdg = no_kaggle_env / ".config" / "kaggle"  # used by kaggle on Linux when ~/.kaggle is absent
+    xdg.mkdir(parents=True)
+    (xdg / "kaggle.json").write_text(creds)
+    assert client.has_credentials() == sys.platform.startswith("linux")
+
+    other = no_kaggle_env / "elsewhere"
+    other.mkdir()
+    (other / "kaggle.json").write_text(creds)
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(other))
+    (xdg / "kaggle.json").unlink()
+    assert client.has_credentials()
+
+
+def test_has_credentials_rejects_broken_kaggle_json(no_kaggle_env: Path) -> None:
+    (no_kaggle_env / ".kaggle").mkdir()
+    (no_kaggle_env / ".kaggle" / "kaggle.json").write_text('{"username": "me"')
+    assert not client.has_credentials()
+
+
+def test_credentials_hint_lists_the_four_ways() -> None:
+    hint = client.credentials_hint()
+    for part in (
+        "KAGGLE_API_TOKEN",
+        "~/.kaggle/access_token",
+        "KAGGLE_USERNAME",
+        "KAGGLE_KEY",
+        "~/.kaggle/kaggle.json",
+        "https://www.kaggle.com/settings",
+        "API",
+    ):
+        assert part in hint
+    assert "\n" not in hint
+
+
+def test_get_api_without_credentials(no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # If get_api tried to import kaggle, this import would fail and give another message.
+    monkeypatch.setitem(sys.modules, "kaggle.api.kaggle_api_extended", None)
+    with pytest.raises(KaggleError) as info:
+        client.get_api()
+    assert client.credentials_hint() in str(info.value)
+    assert "No Kaggle credentials found" in str(info.value)
+
+
+def fake_kaggle_module(monkeypatch: pytest.MonkeyPatch, failure: BaseException) -> None:
+    class BrokenKaggleApi:
+        def authenticate(self) -> None:
+            raise failure
+
+    module = types.ModuleType("kaggle.api.kaggle_api_extended")
+    module.KaggleApi = BrokenKaggleApi  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "kaggle.api.kaggle_api_extended", module)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        SystemExit(1),
+        ValueError(f"bad key {SENTINEL}"),
+        OSError(f"cannot read {SENTINEL}"),
+        http_error(401, f"Unauthorized {SENTINEL}"),
+    ],
+)
+def test_get_api_auth_failure_hides_secret(
+    no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException
+) -> None:
+    monkeypatch.setenv("KAGGLE_USERNAME", "me")
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    fake_kaggle_module(monkeypatch, failure)
+    with pytest.raises(KaggleError) as info:
+        client.get_api()
+    message = str(info.value)
+    assert SENTINEL not in message
+    assert "\n" not in message
+    if isinstance(failure, (SystemExit, requests.HTTPError)):
+        assert client.credentials_hint() in message
+
+
+def test_get_api_without_kaggle_package(no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_API_TOKEN", SENTINEL)
+    monkeypatch.setitem(sys.modules, "kaggle.api.kaggle_api_extended", None)
+    with pytest.raises(KaggleError, match="pip install -r requirements.txt") as info:
+        client.get_api()
+    assert SENTINEL not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Against the real kaggle 2.2.5, offline: requests.Session.send is replaced in a subprocess.
+
+REAL_SCRIPT = """
+    import json, sys
+    from pathlib import Path
+    import requests
+    from pipeline.kaggle import client
+
+    mode, dest, competition = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+
+    def send(self, request, **kwargs):
+        if mode == "offline":
+            raise requests.ConnectionError("Failed to establish a new connection")
+        response = requests.Response()
+        response.status_code = int(mode)
+        response.url = request.url
+        response.headers["Content-Type"] = "application/json"
+        response._content = json.dumps({"code": int(mode), "message": "denied"}).encode()
+        response.request = request
+        return response
+
+    requests.Session.send = send
+    try:
+        client.download_competition(competition, dest, api=client.get_api())
+    except client.KaggleError as exc:
+        print("KaggleError:", exc)
+    tmp = [p.name for p in dest.parent.iterdir() if ".tmp-" in p.name] if dest.parent.exists() else []
+    print("dest exists:", dest.exists(), "leftovers:", tmp)
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "env", "expected"),
+    [
+        ("403", {"KAGGLE_USERNAME": "me", "KAGGLE_KEY": SENTINEL}, "Accept the competition's rules"),
+        ("401", {"KAGGLE_USERNAME": "me", "KAGGLE_KEY": SENTINEL}, "rejected the credentials (401)"),
+        ("404", {"KAGGLE_USERNAME": "me", "KAGGLE_KEY": SENTINEL}, "not found (404)"),
+        ("offline", {"KAGGLE_USERNAME": "me", "KAGGLE_KEY": SENTINEL}, "cannot reach Kaggle"),
+        # A token is checked online at authenticate(); Kaggle answering 403 makes it invalid, and with
+        # nothing else to try the library calls exit(1).
+        ("403", {"KAGGLE_API_TOKEN": SENTINEL}, "did not accept the credentials"),
+        ("offline", {"KAGGLE_API_TOKEN": SENTINEL}, "Kaggle authentication: cannot reach Kaggle"),
+    ],
+)
+def test_real_library_errors(tmp_path: Path, mode: str, env: dict[str, str], expected: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    result = run_python(REAL_SCRIPT, home, mode, str(tmp_path / "input" / "jigsaw"), COMPETITION, **env)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("KaggleError:", "dest exists:"))]
+    assert len(lines) == 2, result.stdout
+    assert expected in lines[0]
+    assert lines[1] == "dest exists: False leftovers: []"
+    assert SENTINEL not in result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel and dataset errors mapped to what happened (kaggle 2.2.5 hides some of them)
+
+REAL_KERNEL_SCRIPT = """
+    import json, sys
+    import requests
+    from pipeline.kaggle import client
+
+    status, call = int(sys.argv[1]), sys.argv[2]
+
+    def send(self, request, **kwargs):
+        response = requests.Response()
+        response.status_code = status
+        response.url = request.url
+        response.headers["Content-Type"] = "application/json"
+        response._content = json.dumps({"code": status, "message": "denied"}).encode()
+        response.request = request
+        return response
+
+    requests.Session.send = send
+    api = client.get_api()
+    try:
+        if call == "status":
+            client.kernel_status("me/jigsaw-sample", api)
+        elif call == "logs":
+            client.kernel_log("me/jigsaw-sample", api)
+        else:
+            client.download_kernel_output("me/jigsaw-sample", sys.argv[3], api)
+    except client.KaggleError as exc:
+        print("KaggleError:", exc)
+"""
+
+
+@pytest.mark.parametrize("call", ["status", "output", "logs"])
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(401, "rejected the credentials (401)"), (403, "access denied (403): no such kernel visible to this account")],
+)
+def test_real_library_kernel_errors(tmp_path: Path, call: str, status: int, expected: str) -> None:
+    """kaggle 2.2.5 turns 401 and 403 into one ValueError blaming the slug; the real status is still told apart."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"KAGGLE_USERNAME": "me", "KAGGLE_KEY": SENTINEL}
+    result = run_python(REAL_KERNEL_SCRIPT, home, str(status), call, str(tmp_path / "out"), **env)
+    assert result.returncode == 0, result.stderr
+    line = next((x for x in result.stdout.splitlines() if x.startswith("KaggleError:")), result.stdout)
+    assert expected in line
+    assert SENTINEL not in result.stdout + result.stderr
+
+
+def test_new_version_while_the_last_one_processes(tmp_path: Path) -> None:
+    """A dataset version uploaded while the previous one still processes answers 403: say that, not 'no access'."""
+    (tmp_path / "dataset-metadata.json").write_text(json.dumps({"id": "tester/code"}))
+    api = FakeKaggleApi()
+    api.datasets.add("tester/code")
+    api.fail["dataset_create_version"] = http_error(403, "Forbidden")
+    api.dataset_states = ["ready", "pending"]  # exists (ready), then: the version in flight is pending
+    with pytest.raises(KaggleError, match=r"previous version is still pending on Kaggle \(403 until it is ready\)"):
+        client.upload_dataset(tmp_path, "tester/code", "notes", api)
+    api.dataset_states = ["ready", "ready"]  # nothing in flight: a real access problem
+    with pytest.raises(KaggleError, match=r"access denied \(403\)"):
+        client.upload_dataset(tmp_path, "tester/code", "notes", api)
+
+
+def test_deleted_dataset_is_final() -> None:
+    api = FakeKaggleApi()
+    api.datasets.add("tester/code")
+    api.dataset_states = ["deleted"] * 5
+    sleeps: list[float] = []
+    with pytest.raises(KaggleError, match="was deleted on Kaggle.*kaggle.dataset_slug"):
+        client.wait_dataset_ready("tester/code", api, sleep=sleeps.append)
+    assert sleeps == []  # no waiting out the timeout
+
+
+def test_brief_404_after_creating_is_waited_out() -> None:
+    api = FakeKaggleApi()  # the dataset is not visible yet: dataset_status answers 404
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            api.datasets.add("tester/code")  # visible now
+
+    assert client.wait_dataset_ready("tester/code", api, poll_s=10, sleep=sleep) == "ready"
+    api = FakeKaggleApi()  # still 404 after the grace period: it is really not there
+    with pytest.raises(KaggleError, match=r"not found \(404\)"):
+        client.wait_dataset_ready("tester/code", api, poll_s=10, sleep=lambda s: None, grace_s=30)
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken credentials: say which one, never its value
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ({"kaggle.json": '{"username": "me", "key": '}, "kaggle.json is not a JSON object"),
+        ({"kaggle.json": '["me", "k"]'}, "kaggle.json is not a JSON object"),
+        ({"kaggle.json": '{"username": "me"}'}, "kaggle.json has no 'key'"),
+        ({"KAGGLE_USERNAME": "me"}, "KAGGLE_USERNAME is set but KAGGLE_KEY is not"),
+        ({"KAGGLE_KEY": SENTINEL}, "KAGGLE_KEY is set but KAGGLE_USERNAME is not"),
+        ({"token file": ""}, "KAGGLE_API_TOKEN names a file that is empty"),
+    ],
+)
+def test_broken_credentials_are_named(
+    no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch, setup: dict, expected: str
+) -> None:
+    for name, value in setup.items():
+        if name == "kaggle.json":
+            (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
+            (no_kaggle_env / ".kaggle" / "kaggle.json").write_text(value.replace("KEY", SENTINEL))
+        elif name == "token file":
+            (no_kaggle_env / "token").write_text(value)
+            monkeypatch.setenv("KAGGLE_API_TOKEN", str(no_kaggle_env / "token"))
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(KaggleError, match=expected) as info:
+        client.get_api()
+    assert SENTINEL not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_complete_credentials_have_no_problems(no_kaggle_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAGGLE_USERNAME", "me")
+    monkeypatch.setenv("KAGGLE_KEY", SENTINEL)
+    assert client.credential_problems() == []
+    (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
+    (no_kaggle_env / ".kaggle" / "kaggle.json").write_text('{"username": "me"}')  # key from the environment
+    assert client.credential_problems() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Only the files the pipeline reads
+
+
+def test_per_file_download_fetches_only_what_is_missing(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.competition_files = {"test.csv": b"id,content,lang\n", "validation.csv": b"id\n"}
+    dest = tmp_path / "jigsaw"
+    dest.mkdir()
+    (dest / "validation.csv").write_bytes(b"already here")
+    files = client.download_competition(COMPETITION, dest, api=api, files=("test.csv", "validation.csv"))
+    assert [c[1]["file_name"] for c in api.calls] == ["test.csv"]
+    assert sorted(p.name for p in files) == ["test.csv", "validation.csv"]
+    assert (dest / "validation.csv").read_bytes() == b"already here"
+    assert not [c for c in api.calls if c[0] == "competition_download_files"]  # not the whole archive

@@ -1,0 +1,295 @@
+"""The plan of a Kaggle run, checked before anything is pushed (pipeline.kaggle.plan, pipeline.kaggle.disk): disk,
+sources, accelerator, the kernel's and the code dataset's metadata.
+
+No test reaches the network; the kaggle API is FakeKaggleApi. What the notebook copies from /kaggle/temp into
+/kaggle/working, and how it finds the model folder, are tested in test_session.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import config, kernel
+from pipeline.kaggle import bundle, disk
+from pipeline.kaggle import plan as kaggle_plan
+from pipeline.kaggle.plan import KernelError
+from tests.helpers.fake_kaggle import FakeKaggleApi
+from tests.helpers.kernels import COMPETITION, dry, make_cfg
+
+
+@pytest.fixture(autouse=True)
+def no_credentials(no_kaggle_env: Path) -> Path:
+    return no_kaggle_env
+
+
+def cfg_for(tmp_path: Path, name: str = "sample", *overrides: str) -> config.Config:
+    return config.load(
+        name,
+        [f"kaggle.dir={tmp_path / 'kernel'}", f"models_dir={tmp_path / 'models'}", "kaggle.user=tester", *overrides],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Disk
+
+
+def test_parameter_count_matches_the_model() -> None:
+    """The plan's arithmetic against a real XLM-R classifier (tiny) and XLM-R large's known 560M."""
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification
+
+    arch = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64}
+    arch.update(max_position_embeddings=66, type_vocab_size=2)
+    model = XLMRobertaForSequenceClassification(XLMRobertaConfig(num_attention_heads=2, num_labels=1, **arch))
+    assert disk.transformer_parameters(arch) == sum(p.numel() for p in model.parameters())
+    large = disk.transformer_parameters(disk.KNOWN_MODELS["xlm-roberta-large"])
+    assert 559e6 < large < 561e6  # 2.24 GB of fp32 safetensors
+
+
+def test_xlmr_large_plan_fits_and_keeps_transients_out_of_working(tmp_path: Path, capsys) -> None:
+    cfg = cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true")
+    result = kernel.build_and_push(cfg)
+    plan = result["disk"]
+    assert 11e9 < plan.working_bytes < 12e9 < disk.GB * cfg.kaggle.working_gb  # 5 x 2.24 GB + small files
+    assert not any("resume" in what or "cache" in what for what, _ in plan.working)
+    assert any("resume.pt" in what and size == 2 * 12 * plan.parameters for what, size in plan.temp)
+    out = capsys.readouterr().out
+    assert "/kaggle/working (kept, at most 20 GB)" in out and "/kaggle/temp (scratch, not kept)" in out
+    assert "5 x 2.24 GB" in out
+
+
+def test_a_two_stage_plan_counts_the_stage1_model(tmp_path: Path) -> None:
+    one = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true"))["disk"]
+    two = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "model.init_from=xl-s1"))["disk"]
+    weights = 4 * one.parameters
+    # stage 1 keeps its model in working and reads another table and token cache in temp
+    assert weights < two.working_bytes - one.working_bytes < weights + 1e8
+    assert any("xl-s1/fold-1/model.safetensors" in what and size == weights for what, size in two.working)
+    assert two.temp_bytes - one.temp_bytes > weights
+    kept = kernel.build_and_push(
+        cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "model.init_from=xl-s1", "kaggle.keep_weights=false")
+    )["disk"]
+    assert not any("model.safetensors" in what for what, _ in kept.working)
+
+
+def test_an_attached_stage1_kernel_is_a_kernel_source_and_not_trained_again(tmp_path: Path) -> None:
+    two = ("kaggle.dry_run=true", "model.init_from=xl-s1")
+    result = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *two, "kaggle.init_kernel=jigsaw-xl-s1"))
+    assert result["metadata"]["kernel_sources"] == ["tester/jigsaw-xl-s1"]  # a bare slug: the user's own
+    assert not any("xl-s1" in what for what, _ in result["disk"].working + result["disk"].temp)
+    other = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *two, "kaggle.init_kernel=someone/xl-stage-one"))
+    assert other["metadata"]["kernel_sources"] == ["someone/xl-stage-one"]
+    with pytest.raises(KernelError, match="kaggle.init_kernel=x-s1 is set but model.init_from is empty"):
+        kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "kaggle.init_kernel=x-s1"))
+    with pytest.raises(KernelError, match="expected <owner>/<kernel> or <kernel>"):
+        kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *two, "kaggle.init_kernel=a/b/c"))
+
+
+def test_a_plan_over_the_quota_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    big = (
+        "model.name=xlm-roberta-large",
+        "kaggle.model_source=someone/xlm-roberta-large",
+        "data.folds=10",
+        "data.extra_files=[]",
+    )
+    with pytest.raises(KernelError, match=r"more than the 20 GB.*kaggle.keep_weights=false.*one kernel per fold"):
+        kernel.build_and_push(cfg_for(tmp_path, "sample", *big), api=api)
+    assert api.calls == []
+    # the fixes the message names are enough: weights left in temp, or fewer folds
+    kernel.build_and_push(cfg_for(tmp_path, "sample", *big, "kaggle.keep_weights=false"), api=FakeKaggleApi())
+    kernel.build_and_push(cfg_for(tmp_path, "sample", *big, "train.folds=[0,1,2]"), api=FakeKaggleApi())
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources: extra files, model folder
+
+
+def test_extra_files_the_competition_lacks_are_refused(tmp_path: Path) -> None:
+    """sample.yaml's translated-train.csv is not a file of the real competition: no dataset, no push."""
+    api = FakeKaggleApi()
+    with pytest.raises(KernelError, match=r"translated-train.csv is not a file of the competition.*data.datasets"):
+        kernel.build_and_push(cfg_for(tmp_path), api=api)
+    assert api.calls == []
+    kaggle_plan.check_extra_files(cfg_for(tmp_path, "sample", "data.extra_files=[validation.csv]"))
+
+
+def test_extra_files_are_looked_up_in_the_attached_datasets(tmp_path: Path) -> None:
+    attached = ("data.datasets=[someone/jigsaw-translated]",)
+    api = FakeKaggleApi()
+    api.dataset_listing = {"someone/jigsaw-translated": ["jigsaw-toxic-comment-train-google-es.csv"]}
+    with pytest.raises(KernelError, match="translated-train.csv is in none of someone/jigsaw-translated"):
+        kernel.build_and_push(cfg_for(tmp_path, "sample", *attached), api=api)
+    assert [n for n, _ in api.calls] == ["dataset_list_files"]
+    api.dataset_listing["someone/jigsaw-translated"].append("translated-train.csv")
+    kernel.build_and_push(cfg_for(tmp_path, "sample", *attached), api=api)
+    assert [n for n, _ in api.calls][-1] == "kernels_push"
+
+
+# ---------------------------------------------------------------------------------------------
+# Accelerator and image
+
+
+def test_accelerator_and_image_pinning_in_the_metadata(tmp_path: Path) -> None:
+    cfg = cfg_for(tmp_path, "sample", "kaggle.docker_image_pinning=original", "data.extra_files=[]")
+    meta = kaggle_plan.kernel_metadata(cfg, kaggle_plan.make_plan(cfg, "tester"))
+    assert meta["machine_shape"] == "NvidiaTeslaT4" and meta["docker_image_pinning_type"] == "original"
+    cpu = cfg_for(tmp_path, "sample", "kaggle.enable_gpu=false")
+    assert "machine_shape" not in kaggle_plan.kernel_metadata(cpu, kaggle_plan.make_plan(cpu, "tester"))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"machine_shape": "NvidiaTeslaP100"}, "machine_shape 'NvidiaTeslaP100' is not one of NvidiaTeslaT4"),
+        ({"machine_shape": "NvidiaTeslaT4", "enable_gpu": False}, "needs enable_gpu true"),
+        ({"docker_image_pinning_type": "newest"}, "docker_image_pinning_type 'newest' is not one of original, latest"),
+    ],
+)
+def test_accelerator_and_pinning_checks(tmp_path: Path, change: dict, message: str) -> None:
+    cfg = cfg_for(tmp_path, "sample", "kaggle.dry_run=true", "data.extra_files=[]")
+    meta = kernel.build_and_push(cfg)["metadata"]
+    meta.update(change)
+    with pytest.raises(KernelError, match=message):
+        kaggle_plan.check_kernel_metadata(meta, tmp_path / "kernel" / "jigsaw-sample" / "notebook")
+    with pytest.raises(config.ConfigError, match="kaggle.docker_image_pinning"):
+        cfg_for(tmp_path, "sample", "kaggle.docker_image_pinning=newest")
+
+
+def test_pushed_metadata_carries_the_accelerator(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    kernel.build_and_push(cfg_for(tmp_path, "sample", "data.extra_files=[]"), api=api)
+    push = dict(api.calls)["kernels_push"]
+    assert json.loads(json.dumps(push["metadata"]))["machine_shape"] == "NvidiaTeslaT4"
+
+
+# ---------------------------------------------------------------------------------------------
+# Names
+
+
+def test_slugify_matches_python_slugify() -> None:
+    slugify = pytest.importorskip("slugify").slugify  # what kaggle's kernels_push compares the id with
+    for title in ("Jigsaw sample", "Jigsaw xlmr-large", "XLM-R large: 5 folds!", "  a  b--c "):
+        assert kaggle_plan.slugify(title) == slugify(title)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata checks
+
+
+def good_kernel(tmp_path: Path) -> tuple[dict, Path]:
+    cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=someone/xlm-roberta-large")
+    plan = kaggle_plan.make_plan(cfg, "tester")
+    folder = tmp_path / "k"
+    meta = bundle.write_kernel(cfg, plan, folder)
+    return meta, folder
+
+
+def test_kernel_metadata_fields(tmp_path: Path) -> None:
+    meta, folder = good_kernel(tmp_path)
+    assert meta == {
+        "id": "tester/jigsaw-sample",
+        "title": "Jigsaw sample",
+        "code_file": "jigsaw-sample.py",
+        "language": "python",
+        "kernel_type": "script",
+        "is_private": True,
+        "enable_gpu": True,
+        "enable_tpu": False,
+        "enable_internet": False,
+        "dataset_sources": ["tester/jigsaw-sample-code", "someone/xlm-roberta-large"],
+        "competition_sources": [COMPETITION],
+        "kernel_sources": [],
+        "machine_shape": "NvidiaTeslaT4",  # two T4s
+    }
+    assert json.loads((folder / "kernel-metadata.json").read_text()) == meta
+    kaggle_plan.check_kernel_metadata(meta, folder)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"id": None}, "missing field 'id'"),
+        ({"title": None}, "missing field 'title'"),
+        ({"code_file": None}, "missing field 'code_file'"),
+        ({"competition_sources": None}, "missing field 'competition_sources'"),
+        ({"enable_internet": None}, "missing field 'enable_internet'"),
+        ({"id": "jigsaw-sample"}, "is not <user>/<slug>"),
+        ({"id": "tester/Jigsaw Sample"}, "the slug must be"),
+        ({"id": "bad user/jigsaw-sample"}, "is not a Kaggle user name"),
+        ({"title": "Jigsaw other"}, "gives the slug 'jigsaw-other'"),
+        ({"language": "r"}, "language must be 'python'"),
+        ({"kernel_type": "rmarkdown"}, "kernel_type must be"),
+        ({"code_file": "missing.py"}, "not found"),
+        ({"code_file": "../x.py"}, "must be a file name"),
+        ({"code_file": "jigsaw-sample.ipynb"}, "must end in .py"),
+        ({"is_private": "true"}, "is_private must be true or false"),
+        ({"enable_gpu": 1}, "enable_gpu must be true or false"),
+        ({"enable_internet": True}, "enable_internet must be false"),
+        ({"competition_sources": []}, "competition_sources is empty"),
+        ({"competition_sources": COMPETITION}, "must be a list of strings"),
+        ({"dataset_sources": ["no-owner"]}, "dataset_sources: 'no-owner' is not <owner>/<dataset>"),
+        ({"dataset_sources": ["a/b", "a/b"]}, "lists a source twice"),
+        ({"model_sources": ["o/m/pytorch/large"]}, "model_sources: 'o/m/pytorch/large' is not"),
+        ({"enable_gpus": True}, "unknown field 'enable_gpus'"),
+    ],
+)
+def test_kernel_metadata_errors(tmp_path: Path, change: dict, message: str) -> None:
+    meta, folder = good_kernel(tmp_path)
+    for key, value in change.items():
+        if value is None:
+            del meta[key]
+        else:
+            meta[key] = value
+    with pytest.raises(KernelError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        kaggle_plan.check_kernel_metadata(meta, folder)
+    assert "kernel-metadata.json" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"licenses": None}, "missing field 'licenses'"),
+        ({"licenses": []}, "exactly one license"),
+        ({"licenses": [{"name": ""}]}, "needs a name"),
+        ({"id": "tester/abc"}, "6-50"),
+        ({"title": "abc"}, "title 'abc' must be 6-50"),
+        ({"id": "tester"}, "is not <user>/<slug>"),
+    ],
+)
+def test_dataset_metadata_errors(change: dict, message: str) -> None:
+    meta = kaggle_plan.dataset_metadata(kaggle_plan.make_plan(config.load("sample"), "tester"))
+    kaggle_plan.check_dataset_metadata(meta)
+    for key, value in change.items():
+        if value is None:
+            del meta[key]
+        else:
+            meta[key] = value
+    with pytest.raises(KernelError, match=message):
+        kaggle_plan.check_dataset_metadata(meta)
+
+
+def test_bad_metadata_is_caught_before_anything_is_sent(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    cfg = make_cfg(tmp_path, "kaggle.title=Another title")
+    with pytest.raises(KernelError, match="gives the slug 'another-title'"):
+        kernel.build_and_push(cfg, api=api)
+    assert api.calls == []  # no upload, no push
+
+
+def test_non_tiny_model_needs_a_model_source(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match="set kaggle.model_source"):
+        kaggle_plan.make_plan(make_cfg(tmp_path, "model.name=xlm-roberta-large"), "tester")
+    with pytest.raises(KernelError, match="expected a dataset owner/slug"):
+        kaggle_plan.make_plan(dry(tmp_path, "model.name=x", "kaggle.model_source=a/b/c"), "tester")
+
+
+def test_kaggle_model_goes_to_model_sources(tmp_path: Path) -> None:
+    cfg = dry(tmp_path, "model.name=xlm-roberta-large", "kaggle.model_source=owner/xlmr/transformers/large/2")
+    plan = kaggle_plan.make_plan(cfg, "tester")
+    assert plan.model_mount == "xlmr/transformers/large/2"
+    meta = bundle.write_kernel(cfg, plan, tmp_path / "k")
+    assert meta["model_sources"] == ["owner/xlmr/transformers/large/2"]
+    assert meta["dataset_sources"] == ["tester/jigsaw-sample-code"]

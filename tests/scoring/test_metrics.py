@@ -1,0 +1,33 @@
+"""AUC, overall and per language (pipeline.scoring.metrics)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from pipeline.scoring import metrics
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_auc_nan_on_one_class() -> None:
+    assert math.isnan(metrics.auc([0, 0, 0], [0.1, 0.5, 0.9]))
+    assert math.isnan(metrics.auc([1], [0.3]))
+    assert metrics.auc([0, 1, 0, 1], [0.1, 0.9, 0.2, 0.8]) == 1.0
+    assert metrics.auc([0, 1, 0, 1], [0.9, 0.1, 0.8, 0.2]) == 0.0
+    assert metrics.auc([0, 1, 1, 0], [0.1, 0.4, 0.35, 0.8]) == 0.5
+
+
+def test_auc_by_lang() -> None:
+    y = [0, 1, 0, 1, 0, 0, 0, 1]
+    p = [0.1, 0.9, 0.8, 0.2, 0.5, 0.3, 0.6, 0.95]
+    lang = ["es", "es", "it", "it", "tr", "tr", "es", "it"]
+    out = metrics.auc_by_lang(y, p, lang)
+    assert list(out) == ["es", "it", "tr"]  # sorted
+    assert out["es"] == 1.0  # y (0,1,0) p (0.1,0.9,0.6)
+    assert out["it"] == 0.5  # y (0,1,1) p (0.8,0.2,0.95): 1 of 2 pairs right
+    assert math.isnan(out["tr"])  # only non-toxic rows
+    assert all(isinstance(k, str) for k in out)
+    series = metrics.auc_by_lang(pd.Series(y), pd.Series(p), pd.Series(lang))
+    assert series.keys() == out.keys()

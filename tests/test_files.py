@@ -1,0 +1,308 @@
+"""Files that survive a crash (pipeline.files): atomic artifacts, one file mode, the disk check, paths that cannot
+be read or written, and one run per experiment (the locks). A crash mid-write or a full disk loses nothing."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pathlib
+import stat
+import time
+import types
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline import data, files, layout, train
+from pipeline.core.fold import save_model
+from pipeline.errors import PipelineError
+from pipeline.inputs.competition import VALID
+from tests.helpers import digests, make_cfg, one_line_error, prepare_tokens, stage_args
+from tests.helpers.tinyrun import TINY, overrides
+
+
+class Crash(Exception):
+    pass
+
+
+def leftovers(folder: Path) -> list[Path]:
+    """Temporary names (".x.tmp-<pid>", ".x.old-<pid>") anywhere under `folder`."""
+    return [p for p in folder.rglob(".*")]
+
+
+def half_then_crash(exc: BaseException):
+    """A writer stand-in: write half of what the real writer would, then fail as a crash would."""
+
+    def write(path: Path, payload: bytes) -> None:
+        Path(path).write_bytes(payload[: len(payload) // 2])
+        raise exc
+
+    return write
+
+
+CRASHES = [Crash("power cut"), KeyboardInterrupt(), OSError(28, "No space left on device")]
+IDS = ["exception", "ctrl-c", "enospc"]
+
+
+@pytest.mark.parametrize("exc", CRASHES, ids=IDS)
+def test_atomic_path_crash_keeps_old_file(tmp_path: Path, exc) -> None:
+    target = tmp_path / "weights.bin"
+    target.write_bytes(b"old" * 100)
+    with pytest.raises(type(exc)), files.atomic_path(target) as tmp:
+        half_then_crash(exc)(tmp, b"new" * 100)
+    assert target.read_bytes() == b"old" * 100
+    assert leftovers(tmp_path) == []
+
+
+def test_atomic_path_crash_without_old_file_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(Crash), files.atomic_path(tmp_path / "sub" / "a.bin") as tmp:
+        half_then_crash(Crash())(tmp, b"x" * 10)
+    assert list((tmp_path / "sub").iterdir()) == []
+
+
+@pytest.mark.parametrize("exc", CRASHES, ids=IDS)
+def test_atomic_dir_crash_keeps_old_folder(tmp_path: Path, exc) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "a.npy").write_bytes(b"A" * 50)
+    (folder / "meta.json").write_text('{"ok": true}\n')
+    before = digests(folder)
+    with pytest.raises(type(exc)), files.atomic_dir(folder) as tmp:
+        (tmp / "a.npy").write_bytes(b"B" * 50)  # one file complete, the next one half written
+        half_then_crash(exc)(tmp / "meta.json", b'{"ok": false}\n')
+    assert digests(folder) == before
+    assert leftovers(tmp_path) == []
+
+
+def test_atomic_dir_success_replaces_whole_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "stale.npy").write_bytes(b"old")
+    with files.atomic_dir(folder) as tmp:
+        (tmp / "new.npy").write_bytes(b"new")
+    assert sorted(p.name for p in folder.iterdir()) == ["new.npy"]
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("exc", CRASHES, ids=IDS)
+def test_write_csv_crash_keeps_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exc) -> None:
+    target = tmp_path / "folds.csv"
+    files.write_csv(target, pd.DataFrame({"id": ["a"], "text": ["old"]}))
+    before = target.read_bytes()
+    real = pd.DataFrame.to_csv
+
+    def to_csv(self, path, **kwargs):
+        half_then_crash(exc)(path, real(self, **kwargs).encode())
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", to_csv)
+    with pytest.raises(type(exc)):
+        files.write_csv(target, pd.DataFrame({"id": list("abcdef"), "text": ["new text, with a comma"] * 6}))
+    assert target.read_bytes() == before
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("exc", CRASHES, ids=IDS)
+def test_write_json_crash_keeps_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exc) -> None:
+    target = tmp_path / "data.json"
+    files.write_json(target, {"version": 1})
+    before = target.read_bytes()
+
+    def write_text(self, text, encoding=None, errors=None, newline=None):
+        half_then_crash(exc)(self, text.encode())
+
+    monkeypatch.setattr(pathlib.Path, "write_text", write_text)
+    with pytest.raises(type(exc)):
+        files.write_json(target, {"version": 2, "rows": list(range(100))})
+    monkeypatch.undo()
+    assert target.read_bytes() == before
+    assert json.loads(target.read_text()) == {"version": 1}
+    assert leftovers(tmp_path) == []
+
+
+def test_write_csv_round_trips_carriage_returns(tmp_path: Path) -> None:
+    """A lone "\\r" in a comment used to be written unquoted, splitting the row when the table was read back."""
+    frame = pd.DataFrame(
+        {"id": ["a", "b\rc", "d"], "text": ["one\rtwo", 'q"u,o\r\nte', "plain"], "fold": [0, -1, 1], "p": [0.5, 1, 0]}
+    )
+    files.write_csv(tmp_path / "t.csv", frame)
+    back = pd.read_csv(tmp_path / "t.csv", dtype={"id": str, "text": str}, keep_default_na=False)
+    assert back.to_dict("list") == frame.to_dict("list")
+    files.write_csv(tmp_path / "plain.csv", frame.assign(id=list("abc"), text=list("xyz")))
+    assert (tmp_path / "plain.csv").read_text() == "id,text,fold,p\na,x,0,0.5\nb,y,-1,1.0\nc,z,1,0.0\n"  # unchanged
+
+
+# ---------------------------------------------------------------- one file mode
+
+
+def test_every_artifact_gets_the_same_file_mode(tmp_path: Path) -> None:
+    from tests.helpers.tinymodel import tiny_classifier
+
+    old = os.umask(0o022)
+    try:
+        cfg = make_cfg(tmp_path)
+        fold = tmp_path / "fold0"
+        fold.mkdir()
+        model = tiny_classifier()
+
+        class NoTokenizer:
+            def save_pretrained(self, folder):
+                Path(folder, "tokenizer.json").write_text("{}")
+
+        save_model(model, NoTokenizer(), cfg, fold)
+        with files.atomic_path(tmp_path / "private.bin") as tmp:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600))  # as mkstemp would make it
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [*fold.iterdir(), tmp_path / "private.bin"]}
+        assert "model.safetensors" in modes
+        assert set(modes.values()) == {0o644}, modes
+    finally:
+        os.umask(old)
+
+
+# ---------------------------------------------------------------- the disk check
+
+
+@pytest.fixture
+def full_disk(monkeypatch: pytest.MonkeyPatch):
+    """shutil.disk_usage, as pipeline.files sees it, reports 10 MiB free."""
+
+    def disk_usage(path):
+        return types.SimpleNamespace(total=100 << 30, used=(100 << 30) - (10 << 20), free=10 << 20)
+
+    monkeypatch.setattr(files.shutil, "disk_usage", disk_usage)
+
+
+def test_check_free_space_is_a_one_line_pipeline_error(tmp_path: Path, full_disk) -> None:
+    with pytest.raises(files.DiskFullError) as info:
+        files.check_free_space(tmp_path / "not" / "yet", 5 << 30, "the token cache")
+    assert isinstance(info.value, PipelineError) and isinstance(info.value, OSError)
+    message = str(info.value)
+    assert message.startswith("not enough disk space for the token cache in ")
+    assert "need about 5.00 GiB, 0.01 GiB free" in message and "\n" not in message
+
+
+def test_check_free_space_passes_with_room(tmp_path: Path) -> None:
+    files.check_free_space(tmp_path, 1 << 10, "a small file")
+
+
+def one_line_disk_error(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: not enough disk space") and err.count("\n") == 1, err
+    return err
+
+
+def test_data_stage_stops_before_writing_the_sample(tmp_path: Path, full_disk, capsys) -> None:
+    code = data.main([f"input_dir={tmp_path / 'input'}", "data.sample_scale=0.2"])
+    assert code == 2
+    assert "the sample" in one_line_disk_error(capsys)
+    assert not (tmp_path / "input").exists() or not [
+        p for p in (tmp_path / "input").rglob("*") if p.is_file() and p.suffix != ".lock"
+    ]
+
+
+def test_data_stage_stops_before_writing_the_tables(
+    tmp_path: Path, raw_sample: Path, monkeypatch: pytest.MonkeyPatch, full_disk, capsys
+) -> None:
+    raw_before = digests(raw_sample)
+    code = data.main([f"input_dir={tmp_path / 'input'}", "data.source=dir", f"data.dir={raw_sample}"])
+    assert code == 2
+    assert "the prepared tables" in one_line_disk_error(capsys)
+    assert not (tmp_path / "input").exists() or not [
+        p for p in (tmp_path / "input").rglob("*") if p.is_file() and p.suffix != ".lock"
+    ]
+    assert digests(raw_sample) == raw_before
+
+
+def test_token_cache_stops_before_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    cfg = make_cfg(tmp_path, "model.max_length=32")
+    data.prepare(cfg, log=lambda *a: None)
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda p: types.SimpleNamespace(total=1, used=1, free=10 << 20))
+    with pytest.raises(files.DiskFullError, match="the token cache"):
+        prepare_tokens(cfg, log=lambda *a: None)
+    cache = layout.cache_root(cfg)
+    assert not cache.exists() or list(cache.iterdir()) == []
+    assert not (layout.prepared_dir(cfg) / "tokens.json").exists()
+    argv = [f"input_dir={tmp_path / 'input'}", "data.sample_scale=0.2", "model.tiny.vocab=1000", "model.max_length=32"]
+    assert data.main(argv) == 2  # tokens.main is gone: `make data` builds the token cache
+    assert "the token cache" in one_line_disk_error(capsys)
+
+
+def test_train_stops_before_writing_a_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    args = ["--config", "sample", *overrides(tmp_path), *TINY]
+    assert data.main(args) == 0
+    capsys.readouterr()
+    # the tiny model needs a few MB; the check keeps a 64 MiB margin, so 1 MiB free stops it
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda p: types.SimpleNamespace(total=1, used=1, free=1 << 20))
+    assert train.main(args) == 2
+    assert "fold 0's resume state and weights" in one_line_disk_error(capsys)
+    exp = tmp_path / "models" / "sample"
+    assert not [p for p in exp.rglob("*") if p.is_file() and p.name != "pipeline.yaml"]
+
+
+# ---------------------------------------------------------------- paths and permissions
+
+
+def test_unwritable_and_unreadable_paths(tmp_path: Path, raw_sample: Path, monkeypatch, capsys) -> None:
+    denied = {tmp_path / "models", raw_sample / VALID}
+    # the seam: this suite may run as root, whom os.access never refuses
+    monkeypatch.setattr(files, "_access", lambda p, mode: Path(p) not in denied)
+    (tmp_path / "models").mkdir()
+    assert train.main(stage_args(tmp_path, f"models_dir={tmp_path / 'models'}")) == 2
+    assert "the models folder (models_dir) cannot be written (permission denied)" in one_line_error(capsys)
+    assert data.main(stage_args(tmp_path, "data.source=dir", f"data.dir={raw_sample}")) == 2
+    line = one_line_error(capsys)
+    assert line.startswith(f"error: {raw_sample / VALID}: the competition folder (data.dir) cannot be read")
+    (tmp_path / "input").mkdir()
+    denied.add(tmp_path / "input")
+    assert data.main(stage_args(tmp_path)) == 2
+    assert one_line_error(capsys).startswith(f"error: {tmp_path / 'input'}: the input folder (input_dir) cannot be")
+
+
+# ---------------------------------------------------------------- one run per experiment
+
+
+def hold_from_elsewhere(path: Path, text: str) -> int:
+    """A lock held through another open file, as another process would hold it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, text.encode())
+    return fd
+
+
+def test_second_run_on_the_same_experiment_stops_at_once(tmp_path: Path, capsys, monkeypatch) -> None:
+    cfg = make_cfg(tmp_path)
+    fd = hold_from_elsewhere(layout.lock_path(cfg), "pid 4242 (train: python -m pipeline.train)\n")
+    try:
+        start = time.perf_counter()
+        assert data.main(stage_args(tmp_path)) == 2
+        line = one_line_error(capsys)
+        assert line == (
+            "error: experiment 'sample' is in use by pid 4242 (train: python -m pipeline.train); "
+            f"wait for it to finish or stop it (lock: {layout.lock_path(cfg)})"
+        )
+        assert time.perf_counter() - start < 5
+        assert not (tmp_path / "input" / "prepared").exists()
+        assert train.main(stage_args(tmp_path)) == 2
+        assert "is in use by pid 4242" in one_line_error(capsys)
+        # the ranks of one torchrun group do not refuse each other: only rank 0 locks
+        monkeypatch.setenv("RANK", "1")
+        assert files.acquire_lock(layout.lock_path(cfg), "experiment") is False
+        monkeypatch.delenv("RANK")
+        with layout.experiment_lock(make_cfg(tmp_path, "name=another"), "data"):  # other experiments are free
+            pass
+    finally:
+        os.close(fd)
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path)
+    path = layout.lock_path(cfg)
+    path.parent.mkdir(parents=True)
+    path.write_text("pid 999999 (data: killed with -9)\n")  # its holder died: the kernel released the flock
+    with layout.experiment_lock(cfg, "data"):
+        assert path.read_text().startswith(f"pid {os.getpid()} (data: ")
+        with layout.experiment_lock(cfg, "train"):  # the same process again: no self-refusal
+            pass
+    assert path.read_text() == ""
