@@ -80,8 +80,9 @@ submissions: $(STAMP) ## every recorded submission beside its experiment's OOF A
 test: $(STAMP) ## run the test suite (no network)
 	$(PY) -m pytest -q
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, and the import layers of docs/architecture.md (import-linter)
 	$(PY) -m ruff check pipeline tests
+	$(VENV)/bin/lint-imports
 
 clean: ## remove generated data, models and submissions (keeps .venv; `make data` itself drops unused token caches)
 	find input models submissions -mindepth 1 ! -name .gitkeep -exec rm -rf {} +
