@@ -13,7 +13,8 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
+import re
+import shlex
 import types
 import typing
 from dataclasses import dataclass, field
@@ -226,6 +227,11 @@ RANGES: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("train.max_bad_steps", lambda v: v >= 1, "an integer >= 1"),
     ("train.max_memory_gb", lambda v: _finite(v) and v >= 0, "a finite number >= 0 (0: off)"),
     ("train.folds", lambda v: all(f >= -1 for f in v), "a list of fold numbers >= 0, or -1 (a stage-1 model)"),
+    ("blend.step", lambda v: 0 < v <= 0.5, "a number in (0, 0.5], e.g. 0.05"),
+    ("kaggle.gpus", lambda v: v >= 0, "an integer >= 0 (0: every visible GPU)"),
+    ("kaggle.timeout", lambda v: v >= 0, "an integer >= 0 (seconds; 0: Kaggle's default)"),
+    ("kaggle.submit_timeout", lambda v: v >= 0, "an integer >= 0 (seconds; 0: do not wait)"),
+    ("kaggle.working_gb", lambda v: _finite(v) and v > 0, "a finite number > 0"),
 )
 
 
@@ -235,15 +241,40 @@ def _get(cfg, dotted: str):
     return cfg
 
 
-def check_name(name: str) -> str:
-    """The experiment name is a folder name under input/prepared/ and models/: never empty, `.`, `..` or a path.
+NAME_MAX = 100  # a name becomes a folder, a .csv and a .lock, and temporary names longer than those
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # never a path, hidden, an option or a shell word
 
-    `name=` would make input/prepared/ itself the experiment's folder, and `make data` replaces that folder whole.
+
+def check_name(name: str, key: str = "name") -> str:
+    """A name that becomes a folder under input/prepared/ and models/ (an experiment, a blend, a member, a
+    teacher, a stage-1 model): a plain folder name, never empty, `.`, `..`, hidden, a path or overlong.
+
+    `name=` would make input/prepared/ itself the experiment's folder, and `make data` replaces that folder
+    whole; `blend.name=..` would make the blend's folder models/ itself. `key` is the setting that carries it.
     """
-    seps = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
-    if not name.strip() or name in (".", "..") or any(s in name for s in seps) or "\0" in name:
-        raise ConfigError(f"name={name!r}: an experiment name must be a plain folder name (e.g. name=my-exp)")
+    if not NAME_RE.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{key}={name[:40]!r}: a name must be a plain folder name: letters, digits and . _ + - only, "
+            f"starting with a letter or digit (e.g. {key}=my-exp)"
+        )
+    if len(name) > NAME_MAX:
+        raise ConfigError(f"{key}={name[:20]}...: a name of {len(name)} characters; at most {NAME_MAX}")
     return name
+
+
+def check_names(cfg: Config) -> None:
+    """Every setting that names a folder under models/ or input/prepared/, each checked as check_name says."""
+    check_name(cfg.name)
+    named = [("model.init_from", cfg.model.init_from), ("data.pseudo_from", cfg.data.pseudo_from)]
+    named += [("blend.name", cfg.blend.name)] + [("blend.members", m) for m in cfg.blend.members]
+    for key, value in named:
+        if value:  # "" means none
+            check_name(value, key)
+    if cfg.data.pseudo_from == cfg.name:
+        raise ConfigError(
+            f"data.pseudo_from={cfg.name}: an experiment cannot label its own training rows; "
+            "name another experiment or blend as the teacher"
+        )
 
 
 def check_device(device: str) -> None:
@@ -271,10 +302,7 @@ def validate(cfg: Config, device: bool = True) -> Config:
 
     device=False skips the check that train.device exists here (a config packed to run on another machine).
     """
-    check_name(cfg.name)
-    for other in (cfg.model.init_from, cfg.data.pseudo_from):  # another experiment's folder under models/
-        if other:
-            check_name(other)
+    check_names(cfg)
     if cfg.model.init_args:  # stage 1's settings: a bad one stops here, not when stage 1 starts hours later
         try:
             with_overrides(cfg, [*cfg.model.init_args, "model.init_args=[]"], device=False)
@@ -503,9 +531,19 @@ def parser(description: str) -> argparse.ArgumentParser:
     """The command line every stage shares: --config NAME and key=value overrides."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--config", default="sample", help="a name in pipeline/configs/ or a YAML path")
+    # the Makefile passes ARGS as one word, so that the shell never splits or runs what it holds
+    p.add_argument("--args", default="", help='overrides as one string, e.g. --args "train.epochs=3 name=x"')
     p.add_argument("overrides", nargs="*", help="key.sub=value, e.g. train.epochs=3")
     return p
 
 
+def split_args(text: str) -> list[str]:
+    """The overrides in one string, split as a shell would split words (quotes kept together), never run."""
+    try:
+        return shlex.split(text)
+    except ValueError as e:  # an unclosed quote
+        raise ConfigError(f"ARGS={text!r}: cannot split it into key=value words ({e})") from None
+
+
 def from_args(args: argparse.Namespace, device: bool = True) -> Config:
-    return load(args.config, args.overrides, device=device)
+    return load(args.config, [*split_args(getattr(args, "args", "")), *args.overrides], device=device)

@@ -171,6 +171,12 @@ OUT_OF_RANGE = [
     ("train.max_memory_gb=-2", "train.max_memory_gb"),
     ("train.weight_decay=-0.01", "train.weight_decay"),
     ("train.folds=[0,-2]", "train.folds"),
+    ("kaggle.gpus=-1", "kaggle.gpus"),
+    ("kaggle.timeout=-5", "kaggle.timeout"),
+    ("kaggle.submit_timeout=-1", "kaggle.submit_timeout"),
+    ("kaggle.working_gb=0", "kaggle.working_gb"),
+    ("blend.step=0", "blend.step"),
+    ("blend.step=0.7", "blend.step"),
 ]
 
 
@@ -225,10 +231,46 @@ def test_any_value_loads_in_range_or_fails_naming_the_key(key: str, value) -> No
     assert ok(got), (key, got)
 
 
-@pytest.mark.parametrize("name", ["", " ", ".", "..", "a/b", "../x", "/tmp/x", "a\\b"])
+@pytest.mark.parametrize("name", ["", " ", ".", "..", "a/b", "../x", "/tmp/x", "a\\b", ".hidden", "x" * 101])
 def test_unsafe_names_are_refused(name: str) -> None:
     with pytest.raises(ConfigError, match="name="):
         config.load("sample", [f"name={name}"])
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("model.init_from", "nosuch/../x"),
+        ("data.pseudo_from", "../teacher"),
+        ("blend.name", ".."),
+        ("blend.name", "/abs/path"),
+        ("blend.name", "a/b"),
+        ("blend.members", "[a,../models/x]"),
+        ("name", "x" * 300),
+    ],
+)
+def test_every_name_that_becomes_a_folder_is_checked_naming_its_key(key: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.load("sample", [f"{key}={value}"])
+    message = str(info.value)
+    assert message.startswith(f"{key}=") and "\n" not in message, message
+    assert len(message) < 200  # a 300-character name is not repeated whole
+
+
+def test_an_experiment_is_not_its_own_teacher() -> None:
+    with pytest.raises(ConfigError, match="data.pseudo_from=x: an experiment cannot label its own training rows"):
+        config.load("sample", ["name=x", "data.pseudo_from=x"])
+
+
+def test_args_is_one_word_split_like_a_shell_and_never_run() -> None:
+    """`make` passes ARGS as one word: it is split into overrides here, quotes kept, and nothing in it runs."""
+    parser = config.parser("test")
+    cfg = config.from_args(parser.parse_args(["--args", "name=x 'train.folds=[0, 1]' train.lr=3e-4"]))
+    assert (cfg.name, cfg.train.folds, cfg.train.lr) == ("x", (0, 1), 3e-4)
+    with pytest.raises(ConfigError, match="^name='x;touch"):  # the shell would have run `touch afile`
+        config.from_args(parser.parse_args(["--args", "name=x;touch${IFS}afile"]))
+    with pytest.raises(ConfigError, match="cannot split it"):
+        config.from_args(parser.parse_args(["--args", "name='x"]))
 
 
 def test_device_must_exist(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,35 @@
+"""`python -m pipeline <stage> ...`: run a stage by its make target's name, as the Makefile does.
+
+The stage is imported here, inside the process's one guard: Ctrl-C while torch and transformers load (the
+first seconds of every stage) ends the run with one line and exit status 130, not a stack trace.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+STAGES = ("data", "stage1", "train", "predict", "cv", "baseline", "blend", "board", "bench", "kernel", "submit")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in STAGES:
+        print(f"usage: python -m pipeline {{{','.join(STAGES)}}} [--config NAME] [key=value ...]", file=sys.stderr)
+        return 2
+    try:
+        stage = importlib.import_module(f"pipeline.{argv[0]}")
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return stage.main(argv[1:])
+
+
+if __name__ == "__main__":
+    code = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a torchrun worker (train, stage1): see exit_process there
+        from pipeline.core import distributed
+
+        distributed.exit_process(code)
+    sys.exit(code)

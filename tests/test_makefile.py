@@ -1,0 +1,66 @@
+"""The Makefile and `python -m pipeline`: what a user types reaches the stages as they meant it, and nothing else.
+
+CONFIG, ARGS and BLEND reach the stages through the environment as single quoted words (the shell never
+splits or runs what they hold), GPUS must be a whole number from 1, and Ctrl-C while a stage still loads
+its libraries is one line, like Ctrl-C later.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    # the venv's stamp is up to date for `make` in CI (make venv runs first); the stages run from .venv
+    return subprocess.run(["make", "-s", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def venv_ready() -> None:
+    stamp = ROOT / ".venv" / ".installed"
+    if not stamp.exists() or stamp.stat().st_mtime < (ROOT / "requirements.txt").stat().st_mtime:
+        pytest.skip("make venv has not run here: the Makefile would install the requirements first")
+
+
+def test_args_reach_the_stage_as_one_word_and_never_run(tmp_path: Path) -> None:
+    victim = tmp_path / "afile"
+    # unquoted in the recipe, the shell would end the command at `;` and run `touch <path>`
+    result = make("cv", f"ARGS=models_dir={tmp_path} name=x;touch {victim}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: override '{victim}' is not key=value"), result.stderr
+    assert not victim.exists()
+    result = make("cv", f"CONFIG=sample;touch {victim}")
+    assert result.stderr.startswith("error: no config named 'sample;touch "), result.stderr
+    assert not victim.exists()
+
+
+@pytest.mark.parametrize("gpus", ["0", "abc", "-1", "1.5", ""])
+def test_gpus_must_be_a_whole_number_from_one(gpus: str) -> None:
+    result = make("train", f"GPUS={gpus}")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: GPUS={gpus}: the number of processes"), result.stderr
+
+
+def test_ctrl_c_while_a_stage_loads_is_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "pipeline", "train", "--config", "sample", f"input_dir={tmp_path}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.7)  # torch and transformers take seconds to import: this lands during the imports
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip() == "interrupted", err
+
+
+def test_python_m_pipeline_names_the_stages() -> None:
+    result = subprocess.run([sys.executable, "-m", "pipeline", "nope"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.startswith("usage: python -m pipeline {data,stage1,train,")
