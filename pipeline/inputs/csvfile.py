@@ -8,6 +8,7 @@ where in it the problem is (a byte offset, a data row), never read half-way.
 from __future__ import annotations
 
 import codecs
+import csv
 import warnings
 from pathlib import Path
 
@@ -48,14 +49,40 @@ def nul_byte(path: Path) -> int:
     return -1
 
 
-def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), usecols: bool = True) -> pd.DataFrame:
-    """Read a CSV with a real parser, all as text; check columns and labels. Errors name the file."""
-    path = Path(path)
+def strict_problem(path: Path) -> DataError | None:
+    """The first place where `path` is not well-formed CSV, by Python's csv module in strict mode; else None.
+
+    pandas' parser is lenient: a stray quote that opens a field in the middle of a file makes it read on,
+    across the line breaks, until the next quote, so two rows become one with no word. Strict parsing stops
+    there instead (a character after a closing quote, a quoted field that never closes)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, strict=True)
+        try:
+            for _ in reader:
+                pass
+        except csv.Error as e:
+            return DataError(
+                f"{path}: not a readable CSV at line {reader.line_num} ({e}; a stray quote?); fix the file"
+            )
+        except UnicodeDecodeError:
+            return not_utf8(path)
+    return None
+
+
+def check_bytes(path: Path) -> None:
+    """The file exists, holds no NUL byte, is UTF-8 and is well-formed CSV."""
     if not path.is_file():
         raise DataError(f"{path}: missing file")
     nul = nul_byte(path)
     if nul >= 0:
         raise DataError(f"{path}: NUL byte at offset {nul} (UTF-16 or binary?); save it as UTF-8 text")
+    problem = strict_problem(path)
+    if problem is not None:
+        raise problem
+
+
+def check_header(path: Path, columns: list[str]) -> None:
+    """Every column the pipeline reads is in the header, once."""
     try:
         header = pd.read_csv(path, nrows=0, encoding="utf-8").columns.tolist()
     except pd.errors.EmptyDataError:
@@ -72,6 +99,10 @@ def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), useco
     twice = [c for c in [*columns, "lang"] if (names == c).sum() > 1]
     if twice:
         raise DataError(f"{path}: column {twice[0]} appears twice in the header; keep one")
+
+
+def read_rows(path: Path, columns: list[str], usecols: bool) -> pd.DataFrame:
+    """Every row, every column as text (only `columns` kept when `usecols`)."""
     try:
         # every column as text and no NA guessing: a comment that reads "null" stays "null". Every column is
         # parsed (usecols would let a row with an extra field, an unquoted comma, shift its values silently),
@@ -82,23 +113,51 @@ def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), useco
             chunks = pd.read_csv(
                 path, dtype=str, keep_default_na=False, index_col=False, encoding="utf-8", chunksize=1 << 18
             )
-            frame = pd.concat([c[columns] if usecols else c for c in chunks], ignore_index=True)
+            return pd.concat([c[columns] if usecols else c for c in chunks], ignore_index=True)
     except UnicodeDecodeError:
         raise not_utf8(path) from None
     except pd.errors.ParserWarning:
         raise DataError(f"{path}: not a readable CSV (the first data row has more fields than the header)") from None
     except (pd.errors.ParserError, ValueError) as e:
         raise DataError(f"{path}: not a readable CSV ({str(e).strip().splitlines()[-1]})") from None
+
+
+def label_values(frame: pd.DataFrame, col: str, path: Path, allowed: tuple[float, ...] = ()) -> pd.Series:
+    """A label column as numbers in [0, 1] (and the `allowed` extra values); else one line naming the first."""
+    values = pd.to_numeric(frame[col].str.strip(), errors="coerce")
+    bad = (values.isna() | (values < 0) | (values > 1)) & ~values.isin(allowed)
+    if bad.any():
+        row = int(np.argmax(bad.to_numpy()))
+        extra = "".join(f" or {v:g}" for v in allowed)
+        raise DataError(
+            f"{path}: column {col} has {int(bad.sum())} value(s) that are not numbers in [0, 1]{extra} "
+            f"(first at data row {row + 1}: {frame[col].iloc[row]!r})"
+        )
+    return values
+
+
+def check_ids(frame: pd.DataFrame, path: Path) -> None:
+    """No id holds a line break: an id never has one, and a row that does is most often two rows merged."""
+    broken = frame["id"].str.contains("[\r\n]", regex=True)
+    if broken.any():
+        row = int(np.argmax(broken.to_numpy()))
+        raise DataError(
+            f"{path}: the id at data row {row + 1} holds a line break ({frame['id'].iloc[row][:40]!r}): "
+            "two rows merged by a stray quote? fix the file"
+        )
+
+
+def read_csv(path: Path, columns: list[str], labels: tuple[str, ...] = (), usecols: bool = True) -> pd.DataFrame:
+    """Read a CSV with a real parser, all as text; check its bytes, columns, ids and labels. Errors name the
+    file and where in it."""
+    path = Path(path)
+    check_bytes(path)
+    check_header(path, columns)
+    frame = read_rows(path, columns, usecols)
+    if "id" in columns:
+        check_ids(frame, path)
     for col in labels:
-        values = pd.to_numeric(frame[col].str.strip(), errors="coerce")
-        bad = values.isna() | (values < 0) | (values > 1)
-        if bad.any():
-            row = int(np.argmax(bad.to_numpy()))
-            raise DataError(
-                f"{path}: column {col} has {int(bad.sum())} value(s) that are not numbers in [0, 1] "
-                f"(first at data row {row + 1}: {frame[col].iloc[row]!r})"
-            )
-        frame[col] = values
+        frame[col] = label_values(frame, col, path)
     return frame
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.inputs import competition
+from pipeline import layout
 
 
 def rewrite(path: Path, edit: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
@@ -40,8 +40,8 @@ def damage_label_range(raw: Path) -> str:
 
 
 def damage_label_text(raw: Path) -> str:
-    rewrite(raw / competition.TRAIN, set_cell("toxic", 3, "yes"))
-    return competition.TRAIN
+    rewrite(raw / layout.TRAIN, set_cell("toxic", 3, "yes"))
+    return layout.TRAIN
 
 
 def damage_extra_label(raw: Path) -> str:

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from pipeline import data, layout
 from pipeline.errors import DataError
 from pipeline.inputs import csvfile, sample, tables
-from pipeline.inputs.competition import BIAS, SUBMISSION, TEST, TRAIN, VALID
+from pipeline.layout import BIAS, TEST, TRAIN, VALID
+from pipeline.layout import SAMPLE_SUBMISSION as SUBMISSION
 from tests.helpers import digests, make_cfg
 from tests.helpers.damage import DAMAGES, damage_missing_extra
 
@@ -141,7 +142,9 @@ def frame_damage(draw):
     elif kind == "id_text":  # any text is an id, as long as the ids stay unique and test matches submission
         value = draw(texts)
         frame.loc[row, "id"] = value
-        if name in UNIQUE_IDS and (frame["id"] == value).sum() > 1:
+        if ("\n" in value or "\r" in value) and name != TRANSLATED:  # whose ids are read: a line break is refused
+            expect = "holds a line break"
+        elif name in UNIQUE_IDS and (frame["id"] == value).sum() > 1:
             expect = "duplicate id"
         elif name in (TEST, SUBMISSION):
             expect = "ids differ"
@@ -374,3 +377,18 @@ def test_report_outcomes() -> None:
         print(f"  {key}: {count}")
     if total:  # absent when the property tests were deselected
         assert {k.split(": ")[1] for k in OUTCOMES} <= {"ok", "error"}
+
+
+def test_a_stray_quote_that_merges_rows_stops_naming_the_line(tmp_path: Path) -> None:
+    """pandas would read on from the stray quote to the next one, making two rows one; strict CSV stops."""
+    path = tmp_path / "x.csv"
+    path.write_text('id,comment_text,toxic\na,hello,0\nb,"stray,0\nc,world,1\nd,"quoted" text,0\n')
+    with pytest.raises(DataError, match=r"x.csv: not a readable CSV at line 5 .*a stray quote\?"):
+        csvfile.read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
+
+
+def test_an_id_with_a_line_break_is_refused_naming_its_row(tmp_path: Path) -> None:
+    path = tmp_path / "x.csv"
+    path.write_text('id,comment_text,toxic\na,hello,0\n"b\nc",two rows?,1\n')
+    with pytest.raises(DataError, match=r"x.csv: the id at data row 2 holds a line break"):
+        csvfile.read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
