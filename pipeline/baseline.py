@@ -5,6 +5,7 @@ Writes  models/<name>-tfidf/fold<k>/oof.csv    the fold's validation rows with t
         models/<name>-tfidf/fold<k>/test.csv   that fold's model on the test table (id, toxic)
         models/<name>-tfidf/fold<k>/done.json  written last; fields as a trained fold's where they apply
         models/<name>-tfidf/cv.json, cv.png, oof.csv   the same report as `make train`
+        models/<name>-tfidf/pipeline.yaml      the config whose prepared tables it was fit on
 
 A yardstick for the transformer: the same training rows (other folds and fold -1) and the same
 validation rows, so the two OOF AUCs compare directly. Printed side by side with models/<name>/cv.json
@@ -25,38 +26,22 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from pipeline import config as config_mod
-from pipeline import layout
+from pipeline import fingerprint, layout
 from pipeline.errors import PipelineError, run_stage
-from pipeline.files import json_digest, read_json, write_csv, write_json
+from pipeline.files import file_record, read_json, write_csv, write_json
 from pipeline.inputs import tables
 from pipeline.scoring import metrics, report
 
-MODEL = "tfidf+lr"  # the `model` field of its done.json: what `make board` shows
-VECTORIZER = {"analyzer": "char_wb", "ngram_range": (2, 5), "min_df": 2, "sublinear_tf": True, "max_features": 400_000}
-CLASSIFIER = {"C": 4.0, "max_iter": 2000, "solver": "liblinear"}
+MODEL = fingerprint.TFIDF["model"]  # the `model` field of its done.json: what `make board` shows
 
 
 def fit_predict(train_text, train_y, predict_texts, seed: int) -> list[np.ndarray]:
     """Fit on the training texts; the probability of toxic for each of `predict_texts` (a list of text columns)."""
-    vectorizer = TfidfVectorizer(**VECTORIZER, dtype=np.float32)
+    vectorizer = TfidfVectorizer(**fingerprint.TFIDF["vectorizer"], dtype=np.float32)
     x_train = vectorizer.fit_transform(train_text)
-    model = LogisticRegression(**CLASSIFIER, random_state=seed)
+    model = LogisticRegression(**fingerprint.TFIDF["classifier"], random_state=seed)
     model.fit(x_train, train_y)
     return [model.predict_proba(vectorizer.transform(texts))[:, 1] for texts in predict_texts]
-
-
-def baseline_digest(meta: dict, seed: int) -> str:
-    """What a fold's result depends on: the prepared tables, the model's settings and the seed."""
-    return json_digest(
-        {
-            "model": MODEL,
-            "vectorizer": VECTORIZER,
-            "classifier": CLASSIFIER,
-            "seed": seed,
-            "table": meta.get("table_digest"),
-            "test": meta.get("test_digest"),
-        }
-    )
 
 
 def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path, digest: str, seed: int) -> dict:
@@ -76,6 +61,7 @@ def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path,
         "auc": metrics.auc(valid["toxic"], oof),
         "auc_per_lang": metrics.auc_by_lang(valid["toxic"], oof, valid["lang"]),
         "minutes": round((time.perf_counter() - start) / 60, 2),
+        "files": {name: file_record(fold_dir / name) for name in (layout.OOF, layout.TEST_PREDS)},
     }
     write_json(fold_dir / layout.DONE, result)  # last: its presence means the fold is complete
     return result
@@ -96,19 +82,22 @@ def compare(cfg, summary: dict) -> None:
 
 
 def run(cfg) -> dict:
-    table, test, meta = tables.load_table(cfg)
     base = replace(cfg, name=f"{cfg.name}-tfidf")
     exp = layout.experiment_dir(base)
+    layout.preflight(base, "baseline")
+    table, test, meta = tables.load_table(cfg)
     k = cfg.data.folds
     folds = list(cfg.train.folds) or list(range(k))
     bad = [f for f in folds if not 0 <= f < k]
     if bad:
         raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k})")
-    digest = baseline_digest(meta, cfg.train.seed)
+    digest = fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
+    exp.mkdir(parents=True, exist_ok=True)
+    config_mod.save(cfg, exp / layout.RUN_CONFIG)  # the prepared tables it was fit on: those of cfg.name
     for fold in folds:
         fold_dir = layout.fold_dir(base, fold)
         if layout.is_complete(fold_dir, digest, needs=(layout.OOF, layout.TEST_PREDS)):
-            auc = read_json(fold_dir / layout.DONE)["auc"]
+            auc = layout.read_done(fold_dir)["auc"]
             print(f"tfidf fold {fold}: complete with these settings (AUC {auc:.4f}); skipped")
             continue
         result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed)

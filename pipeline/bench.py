@@ -76,7 +76,7 @@ def run(cfg: Config, runner, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"{cfg.bench.model}.md", table)
     atomic_write_text(out / f"{cfg.bench.model}.json", json.dumps(summary, indent=1, default=str))
-    report.plot(summary, out / f"{cfg.bench.model}.png", f"{cfg.bench.model}, seq {cfg.bench.seq_len}")
+    report.plot_bench(summary, out / f"{cfg.bench.model}.png", f"{cfg.bench.model}, seq {cfg.bench.seq_len}")
     if cfg.bench.profile:
         atomic_write_text(out / f"{cfg.bench.model}.profile.md", report.format_profiles(summary))
     log("\n" + table)

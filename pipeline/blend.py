@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +39,9 @@ import pandas as pd
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.config import Config
+from pipeline.config import Config, check_name
 from pipeline.errors import PipelineError, run_stage
-from pipeline.files import atomic_dir, json_digest, read_json, write_csv, write_json
-from pipeline.inputs import competition
+from pipeline.files import atomic_dir, file_record, json_digest, write_csv, write_json
 from pipeline.scoring import metrics, report
 from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
 from pipeline.scoring.submission import check_submission, ensemble
@@ -72,13 +71,11 @@ def member_names(cfg: Config) -> list[str]:
     dup = [n for n in names if names.count(n) > 1]
     if dup:
         raise BlendError(f"blend.members names {dup[0]!r} twice")
-    if not 0 < cfg.blend.step <= 0.5:
-        raise BlendError(f"blend.step={cfg.blend.step:g}: the weight grid step must be in (0, 0.5], e.g. 0.05")
     return names
 
 
 def blend_name(cfg: Config, names: list[str]) -> str:
-    name = cfg.blend.name or "+".join(names)
+    name = check_name(cfg.blend.name or "+".join(names), "blend.name")  # the members' names are checked at load
     if name in names:
         raise BlendError(f"blend.name={name!r} is a member's name; choose another so the member is kept")
     return name
@@ -87,31 +84,21 @@ def blend_name(cfg: Config, names: list[str]) -> str:
 def check_replaceable(exp: Path) -> None:
     """The blend rewrites its whole folder: refuse a folder that holds an experiment, not an earlier blend."""
     if (exp / layout.RUN_CONFIG).exists() or any(
-        "members" not in read_json(d / layout.DONE) for d in layout.done_dirs(exp).values()
+        "members" not in (layout.read_done(d) or {}) for d in layout.done_dirs(exp).values()
     ):
         raise BlendError(f"{exp} holds an experiment, not a blend; choose another blend.name")
 
 
-def maker(name: str, done: dict) -> str:
-    """The command that writes a member's test predictions."""
-    if "members" in done:
-        return f'`make blend BLEND="{" ".join(done["members"])}"`'
-    if done.get("model") == "tfidf+lr":
-        return f"`make baseline CONFIG=...` (its experiment name plus -tfidf is {name!r})"
-    return f"`make predict CONFIG=...` with the config named {name!r}"
-
-
 def load_member(cfg: Config, name: str) -> Member:
+    """A member's folds through the same rule as predict's: every fold complete, intact and current for the
+    member's own inputs and settings, with its test predictions."""
     exp = layout.experiment_dir(cfg, name)
-    dirs = layout.done_dirs(exp)
-    if not dirs:
-        raise BlendError(f"blend member {name!r}: no completed folds in {exp}; train it first (`make train`)")
-    done = {k: read_json(d / layout.DONE) for k, d in dirs.items()}
-    tests = {}
-    for k, d in dirs.items():
-        if not (d / layout.TEST_PREDS).exists():
-            raise BlendError(f"blend member {name!r}: no test predictions in {d}/test.csv; run {maker(name, done[k])}")
-        tests[k] = pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    try:
+        dirs = layout.experiment_folds(cfg, name, needs=(layout.OOF, layout.TEST_PREDS))
+    except PipelineError as e:
+        raise BlendError(f"blend member {e}") from None
+    done = {k: layout.read_done(d) for k, d in dirs.items()}
+    tests = {k: pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for k, d in dirs.items()}
     read = [pd.read_csv(d / layout.OOF, dtype={"id": str, "lang": str}, keep_default_na=False) for d in dirs.values()]
     oof = pd.concat(read, ignore_index=True)
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
@@ -120,12 +107,18 @@ def load_member(cfg: Config, name: str) -> Member:
 
 
 def check_aligned(members: list[Member]) -> pd.Series:
-    """Every member has the same OOF rows in the same folds (the same folds table) and every fold the same
-    test ids; returns those test ids, in the first member's order."""
+    """Every member has the same OOF rows in the same folds with the same labels (the same folds table, made
+    from the same files) and every fold the same test ids; returns those test ids, in the first member's order."""
     ref = members[0]
     ids = next(iter(ref.tests.values()))["id"]
     for m in members:
         same = len(m.oof) == len(ref.oof) and (m.oof[["id", "fold"]].values == ref.oof[["id", "fold"]].values).all()
+        if same and not (m.oof["toxic"].to_numpy() == ref.oof["toxic"].to_numpy()).all():
+            raise BlendError(
+                f"blend member {m.name!r}: its OOF labels differ from {ref.name!r}'s on "
+                f"{int((m.oof['toxic'] != ref.oof['toxic']).sum())} rows (made from other validation files); "
+                "make both from the same data"
+            )
         if not same:
             raise BlendError(
                 f"blend member {m.name!r}: its OOF rows differ from {ref.name!r}'s "
@@ -193,8 +186,8 @@ def fit(members: list[Member], step: float) -> Fit:
     return Fit(oof, ranks, fit_weights(ranks, y, step), fold_weights)
 
 
-def sample_submission(cfg: Config) -> pd.DataFrame:
-    path = layout.raw_dir(cfg) / competition.SUBMISSION
+def read_sample_submission(cfg: Config) -> pd.DataFrame:
+    path = layout.raw_dir(cfg) / layout.SAMPLE_SUBMISSION
     if not path.exists():
         raise BlendError(f"{path} is missing: the blend's submission is checked against it (CONFIG, data.dir)")
     return pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
@@ -215,8 +208,8 @@ def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict, sub: p
         "members_minutes": round(sum(d.get("minutes", 0) for m in members for d in m.done.values()), 2),
     }
     raw = layout.raw_dir(cfg)
-    if (raw / competition.TEST_LABELS).exists():  # the same test score `make predict` gives an experiment
-        test = pd.read_csv(raw / competition.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
+    if (raw / layout.TEST_LABELS).exists():  # the same test score `make predict` gives an experiment
+        test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
         summary["test_auc"] = metrics.test_score(raw, test, sub)
     return summary
 
@@ -243,10 +236,11 @@ def run(cfg: Config) -> dict:
     names = member_names(cfg)
     name = blend_name(cfg, names)
     exp = layout.experiment_dir(cfg, name)
+    layout.preflight(cfg, "blend", name)
     check_replaceable(exp)
     members = [load_member(cfg, n) for n in names]
     ids = check_aligned(members)
-    sample = sample_submission(cfg)
+    sample = read_sample_submission(cfg)
     f = fit(members, cfg.blend.step)
     on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
     sub = check_submission(pd.DataFrame({"id": ids, "toxic": mix(on_test, f.weights)}), sample)
@@ -255,7 +249,7 @@ def run(cfg: Config) -> dict:
         summary = blend_summary(cfg, members, f, done, sub)
         write_csv(tmp / layout.OOF, f.oof)
         write_json(tmp / layout.CV_JSON, summary)
-        report.plot(f.oof, summary, tmp / layout.CV_PNG)
+        report.plot_cv(f.oof, summary, tmp / layout.CV_PNG)
     write_csv(layout.submission_path(cfg, name), sub)
     paths = f"{exp}/cv.json, cv.png, {layout.submission_path(cfg, name)}"
     print_report(name, members, f, summary, time.perf_counter() - start, paths)
@@ -273,6 +267,8 @@ def write_folds(
         folder = out / layout.fold_name(k)
         write_csv(folder / layout.OOF, rows)
         write_csv(folder / layout.TEST_PREDS, pd.DataFrame({"id": ids, "toxic": mix(on_test, w)}))
+        # what the fold was blended from: checked again whenever the blend is read (layout.experiment_folds)
+        member_digests = {m.name: m.done[k]["digest"] for m in members}
         done[k] = {
             "fold": k,
             "digest": digest(members, w, step),
@@ -282,16 +278,24 @@ def write_folds(
             "auc": metrics.auc(rows["toxic"], rows["pred"]),
             "auc_per_lang": metrics.auc_by_lang(rows["toxic"], rows["pred"], rows["lang"]),
             "minutes": round(sum(m.done[k].get("minutes", 0) for m in members), 2),
+            "member_digests": member_digests,
+            "files": {name: file_record(folder / name) for name in (layout.OOF, layout.TEST_PREDS)},
         }
         write_json(folder / layout.DONE, done[k])
     return done
 
 
+def with_members(cfg: Config, members: str) -> Config:
+    """cfg with blend.members from BLEND="a b c" (names apart by spaces or commas), when BLEND is given."""
+    names = tuple(n for n in members.replace(",", " ").split() if n)
+    return config_mod.validate(replace(cfg, blend=replace(cfg.blend, members=names))) if names else cfg
+
+
 def main(argv=None) -> int:
-    args = config_mod.parser("Blend experiments with rank-average weights fit on their OOF predictions.").parse_args(
-        argv
-    )
-    return run_stage(lambda: run(config_mod.from_args(args)))
+    p = config_mod.parser("Blend experiments with rank-average weights fit on their OOF predictions.")
+    p.add_argument("--members", default="", help='the experiments to blend, e.g. --members "a b" (make: BLEND)')
+    args = p.parse_args(argv)
+    return run_stage(lambda: run(with_members(config_mod.from_args(args), args.members)))
 
 
 if __name__ == "__main__":

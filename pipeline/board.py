@@ -19,28 +19,48 @@ import pandas as pd
 import yaml
 
 from pipeline import config as config_mod
-from pipeline import layout
+from pipeline import fingerprint, layout
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
-from pipeline.files import atomic_write_text, read_json
+from pipeline.files import atomic_write_text
 from pipeline.scoring import report
 
 
-def summary_of(exp: Path) -> dict | None:
-    """cv.json, or the same summary computed from the completed folds; None for a folder with neither.
+def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str]:
+    """(the folds that count, by number, a stage-1 model's included; why others that are there do not)."""
+    try:
+        use, left_out = layout.experiment_check(cfg, exp.name, needs=(layout.OOF,))
+    except PipelineError as e:  # its config or prepared data is gone or changed: nothing can be vouched for
+        return set(), str(e)
+    stale = layout.describe({f: why for f, why in left_out.items() if why not in ("not trained", "not made")})
+    counted = {layout.fold_index(d) for d in use}
+    stage1 = layout.done_dirs(exp).get(layout.STAGE1)
+    if stage1 is not None and not layout.fold_status(stage1):
+        counted.add(layout.STAGE1)  # a stage-1 model: no OOF to score, only complete
+    return counted, stale
 
-    Folds without OOF rows (a stage-1 run on the training-only rows, fold -1) count as done, without AUC."""
-    if (exp / layout.CV_JSON).exists():
-        return read_json(exp / layout.CV_JSON)
-    dirs = layout.done_dirs(exp)
-    if not dirs:
-        return None
-    done = {k: read_json(d / layout.DONE) for k, d in dirs.items()}
-    scored = [d for d in dirs.values() if (d / layout.OOF).exists()]
+
+def summary_of(exp: Path, counted: set[int]) -> dict:
+    """The CV summary of the folds that count, computed from their OOF files (never copied from a cv.json
+    that may describe other folds). cv.json adds the test score and a blend's weights only while it
+    describes these very folds. Folds without OOF rows (a stage-1 model, fold -1) count as done, without AUC."""
+    dirs = {k: d for k, d in layout.done_dirs(exp).items() if k in counted}
+    done = {k: layout.read_done(d) for k, d in dirs.items()}
+    scored = [dirs[k] for k in done if k >= 0]
     if not scored:
         return {"oof_auc": math.nan, "per_lang": {}, "folds": {}, "fold_details": done}
     oof = pd.concat([pd.read_csv(d / layout.OOF, dtype={"id": str}, keep_default_na=False) for d in scored])
-    return report.cv_summary(oof, done)
+    summary = report.cv_summary(oof, done)
+    saved = report.read_cv(exp / layout.CV_JSON)
+    details = saved.get("fold_details") if isinstance(saved.get("fold_details"), dict) else {}
+    if {str(k): d["digest"] for k, d in done.items()} == {k: (v or {}).get("digest") for k, v in details.items()}:
+        summary.update({key: saved[key] for key in ("blend",) if key in saved})  # the weights of these folds
+    test = saved.get("test_auc") if isinstance(saved.get("test_auc"), dict) else {}
+    names = test.get("folds") if isinstance(test.get("folds"), list) else []
+    used = [done.get(layout.fold_index(Path(str(n))), {}).get("digest") for n in names]
+    if names and test.get("digests") == used:  # predict's score of these very folds
+        summary["test_auc"] = test
+    return summary
 
 
 def folds_done(summary: dict, total) -> str:
@@ -51,7 +71,7 @@ def folds_done(summary: dict, total) -> str:
     return f"{sum(k >= 0 for k in done)}/{total}"
 
 
-def settings(exp: Path, summary: dict) -> dict:
+def display_settings(exp: Path, summary: dict) -> dict:
     """model, max_length, epochs, lr, effective batch and the number of folds the experiment has."""
     details = list(summary.get("fold_details", {}).values())
     first = details[0] if details else {}
@@ -59,7 +79,7 @@ def settings(exp: Path, summary: dict) -> dict:
         b = summary["blend"]
         members = " + ".join(f"{n} {b['weights'][n]:.2f}" for n in b["members"])
         return {"model": f"blend: {members}", "folds_total": len(summary["folds"])}
-    if (exp / layout.RUN_CONFIG).exists():
+    if (exp / layout.RUN_CONFIG).exists() and layout.experiment_kind(exp) != fingerprint.TFIDF["model"]:
         # read as plain YAML, not as a Config: an experiment from an older version still gets its row
         saved = yaml.safe_load((exp / layout.RUN_CONFIG).read_text()) or {}
         model, train = saved.get("model", {}), saved.get("train", {})
@@ -72,30 +92,42 @@ def settings(exp: Path, summary: dict) -> dict:
             "batch": batch,
             "folds_total": saved.get("data", {}).get("folds", len(summary["folds"])),
         }
-    # no resolved config beside it (the TF-IDF baseline): what its done.json says
-    return {"model": first.get("model", "?"), "epochs": first.get("epochs"), "folds_total": len(summary["folds"])}
+    # the TF-IDF baseline: what its done.json says
+    return {"model": fingerprint.TFIDF["model"], "epochs": first.get("epochs"), "folds_total": len(summary["folds"])}
 
 
-def rows(models: Path) -> list[dict]:
-    """One row per experiment or blend folder, best OOF AUC first (NaN last)."""
+def row(cfg: Config, exp: Path) -> dict | None:
+    """The board's row of one experiment or blend folder (numbers from the folds that count only); None for
+    a folder with no folds."""
+    if not layout.done_dirs(exp):
+        return None
+    counted, stale = counted_folds(cfg, exp)
+    summary = summary_of(exp, counted)
+    s = display_settings(exp, summary)
+    return {
+        "name": exp.name,
+        "oof": summary["oof_auc"],
+        "per_lang": summary["per_lang"],
+        "folds": folds_done(summary, s.pop("folds_total")),
+        "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
+        "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
+        "stale": stale,  # folds that are there but no longer count: left out of the numbers
+        **s,
+    }
+
+
+def rows(cfg: Config) -> list[dict]:
+    """One row per experiment or blend folder, best OOF AUC first (NaN last); a folder that cannot be read is
+    named on stderr and left out."""
     out = []
-    for exp in sorted(p for p in models.iterdir() if p.is_dir()):
-        summary = summary_of(exp)
-        if summary is None:
+    for exp in sorted(p for p in layout.models_root(cfg).iterdir() if p.is_dir()):
+        try:
+            found = row(cfg, exp)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as e:
+            print(f"board: skipped {exp}: cannot read it ({type(e).__name__}: {e})", file=sys.stderr)
             continue
-        s = settings(exp, summary)
-        minutes = sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values())
-        out.append(
-            {
-                "name": exp.name,
-                "oof": summary["oof_auc"],
-                "per_lang": summary["per_lang"],
-                "folds": folds_done(summary, s.pop("folds_total")),
-                "minutes": minutes,
-                "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
-                **s,
-            }
-        )
+        if found is not None:
+            out.append(found)
     return sorted(out, key=lambda r: -r["oof"] if not math.isnan(r["oof"]) else math.inf)
 
 
@@ -113,7 +145,7 @@ def board_table(board: list[dict]) -> str:
     body = []
     for r in board:
         values = [
-            r["name"],
+            r["name"] + (" (stale)" if r.get("stale") else ""),
             cell(r["oof"], ".4f"),
             *(cell(r["per_lang"].get(lg), ".4f") for lg in langs),
             r["folds"],
@@ -133,12 +165,20 @@ def board_table(board: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def stale_notes(board: list[dict]) -> str:
+    """Why each experiment marked stale is: its numbers describe folds that no longer match their inputs."""
+    return "\n".join(f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale"))
+
+
 def run(cfg: Config) -> str:
     models = layout.models_root(cfg)
-    board = rows(models) if models.is_dir() else []
+    layout.preflight(cfg, "board")
+    board = rows(cfg) if models.is_dir() else []
     if not board:
         raise PipelineError(f"nothing to list in {models}/: run `make train`, `make baseline` or `make blend` first")
     text = board_table(board)
+    notes = stale_notes(board)
+    text += f"\n\n{notes}" if notes else ""
     atomic_write_text(layout.board_path(cfg), f"# Board\n\nBest OOF AUC first.\n\n{text}\n")
     print(text)
     print(f"\nwrote {layout.board_path(cfg)}")

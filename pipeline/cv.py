@@ -20,6 +20,7 @@ from pipeline.scoring import report
 
 
 def run(cfg: Config) -> dict:
+    layout.preflight(cfg, "cv")
     summary = report.cv_report(cfg)
     print(report.fold_table(summary))
     print(f"wrote {layout.experiment_dir(cfg)}/cv.json, cv.png, oof.csv")

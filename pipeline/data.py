@@ -5,7 +5,7 @@ Writes  input/<raw>/*.csv                  raw files as the source gives them (s
         input/prepared/<name>/folds.csv    one row per comment: id, text, lang, toxic, source, fold (and
                                            pseudo_for with data.pseudo_from: see pipeline.inputs.pseudo)
         input/prepared/<name>/test.csv     id, text, lang
-        input/prepared/<name>/data.json    summary, provenance and the signature that makes reruns free
+        input/prepared/<name>/data.json    summary, provenance and what the tables were made from, by content
         input/prepared/<name>/config.yaml  the resolved config
         input/prepared/<name>/tokenizer/   the tiny model's tokenizer; tokens.json: the cache it uses
         input/cache/<key>/                 token ids (see pipeline.inputs.tokens); caches no table uses are removed
@@ -27,7 +27,7 @@ from pipeline import layout
 from pipeline.config import Config
 from pipeline.errors import DataError, run_stage
 from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, write_csv, write_json
-from pipeline.inputs import competition, pseudo, sample, tables, tokens
+from pipeline.inputs import sample, tables, tokens
 
 # ---------------------------------------------------------------- acquire
 
@@ -43,7 +43,7 @@ def acquire(cfg: Config, api=None) -> Path:
         from pipeline.kaggle import client
 
         api = api or client.get_api()
-        needed = competition.needed_files(cfg)
+        needed = layout.needed_files(cfg)
         if not all((raw / f).exists() for f in needed):
             # one file at a time, only those this config reads: the archive also holds large unused copies
             client.download_competition(d.competition, raw, api=api, files=needed)
@@ -53,23 +53,22 @@ def acquire(cfg: Config, api=None) -> Path:
                 client.download_dataset(ref, dest, api=api)
     elif not raw.is_dir():
         raise DataError(f"{raw}: no such folder (data.dir)")
-    required = competition.REQUIRED
+    required = layout.REQUIRED
     missing = [f for f in required if not (raw / f).is_file()]
     if missing:
         raise DataError(f"{raw / missing[0]}: missing file (the folder needs {', '.join(required)})")
     return raw
 
 
-def signature(cfg: Config, raw: Path) -> dict:
-    """What the table depends on: the data settings and each raw file's size and modification time."""
-    files = sorted(p for p in raw.iterdir() if p.suffix == ".csv")
-    # a pattern's matches are listed: a new file that matches it rebuilds the table
-    files += [p for p, _ in competition.extra_files(cfg, raw) if p.parent.resolve() != raw.resolve()]
-    return {
-        "data": cfg.to_dict()["data"],
-        "files": {str(p.resolve()): [p.stat().st_size, p.stat().st_mtime_ns] for p in files},
-        "pseudo": pseudo.signature(cfg),  # a retrained teacher relabels the test rows
-    }
+def up_to_date(cfg: Config) -> bool:
+    """The prepared tables were made from these inputs, as they are now, by content (layout.current_meta)."""
+    if not (layout.prepared_dir(cfg) / layout.DATA_JSON).exists():
+        return False
+    try:
+        layout.current_meta(cfg)
+    except DataError:
+        return False
+    return True
 
 
 def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
@@ -81,16 +80,13 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
     """
     raw = acquire(cfg, api=api)
     out = layout.prepared_dir(cfg)
-    sig = signature(cfg, raw)
-    meta_path = out / layout.DATA_JSON
-    if meta_path.exists() and (out / layout.TABLE).exists():
-        meta = read_json(meta_path)
-        if meta.get("signature") == sig and file_digest(out / layout.TABLE) == meta.get("table_digest"):
-            log(f"data: {out}/folds.csv is up to date")
-            if finish is not None:
-                table, test, meta = tables.load_table(cfg)
-                finish(out, table, test, meta)
+    if up_to_date(cfg):
+        log(f"data: {out}/folds.csv is up to date")
+        if finish is not None:
+            table, test, meta = tables.load_table(cfg)
+            finish(out, table, test, meta)
             return meta
+        return layout.current_meta(cfg)
     log(f"data: building the tables from {raw}")
     table, test = tables.build_tables(cfg, raw)
     # the frames in memory (text plus per-value overhead) bound the CSVs they become
@@ -104,10 +100,10 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
         write_csv(tmp / layout.TEST_TABLE, test)
         meta = {
             "raw": str(raw.resolve()),
-            "signature": sig,
+            "signature": layout.input_signature(cfg, raw),
             "table_digest": file_digest(tmp / layout.TABLE),
             "test_digest": file_digest(tmp / layout.TEST_TABLE),
-            "summary": tables.summarize(table, test),
+            "summary": tables.table_summary(table, test),
         }
         write_json(tmp / layout.DATA_JSON, meta)
         config_mod.save(cfg, tmp / layout.PREPARED_CONFIG)

@@ -118,12 +118,25 @@ def write_csv(path: Path | str, frame) -> None:
         )
 
 
-def file_digest(path: Path | str, chunk: int = 1 << 20) -> str:
+def file_digest(path: Path | str) -> str:
+    """sha256 of a file's bytes; read once per process while the file stays as it was."""
+    st = os.stat(path)
+    # the change time moves with any write, also one whose size and modification time were put back
+    return _file_digest(str(Path(path).resolve()), (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+
+
+@lru_cache(maxsize=256)
+def _file_digest(path: str, stamp: tuple) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(chunk):
+        while block := f.read(1 << 20):
             h.update(block)
     return h.hexdigest()
+
+
+def file_record(path: Path | str) -> dict:
+    """What done.json records of a file it vouches for: its size and sha256."""
+    return {"bytes": os.stat(path).st_size, "sha256": file_digest(path)}
 
 
 def json_digest(obj) -> str:
@@ -131,19 +144,11 @@ def json_digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@lru_cache(maxsize=32)
-def _tree_digest(folder: str, stamp: tuple) -> str:
-    root = Path(folder)
-    return json_digest({name: file_digest(root / name) for name, _ in stamp})
-
-
 def tree_digest(folder: Path | str, skip: tuple[str, ...] = ()) -> str:
     """The content of every file under `folder` (relative names and bytes), whatever the folder is called."""
     root = Path(folder)
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name not in skip and not p.name.startswith("."))
-    # keyed on names, sizes and times too, so a large weights folder is read once per process
-    stamp = tuple((str(p.relative_to(root)), (p.stat().st_size, p.stat().st_mtime_ns)) for p in files)
-    return _tree_digest(str(root.resolve()), stamp)
+    return json_digest({str(p.relative_to(root)): file_digest(p) for p in files})
 
 
 def check_free_space(folder: Path | str, need_bytes: int, what: str) -> None:

@@ -57,6 +57,20 @@ def fold_fingerprint(cfg: Config, table_digest: str, model: dict) -> str:
     return json_digest({"table": table_digest, "model": model, "settings": settings(cfg)})
 
 
+# the TF-IDF baseline (`make baseline`): character n-grams and logistic regression, its whole setting
+TFIDF = {
+    "model": "tfidf+lr",  # the `model` field of its done.json: what `make board` shows
+    "vectorizer": {"analyzer": "char_wb", "ngram_range": (2, 5), "min_df": 2, "sublinear_tf": True,
+                   "max_features": 400_000},
+    "classifier": {"C": 4.0, "max_iter": 2000, "solver": "liblinear"},
+}  # fmt: skip
+
+
+def tfidf_fingerprint(table_digest: str, test_digest: str, seed: int) -> str:
+    """What a baseline fold's result depends on: the prepared tables, the model's settings and the seed."""
+    return json_digest({**TFIDF, "seed": seed, "table": table_digest, "test": test_digest})
+
+
 def test_cache_key(weights_digest: str, test_digest: str, cfg: Config, precision: str) -> dict:
     """What a fold's cached test predictions depend on."""
     return {"weights": weights_digest, "test": test_digest, "max_length": cfg.model.max_length, "precision": precision}

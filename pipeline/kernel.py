@@ -20,10 +20,12 @@ What runs inside the notebook is pipeline/notebook.py.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from pipeline import config as config_mod
 from pipeline.config import Config
 from pipeline.errors import run_stage
+from pipeline.files import check_writable_dir
 from pipeline.kaggle import disk as kaggle_disk
 from pipeline.kaggle.bundle import write_bundle, write_kernel
 from pipeline.kaggle.output import fetch_output, folders, kernel_status
@@ -112,6 +114,7 @@ def main(argv=None) -> int:
 
     def stage() -> None:
         cfg = config_mod.from_args(args)
+        check_writable_dir(Path(cfg.kaggle.dir), "the kernel folder (kaggle.dir)")
         if args.output:
             fetch_output(cfg)
         elif args.status:

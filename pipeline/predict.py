@@ -25,12 +25,17 @@ from pipeline import config as config_mod
 from pipeline import fingerprint, layout
 from pipeline.config import Config
 from pipeline.core import distributed, loop, modeling, precision, trim
-from pipeline.errors import run_stage
-from pipeline.files import file_digest, read_json, write_csv, write_json
-from pipeline.inputs import competition, tables, tokens
+from pipeline.errors import PipelineError, run_stage
+from pipeline.files import file_digest, file_record, read_json, write_csv, write_json
+from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
+from pipeline.scoring import report
 from pipeline.scoring.metrics import test_score
 from pipeline.scoring.submission import align, check_submission, ensemble
+
+
+class PredictError(PipelineError):
+    pass
 
 
 def fold_test_preds(
@@ -39,9 +44,11 @@ def fold_test_preds(
     """A fold's test predictions, cached in fold<k>/test.csv, keyed on what they depend on (test.json)."""
     out, stamp = fold_dir / layout.TEST_PREDS, fold_dir / layout.TEST_KEY
     prec = precision.resolve_precision(cfg.train.precision, device)
-    key = fingerprint.test_cache_key(file_digest(fold_dir / layout.WEIGHTS), meta["test_digest"], cfg, prec)
-    if out.exists() and stamp.exists() and read_json(stamp) == key:
-        return pd.read_csv(out, dtype={"id": str}, keep_default_na=False)
+    weights = checked_weights(fold_dir)
+    key = fingerprint.test_cache_key(weights, meta["test_digest"], cfg, prec)
+    found = cached(fold_dir, key)
+    if found is not None:
+        return found
     tokenizer = load_tokenizer(fold_dir)
     model = modeling.build_model(cfg, tokenizer, source=fold_dir).to(device)
     vmap = trim.load_map(fold_dir, model)
@@ -61,8 +68,33 @@ def fold_test_preds(
     frame = pd.DataFrame({"id": test["id"], "toxic": p})
     stamp.unlink(missing_ok=True)  # the key is written after the predictions it describes
     write_csv(out, frame)
-    write_json(stamp, key)
+    write_json(stamp, {"key": key, "file": file_record(out)})
     return frame
+
+
+def cached(fold_dir: Path, key: dict) -> pd.DataFrame | None:
+    """The fold's cached test predictions, where test.json records them for this key and they are intact."""
+    try:
+        stamp = read_json(fold_dir / layout.TEST_KEY)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stamp, dict) or stamp.get("key") != key:
+        return None
+    if layout.file_problem(fold_dir, layout.TEST_PREDS, stamp.get("file") or {}):  # {}: no record, no trust
+        return None
+    return pd.read_csv(fold_dir / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+
+
+def checked_weights(fold_dir: Path) -> str:
+    """The sha256 of a fold's weights, checked against the one its done.json records."""
+    digest = file_digest(fold_dir / layout.WEIGHTS)
+    recorded = ((layout.read_done(fold_dir) or {}).get("files") or {}).get(layout.WEIGHTS)
+    if recorded is not None and recorded.get("sha256") != digest:
+        raise PredictError(
+            f"{fold_dir / layout.WEIGHTS}: differs from the weights its done.json records (damaged?); "
+            "retrain the fold with `make train`"
+        )
+    return digest
 
 
 def record_test_score(cfg: Config, dirs: list[Path], score: dict) -> None:
@@ -70,7 +102,7 @@ def record_test_score(cfg: Config, dirs: list[Path], score: dict) -> None:
     per = " ".join(f"{k} {v:.4f}" for k, v in score["per_lang"].items())
     print(f"test AUC {score['auc']:.4f} ({per}) on {score['rows']:,} labelled rows")
     path = layout.experiment_dir(cfg) / layout.CV_JSON
-    cv = read_json(path) if path.exists() else {}
+    cv = report.read_cv(path)  # a damaged cv.json is rewritten by the next `make cv`
     cv["test_auc"] = {**score, "folds": [d.name for d in dirs], "digests": layout.fold_digests(dirs)}
     write_json(path, cv)
 
@@ -80,13 +112,13 @@ def run(cfg: Config) -> Path:
     layout.hold_experiment_lock(cfg, "predict")  # a second run on this experiment stops at once
     _, test, meta = tables.load_table(cfg)
     digest = layout.current_fingerprint(cfg, meta)
-    dirs = layout.usable_folds(cfg, digest, what="predict")
-    splits, _ = tokens.load(cfg, meta)
+    dirs = layout.usable_folds(cfg, digest, what="predict", needs=(layout.WEIGHTS, layout.ALL))
+    splits, _ = tokens.load_cache(cfg, meta)
     device = distributed.pick_device(cfg.train.device)
     frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
     preds = ensemble(align(frames), cfg.predict.ensemble)
     raw = Path(meta["raw"])
-    sample = pd.read_csv(raw / competition.SUBMISSION, dtype={"id": str}, keep_default_na=False)
+    sample = pd.read_csv(raw / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
     sub = check_submission(pd.DataFrame({"id": frames[0]["id"], "toxic": preds}), sample)
     mine, common = layout.submission_path(cfg), layout.submission_csv(cfg)
     write_csv(mine, sub)

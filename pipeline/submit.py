@@ -29,7 +29,6 @@ from pipeline import layout
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text, read_json
-from pipeline.inputs import competition
 from pipeline.scoring.submission import check_submission
 
 
@@ -42,8 +41,11 @@ def submission_file(cfg: Config) -> Path:
 
 
 def oof_auc(exp: Path) -> float | None:
-    path = exp / layout.CV_JSON
-    return float(read_json(path)["oof_auc"]) if path.is_file() else None
+    """The experiment's OOF AUC from its cv.json; None when there is none (or it cannot be read)."""
+    try:
+        return float(read_json(exp / layout.CV_JSON)["oof_auc"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def git_commit() -> str:
@@ -81,9 +83,9 @@ def check_file(path: Path, sample: Path | None) -> pd.DataFrame:
     return sub
 
 
-def sample_submission(cfg: Config) -> Path | None:
+def sample_submission_path(cfg: Config) -> Path | None:
     try:
-        return layout.raw_dir(cfg) / competition.SUBMISSION
+        return layout.raw_dir(cfg) / layout.SAMPLE_SUBMISSION
     except PipelineError:
         return None
 
@@ -111,7 +113,7 @@ def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
     from pipeline.kaggle import client
 
     path = submission_file(cfg)
-    check_file(path, sample_submission(cfg))
+    check_file(path, sample_submission_path(cfg))
     exp = layout.experiment_dir(cfg)
     text = message(cfg.name, oof_auc(exp), git_commit())
     api = client.get_api() if api is None else api
@@ -145,14 +147,29 @@ def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
 
 
 def recorded(models_dir: Path) -> list[dict]:
-    """Every recorded submission of every experiment, with the experiment's OOF AUC, oldest first."""
+    """Every recorded submission of every experiment, with the experiment's OOF AUC, oldest first; a line
+    that cannot be read is named on stderr and left out."""
     rows = []
     for path in sorted(Path(models_dir).glob(f"*/{layout.SUBMIT_RECORD}")):
         auc = oof_auc(path.parent)
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rows.append({"experiment": path.parent.name, "oof_auc": auc, **json.loads(line)})
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            entry = parse_entry(line)
+            if entry is None and line.strip():
+                print(f"submissions: {path}:{number} is not a submission record; left out", file=sys.stderr)
+            elif entry is not None:
+                rows.append({"experiment": path.parent.name, "oof_auc": auc, **entry})
     return sorted(rows, key=lambda r: r["time"])
+
+
+def parse_entry(line: str) -> dict | None:
+    """One line of submissions.jsonl as `record` wrote it, or None."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("time", "status")):
+        return None
+    return {"public": "", "private": "", **{k: "" if v is None else v for k, v in entry.items()}}
 
 
 def submissions_table(rows: list[dict]) -> str:

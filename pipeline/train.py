@@ -29,7 +29,6 @@ from pipeline.core import distributed, trim
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import StopFlag
 from pipeline.errors import PipelineError, run_stage
-from pipeline.files import read_json
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.scoring import report
@@ -64,7 +63,7 @@ def run(cfg: Config) -> dict | None:
 def load_inputs(cfg: Config, d: distributed.Dist):
     """(table, the training table's token ids, tokenizer, kept vocabulary ids or None, data.json)."""
     table, _, meta = tables.load_table(cfg)
-    splits, _ = tokens.load(cfg, meta)
+    splits, _ = tokens.load_cache(cfg, meta)
     tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
     keep = None
     if cfg.model.trim_vocab:
@@ -96,8 +95,9 @@ def folds_to_train(cfg: Config, folds: list[int], digest: str, d: distributed.Di
         for fold in sorted(set(folds) - set(todo)):
             folder = layout.fold_dir(cfg, fold)
             (folder / layout.RESUME).unlink(missing_ok=True)  # killed after done.json
-            print(f"fold {fold}: complete with these settings (AUC {read_json(folder / layout.DONE)['auc']:.4f}); "
-                  "skipped")  # fmt: skip
+            auc = layout.read_done(folder).get("auc")
+            how = "a stage-1 model" if auc is None else f"AUC {auc:.4f}"  # a stage-1 model has no validation rows
+            print(f"fold {fold}: complete with these settings ({how}); skipped")
     return todo
 
 

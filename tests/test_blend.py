@@ -3,6 +3,8 @@ an experiment. The weights themselves (pipeline.scoring.blending) are tested in 
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -10,52 +12,40 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import baseline, blend, config, data, layout
+from pipeline import baseline, blend, data, layout
 from pipeline.blend import BlendError
+from pipeline.config import ConfigError
 from pipeline.files import read_json
-from pipeline.inputs import competition, tables
+from pipeline.inputs import tables
 from pipeline.scoring import blending, metrics
 from pipeline.scoring.submission import ensemble
-from tests.helpers import SCALE, make_cfg
-from tests.helpers.experiments import ids_of_test, sample_submission, validation, write_experiment
+from tests.helpers import SCALE, digests, make_cfg
+from tests.helpers.experiments import Competition, ids_of_test
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cfg_for(tmp_path: Path, *overrides: str) -> config.Config:
-    """A blend config whose models/, submissions/ and sample_submission.csv live under tmp_path."""
-    sample_submission(tmp_path / "raw")
-    return config.load(
-        "sample",
-        [
-            f"models_dir={tmp_path / 'models'}",
-            f"submissions_dir={tmp_path / 'subs'}",
-            "data.source=dir",
-            f"data.dir={tmp_path / 'raw'}",
-            *overrides,
-        ],
-    )
-
-
-def two_members(tmp_path: Path, n: int = 600) -> tuple[pd.DataFrame, dict]:
-    """Members a and b: the label plus independent noise each (so their blend beats both), 90 test rows."""
-    rows = validation(n)
-    y = rows["toxic"].to_numpy()
+def two_members(tmp_path: Path, n: int = 600) -> tuple[Competition, dict]:
+    """Members a and b on one competition: the label plus independent noise each (so their blend beats both),
+    90 test rows."""
+    comp = Competition(tmp_path, n)
+    y = comp.rows["toxic"].to_numpy()
     rng = np.random.default_rng(3)
     preds, tests = {}, {}
     for name in ("a", "b"):
         preds[name] = 1 / (1 + np.exp(-(2 * y - 1 + rng.normal(0, 1.3, n))))
         tests[name] = {k: rng.random(90) for k in range(5)}
-        write_experiment(tmp_path / "models", name, rows, preds[name], tests[name])
-    return rows, {"pred": preds, "test": tests}
+        comp.experiment(name, preds[name], tests[name])
+    return comp, {"pred": preds, "test": tests}
 
 
 # ---------------------------------------------------------------- the stage
 
 
 def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    rows, made = two_members(tmp_path)
-    cfg = cfg_for(tmp_path, "blend.members=[a,b]")
+    comp, made = two_members(tmp_path)
+    rows = comp.rows
+    cfg = comp.config("blend.members=[a,b]")
     labels = pd.DataFrame({"id": ids_of_test(), "toxic": np.arange(90) % 3 - 1})  # -1: not scored
     labels.to_csv(tmp_path / "raw" / "test_labels.csv", index=False)
     summary = blend.run(cfg)
@@ -75,7 +65,8 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert set(cv["per_lang"]) == {"es", "it", "tr"} and cv["rows"] == len(rows)
     assert cv["blend"]["members"] == ["a", "b"]
     assert sum(cv["blend"]["weights"].values()) == pytest.approx(1.0)
-    assert cv["blend"]["member_digests"]["a"]["0"] == "a-digest"
+    a0 = read_json(tmp_path / "models" / "a" / "fold0" / "done.json")
+    assert cv["blend"]["member_digests"]["a"]["0"] == a0["digest"]
     assert (exp / "cv.png").stat().st_size > 0
 
     # per fold: the blended OOF rows, the fold-k weights on the members' fold-k test predictions, done.json
@@ -102,54 +93,102 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
 
 
 def test_blend_name_and_refusals(tmp_path: Path) -> None:
-    rows, _ = two_members(tmp_path)
-    blend.run(cfg_for(tmp_path, "blend.members=[a,b]", "blend.name=mine"))
+    comp, _ = two_members(tmp_path)
+    rng = np.random.default_rng(0)
+    blend.run(comp.config("blend.members=[a,b]", "blend.name=mine"))
     assert (tmp_path / "models" / "mine" / "cv.json").exists() and (tmp_path / "subs" / "mine.csv").exists()
 
     with pytest.raises(BlendError, match="two or more"):
-        blend.run(cfg_for(tmp_path, "blend.members=[a]"))
-    with pytest.raises(BlendError, match="blend.step=0"):
-        blend.run(cfg_for(tmp_path, "blend.members=[a,b]", "blend.step=0"))
+        blend.run(comp.config("blend.members=[a]"))
+    with pytest.raises(ConfigError, match=r"blend.step=0.0 is out of range"):
+        comp.config("blend.members=[a,b]", "blend.step=0")
     with pytest.raises(BlendError, match="member's name"):
-        blend.run(cfg_for(tmp_path, "blend.members=[a,b]", "blend.name=a"))
-    write_experiment(tmp_path / "models", "other", rows, rows["toxic"].to_numpy(), None)
+        blend.run(comp.config("blend.members=[a,b]", "blend.name=a"))
+    comp.experiment("other", comp.rows["toxic"].to_numpy(), None)
     with pytest.raises(BlendError, match="holds an experiment"):  # its folder would be replaced
-        blend.run(cfg_for(tmp_path, "blend.members=[a,b]", "blend.name=other"))
+        blend.run(comp.config("blend.members=[a,b]", "blend.name=other"))
     assert (tmp_path / "models" / "other" / "fold0" / "oof.csv").exists()
-    with pytest.raises(BlendError, match="'nope'.*make train"):
-        blend.run(cfg_for(tmp_path, "blend.members=[a,nope]"))
+    with pytest.raises(BlendError, match="blend member nope: no experiment in"):
+        blend.run(comp.config("blend.members=[a,nope]"))
 
-    # a member whose folds cover other rows (another folds table, or folds missing)
-    short = rows[rows["fold"] != 4]
-    write_experiment(tmp_path / "models", "c", short, np.random.default_rng(0).random(len(short)), None)
-    for k in range(4):
-        (tmp_path / "models" / "c" / f"fold{k}" / "test.csv").write_text("id,toxic\n")
-    with pytest.raises(BlendError, match="'c'.*OOF rows differ"):
-        blend.run(cfg_for(tmp_path, "blend.members=[a,c]"))
+    # a member with a fold missing: the command that makes it
+    tests = {k: rng.random(90) for k in range(5)}
+    comp.experiment("c", rng.random(len(comp.rows)), tests, folds=(0, 1, 2, 3))
+    with pytest.raises(BlendError, match=r"blend member c: fold4: not trained; make it again with `make train"):
+        blend.run(comp.config("blend.members=[a,c]"))
+    # a member without test predictions
+    comp.experiment("d", rng.random(len(comp.rows)), None)
+    with pytest.raises(BlendError, match=r"blend member d: fold0, .*: no test predictions \(run `make predict`\)"):
+        blend.run(comp.config("blend.members=[a,d]"))
+    comp.experiment("e", rng.random(len(comp.rows)), None, kind="tfidf+lr")
+    with pytest.raises(BlendError, match=r"blend member e: .*make it again with `make baseline`"):
+        blend.run(comp.config("blend.members=[e,a]"))
 
-    # a member without test predictions: the command that makes them
-    write_experiment(tmp_path / "models", "d", rows, np.random.default_rng(0).random(len(rows)), None)
-    with pytest.raises(BlendError, match=r"'d'.*test\.csv.*make predict"):
-        blend.run(cfg_for(tmp_path, "blend.members=[a,d]"))
-    write_experiment(tmp_path / "models", "e", rows, np.random.default_rng(0).random(len(rows)), None, model="tfidf+lr")
-    with pytest.raises(BlendError, match=r"'e'.*make baseline"):
-        blend.run(cfg_for(tmp_path, "blend.members=[e,a]"))
+
+def test_blend_uses_members_through_predicts_rule(tmp_path: Path) -> None:
+    """A member counts only as predict would count it: complete, current folds of one setting, intact files."""
+    comp, _ = two_members(tmp_path)
+    cfg = comp.config("blend.members=[a,b]")
+    blend.run(cfg)
+    # fold 1 of b trained with another learning rate than the rest of b: b mixes settings
+    rng = np.random.default_rng(1)
+    comp.experiment("b", rng.random(len(comp.rows)), {k: rng.random(90) for k in range(5)}, folds=(1,),
+                    overrides=("train.lr=5e-4",))  # fmt: skip
+    with pytest.raises(BlendError, match=r"blend member b: fold0, fold2, fold3, fold4: trained on other data"):
+        blend.run(cfg)
+    comp.experiment("b", rng.random(len(comp.rows)), {k: rng.random(90) for k in range(5)})
+    blend.run(cfg)
+
+    # a member's OOF cut short, or its test predictions edited: refused, not blended
+    oof = tmp_path / "models" / "a" / "fold2" / "oof.csv"
+    oof.write_text("".join(oof.read_text().splitlines(keepends=True)[:20]))
+    with pytest.raises(BlendError, match=r"blend member a: fold2: oof.csv has .* bytes, done.json records"):
+        blend.run(cfg)
+    comp.experiment("a", rng.random(len(comp.rows)), {k: rng.random(90) for k in range(5)})
+    test = tmp_path / "models" / "a" / "fold3" / "test.csv"
+    test.write_text(test.read_text().replace("0.", "0.9", 1))
+    with pytest.raises(BlendError, match=r"blend member a: fold3: test.csv has .* bytes"):
+        blend.run(cfg)
+
+    # the competition's labels changed since the members were made: their tables are stale, say `make data`
+    comp.experiment("a", rng.random(len(comp.rows)), {k: rng.random(90) for k in range(5)})
+    valid = comp.raw / layout.VALID
+    stat = valid.stat()
+    valid.write_text(valid.read_text().replace(",0\n", ",9\n").replace(",1\n", ",0\n").replace(",9\n", ",1\n"))
+    os.utime(valid, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same size and time: only the content changed
+    assert valid.stat().st_size == stat.st_size
+    with pytest.raises(BlendError, match=r"blend member a: .*validation.csv changed\); rerun `make data`"):
+        blend.run(cfg)
+
+
+def test_blend_names_never_reach_outside_models(tmp_path: Path) -> None:
+    comp, _ = two_members(tmp_path)
+    before = digests(tmp_path / "models")
+    names = [".", "..", "../victim", "/abs", "a/b", ".hidden", "x" * 300]
+    for key, value in [("blend.name", n) for n in names] + [("blend.members", "[a,../models/b]")]:
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)}="):
+            blend.run(comp.config("blend.members=[a,b]", f"{key}={value}"))
+    assert digests(tmp_path / "models") == before
 
 
 def test_main_reports_a_refusal_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    two_members(tmp_path)
-    sample_submission(tmp_path / "raw")
-    args = [f"models_dir={tmp_path / 'models'}", "data.source=dir", f"data.dir={tmp_path / 'raw'}"]
+    comp, _ = two_members(tmp_path)
+    args = [f"input_dir={comp.cfg.input_dir}", f"models_dir={tmp_path / 'models'}", "data.source=dir",
+            f"data.dir={tmp_path / 'raw'}", "data.extra_files=[]"]  # fmt: skip
     assert blend.main([*args, "blend.members=a,missing"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: blend member 'missing'") and err.count("\n") == 1
+    assert err.startswith("error: blend member missing: no experiment") and err.count("\n") == 1
 
 
-def test_make_blend_passes_the_members() -> None:
-    out = subprocess.run(
-        ["make", "-n", "blend", "BLEND= exp1  exp2 ", "ARGS=blend.step=0.1"], cwd=ROOT, capture_output=True, text=True
-    ).stdout
-    assert "-m pipeline.blend --config sample blend.members=exp1,exp2 blend.step=0.1" in out
+def test_make_blend_passes_the_members(tmp_path: Path) -> None:
+    """BLEND reaches the stage as one word, which the stage splits: the shell never runs what it holds."""
+    comp, _ = two_members(tmp_path)
+    args = f"input_dir={comp.cfg.input_dir} models_dir={tmp_path / 'models'} submissions_dir={tmp_path / 'subs'} "
+    args += f"data.source=dir data.dir={tmp_path / 'raw'} data.extra_files=[] blend.step=0.1"
+    out = subprocess.run(["make", "blend", "BLEND= a  b ", f"ARGS={args}"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert read_json(tmp_path / "models" / "a+b" / "cv.json")["blend"]["step"] == 0.1
+    assert (tmp_path / "subs" / "a+b.csv").exists()
 
 
 def test_blend_of_two_baselines_on_the_sample(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -165,7 +204,7 @@ def test_blend_of_two_baselines_on_the_sample(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "wide-tfidf" in out and "narrow-tfidf" in out and "blend, nested (honest)" in out
     sub = pd.read_csv(tmp_path / "subs" / "wide-tfidf+narrow-tfidf.csv", dtype={"id": str}, keep_default_na=False)
-    sample = pd.read_csv(layout.raw_dir(cfg) / competition.SUBMISSION, dtype={"id": str}, keep_default_na=False)
+    sample = pd.read_csv(layout.raw_dir(cfg) / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
     assert list(sub["id"]) == list(sample["id"]) and sub["toxic"].between(0, 1).all()
     cv = read_json(tmp_path / "models" / "wide-tfidf+narrow-tfidf" / "cv.json")
     assert cv["rows"] == len(tables.load_table(cfg)[0].query("fold >= 0"))

@@ -11,7 +11,12 @@ from pipeline import blend, board, config
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
 from pipeline.scoring import report
-from tests.helpers.experiments import sample_submission, validation, write_experiment
+from tests.helpers.experiments import Competition
+
+
+def board_config(models: Path) -> config.Config:
+    """The board of `models`, whose experiments' inputs are beside it (tests' Competition layout)."""
+    return config.load("sample", [f"models_dir={models}", f"input_dir={models.parent / 'input'}"])
 
 
 def noisy(y: np.ndarray, scale: float, seed: int) -> np.ndarray:
@@ -19,29 +24,25 @@ def noisy(y: np.ndarray, scale: float, seed: int) -> np.ndarray:
 
 
 def make_models(tmp_path: Path) -> Path:
-    """A trained experiment (pipeline.yaml, 2 of 5 folds, a test AUC), a TF-IDF baseline, a blend of the
-    two, one experiment with folds but no cv.json yet, a stage-1 run (fold -1 alone, no OOF) and a folder
+    """A trained experiment (its own settings, every fold, a test AUC), a TF-IDF baseline, a blend of the two,
+    one experiment with 2 of 5 folds and no cv.json yet, a stage-1 run (fold -1 alone, no OOF) and a folder
     that is no experiment."""
-    models = tmp_path / "models"
-    rows = validation(600)
-    y = rows["toxic"].to_numpy()
+    comp = Competition(tmp_path, 600)
+    models, y = comp.models, comp.rows["toxic"].to_numpy()
     tests = {k: np.random.default_rng(k).random(90) for k in range(5)}
-    xlmr = write_experiment(models, "xlmr", rows, noisy(y, 1.0, 1), tests, effective_batch=64)
-    cfg = config.load("sample", ["name=xlmr", "model.max_length=256", "train.epochs=3", "train.lr=2e-5"])
-    config.save(cfg, xlmr / "pipeline.yaml")
-    tfidf = write_experiment(models, "xlmr-tfidf", rows, noisy(y, 0.7, 2), tests, model="tfidf+lr")
-    for exp in (xlmr, tfidf):
-        report.cv_report(config.load("sample", [f"models_dir={models}", f"name={exp.name}"]), f"{exp.name}-digest")
+    settings = ("model.max_length=256", "train.epochs=3", "train.lr=2e-5")
+    xlmr = comp.experiment("xlmr", noisy(y, 1.0, 1), tests, overrides=settings, effective_batch=64)
+    tfidf = comp.experiment("xlmr-tfidf", noisy(y, 0.7, 2), tests, kind="tfidf+lr")
+    report.cv_report(comp.config("name=xlmr", *settings))
+    report.cv_report(comp.config("name=xlmr-tfidf"), read_json(tfidf / "fold0" / "done.json")["digest"])
     cv = read_json(xlmr / "cv.json")
-    write_json(xlmr / "cv.json", {**cv, "test_auc": {"auc": 0.8765, "per_lang": {}, "rows": 90}})
-    sample_submission(tmp_path / "raw")
-    overrides = [f"models_dir={models}", f"submissions_dir={tmp_path / 'subs'}", "data.source=dir"]
-    blend.run(config.load("sample", [*overrides, f"data.dir={tmp_path / 'raw'}", "blend.members=[xlmr,xlmr-tfidf]"]))
-    partial = rows[rows["fold"] < 2]
-    write_experiment(models, "partial", partial, noisy(partial["toxic"].to_numpy(), 3.0, 3), None)
-    config.save(config.load("sample", ["name=partial"]), models / "partial" / "pipeline.yaml")
-    write_json(models / "stage1" / "fold-1" / "done.json", {"fold": -1, "epochs": 2, "minutes": 4.0})
-    config.save(config.load("sample", ["name=stage1"]), models / "stage1" / "pipeline.yaml")
+    folds = [f"fold{k}" for k in range(5)]
+    digests = [read_json(xlmr / f / "done.json")["digest"] for f in folds]
+    write_json(xlmr / "cv.json", {**cv, "test_auc": {"auc": 0.8765, "per_lang": {}, "rows": 90, "folds": folds,
+                                                    "digests": digests}})  # fmt: skip
+    blend.run(comp.config("blend.members=[xlmr,xlmr-tfidf]"))
+    comp.experiment("partial", noisy(y, 3.0, 3), None, folds=(0, 1))
+    comp.experiment("stage1", np.zeros(len(y)), None, folds=(-1,), epochs=2, minutes=4.0)
     (models / "bench").mkdir()
     (models / "bench" / "xlm-roberta-base.md").write_text("a table\n")
     return models
@@ -49,7 +50,7 @@ def make_models(tmp_path: Path) -> Path:
 
 def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     models = make_models(tmp_path)
-    text = board.run(config.load("sample", [f"models_dir={models}"]))
+    text = board.run(board_config(models))
     out = capsys.readouterr().out
     assert text in out and (models / "board.md").read_text().count(text) == 1
 
@@ -82,8 +83,25 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     assert row["stage1"]["folds"] == "stage 1" and row["stage1"]["OOF AUC"] == "-"
     assert row["stage1"]["minutes"] == "4.0"
     assert not (models / "partial" / "cv.json").exists()  # the board reads, it does not write experiments
+    assert "(stale)" not in text
 
 
 def test_board_with_nothing_to_list(tmp_path: Path) -> None:
     with pytest.raises(PipelineError, match="nothing to list"):
         board.run(config.load("sample", [f"models_dir={tmp_path / 'models'}"]))
+
+
+def test_board_marks_stale_experiments_and_skips_broken_folders(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    models = make_models(tmp_path)
+    # xlmr is trained again with another learning rate (its pipeline.yaml says so), but no fold is yet
+    saved = config.load_file(models / "xlmr" / "pipeline.yaml")
+    config.save(config.with_overrides(saved, ["train.lr=1e-3"]), models / "xlmr" / "pipeline.yaml")
+    (models / "xlmr-tfidf" / "cv.json").write_text("[1, 2")  # a damaged report: the folds still tell
+    (models / "partial" / "pipeline.yaml").write_text(": not yaml [")  # unreadable: skipped and named
+    text = board.run(board_config(models))
+    err = capsys.readouterr().err
+    assert f"board: skipped {models / 'partial'}: cannot read it" in err
+    names = [line.split("|")[1].strip() for line in text.split("\n\n")[0].splitlines()[2:]]
+    assert sorted(names) == ["stage1", "xlmr (stale)", "xlmr+xlmr-tfidf (stale)", "xlmr-tfidf"]
+    assert "- xlmr (stale): fold0, fold1, fold2, fold3, fold4: trained on other data or settings" in text
+    assert "- xlmr+xlmr-tfidf (stale): " in text  # its member no longer counts

@@ -20,7 +20,7 @@ import pytest
 from pipeline import data, layout
 from pipeline.config import ConfigError
 from pipeline.errors import DataError, PipelineError
-from pipeline.inputs import competition, sample, tables, tokenizer, tokens
+from pipeline.inputs import sample, tables, tokenizer, tokens
 from pipeline.kaggle import client
 from tests.helpers import SCALE, SHARED, digests, make_cfg, one_line_error, prepare_tokens, stage_args
 from tests.helpers.damage import damage_label_range, damage_label_text, damage_unterminated_quote
@@ -95,7 +95,7 @@ def test_real_validation_rows_and_folds(real_built) -> None:
 
 def test_real_english_and_extra_rows(real_built) -> None:
     _, _, table, _, _ = real_built
-    raw = pd.read_csv(SHARED / competition.TRAIN, dtype={"id": str})
+    raw = pd.read_csv(SHARED / layout.TRAIN, dtype={"id": str})
     en = table[table["source"] == "jigsaw-toxic-comment-train"]
     assert set(en.loc[en["toxic"] == 1, "id"]) == set(raw.loc[raw["toxic"] == 1, "id"])
     assert int((en["toxic"] == 0).sum()) == 500
@@ -184,20 +184,18 @@ def test_kaggle_source_downloads_then_builds(tmp_path: Path, raw_sample: Path, s
     meta = data.prepare(cfg, api=api, log=quiet)
     raw = Path(cfg.input_dir) / cfg.data.competition
     wanted = digests(raw_sample)
-    assert digests(raw) == {k: v for k, v in wanted.items() if k in competition.REQUIRED}  # those read, unchanged
+    assert digests(raw) == {k: v for k, v in wanted.items() if k in layout.REQUIRED}  # those read, unchanged
     # one file at a time, only those the config reads (no bias rows: not the bias file)
-    assert [(c[0], c[1]["file_name"]) for c in api.calls] == [
-        ("competition_download_file", f) for f in competition.REQUIRED
-    ]
+    assert [(c[0], c[1]["file_name"]) for c in api.calls] == [("competition_download_file", f) for f in layout.REQUIRED]
     assert api.calls[0][1]["competition"] == cfg.data.competition
     assert (layout.prepared_dir(cfg) / "folds.csv").is_file()
     assert meta["summary"]["test_rows"] == len(sample.make_frames(0, SCALE)["test.csv"])
     data.prepare(cfg, api=api, log=quiet)
-    assert len(api.calls) == len(competition.REQUIRED)  # files present: no second download
+    assert len(api.calls) == len(layout.REQUIRED)  # files present: no second download
 
 
 def test_kaggle_source_with_extra_dataset(tmp_path: Path, raw_sample: Path) -> None:
-    competition_zip = zip_folder(raw_sample, tmp_path / "served" / "c.zip", competition.REQUIRED)
+    competition_zip = zip_folder(raw_sample, tmp_path / "served" / "c.zip", layout.REQUIRED)
     dataset = zip_folder(raw_sample, tmp_path / "served" / "d.zip", ("translated-train.csv",))
 
     class Api(FakeKaggleApi):
@@ -238,7 +236,7 @@ def test_kaggle_never_falls_back_to_the_sample(tmp_path: Path, served: Path) -> 
     shutil.rmtree(served.parent)
     served.parent.mkdir()
     zip_folder(tmp_path / "raw", served, ("validation.csv", "test.csv", "sample_submission.csv"))
-    with pytest.raises(PipelineError, match=competition.TRAIN):  # Kaggle has no such file (404)
+    with pytest.raises(PipelineError, match=layout.TRAIN):  # Kaggle has no such file (404)
         data.prepare(cfg, api=FakeKaggleApi(served), log=quiet)
     assert not (Path(cfg.input_dir) / "sample-x0.2").exists()
     assert set(os.listdir(cfg.input_dir)) <= {cfg.data.competition}  # no sample, no temporary folder
@@ -343,7 +341,7 @@ def test_ctrl_c_stops_tokenizer_training_and_keeps_the_old_set(tmp_path: Path, m
     table, test, meta = tables.load_table(cfg)
     stamp = json.loads((prepared / "tokenizer" / "trained_on.json").read_text())
     assert stamp["table_digest"] == meta["table_digest"]  # the tokenizer belongs to this table
-    assert tokens.load(cfg, meta)[1]["table_digest"] == meta["table_digest"]
+    assert tokens.load_cache(cfg, meta)[1]["table_digest"] == meta["table_digest"]
     assert not [p for p in prepared.parent.iterdir() if p.name.startswith(".")]
 
 

@@ -18,7 +18,7 @@ import pytest
 from pipeline import data, files, layout, train
 from pipeline.core.fold import save_model
 from pipeline.errors import PipelineError
-from pipeline.inputs.competition import VALID
+from pipeline.layout import VALID
 from tests.helpers import digests, make_cfg, one_line_error, prepare_tokens, stage_args
 from tests.helpers.tinyrun import TINY, overrides
 

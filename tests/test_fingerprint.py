@@ -14,7 +14,7 @@ from pipeline import config, cv, layout, predict, train
 from pipeline import data as data_mod
 from pipeline.core.resume import Interrupted
 from pipeline.errors import PipelineError
-from pipeline.inputs import competition, sample
+from pipeline.inputs import sample
 from pipeline.scoring import report
 from tests.helpers import SCALE
 from tests.helpers.folds import StopAt, fold_run
@@ -144,14 +144,16 @@ def test_test_predictions_are_recomputed_when_what_they_depend_on_changes(traine
     real = predict.loop.predict
     monkeypatch.setattr(predict.loop, "predict", lambda *a, **k: calls.append(1) or real(*a, **k))
     stamp = trained.exp / "fold0" / "test.json"
-    key = json.loads(stamp.read_text())
+    cached = json.loads(stamp.read_text())
+    key = cached["key"]
     assert set(key) == {"weights", "test", "max_length", "precision"}
+    assert set(cached["file"]) == {"bytes", "sha256"}  # and the predictions it describes, by content
     assert predict.main(trained.argv) == 0
     assert calls == []  # the cached predictions were used
-    stamp.write_text(json.dumps({**key, "precision": "bf16"}))  # made under another precision
+    stamp.write_text(json.dumps({**cached, "key": {**key, "precision": "bf16"}}))  # made under another precision
     assert predict.main(trained.argv) == 0
     assert len(calls) == 1  # fold0 predicted again, fold1 still cached
-    assert json.loads(stamp.read_text()) == key
+    assert json.loads(stamp.read_text())["key"] == key
 
 
 def test_model_path_is_where_not_what(tmp_path) -> None:
@@ -178,7 +180,7 @@ def test_test_labels_give_a_test_auc_kept_in_cv_json(trained, tmp_path, capsys) 
     sub = pd.read_csv(trained.root / "subs" / "submission.csv", dtype={"id": str})
     labels = sub.assign(toxic=(sub["toxic"] > sub["toxic"].median()).astype(int))  # ranks like the predictions
     labels.loc[labels.index[:5], "toxic"] = -1  # rows the competition did not score
-    labels.to_csv(raw / competition.TEST_LABELS, index=False)
+    labels.to_csv(raw / layout.TEST_LABELS, index=False)
     assert data_mod.main(argv) == 0 and predict.main(argv) == 0
     assert "test AUC 1.0000 (" in capsys.readouterr().out
     cv_path = tmp_path / "models" / "sample" / "cv.json"

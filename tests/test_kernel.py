@@ -85,6 +85,15 @@ def test_dry_run_sends_nothing_and_says_what_would(tmp_path: Path, capsys: pytes
     assert (tmp_path / "kernel" / "jigsaw-sample" / "notebook" / "kernel-metadata.json").is_file()
 
 
+@pytest.mark.parametrize("flag", [[], ["--output"], ["--status"]])
+def test_a_kernel_folder_that_is_a_file_is_one_line(flag: list[str], capsys: pytest.CaptureFixture) -> None:
+    argv = ["--config", "sample", "kaggle.dir=/dev/null", "kaggle.dry_run=true", "data.extra_files=[]", *flag]
+    assert kernel.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: /dev/null: is a file, but the kernel folder (kaggle.dir) must be a folder")
+    assert err.count("\n") == 1
+
+
 def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     api = FakeKaggleApi()
     api.dataset_states = ["pending"]  # created, then ready at the second poll

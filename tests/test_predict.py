@@ -33,10 +33,10 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
     good = frame(["a", "b", "c", "d"], [0.1, 0.2, 0.3, 0.4])
 
-    monkeypatch.setattr(predict.layout, "usable_folds", lambda cfg, digest, what: folds)
+    monkeypatch.setattr(predict.layout, "usable_folds", lambda cfg, digest, what, needs: folds)
     monkeypatch.setattr(predict.layout, "current_fingerprint", lambda cfg, meta: "x")
     monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
-    monkeypatch.setattr(predict.tokens, "load", lambda cfg, meta: ({"test": None}, {}))
+    monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))
     monkeypatch.setattr(predict, "fold_test_preds", lambda cfg, d, data, test, meta, device: good)
     cfg = config.load("sample", [f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'subs'}"])
 

@@ -142,3 +142,16 @@ def test_no_credentials_submits_nothing(cfg: config.Config, tmp_path: Path, monk
     assert "KAGGLE_USERNAME is set but KAGGLE_KEY is not" in capsys.readouterr().err
     assert submit.main([*args, "--list"]) == 0
     assert "no submissions recorded yet" in capsys.readouterr().out
+
+
+def test_lines_of_submissions_jsonl_that_cannot_be_read_are_named_and_left_out(tmp_path: Path, capsys) -> None:
+    exp = tmp_path / "models" / "x"
+    exp.mkdir(parents=True)
+    good = {"time": "2026-01-01T00:00:00+00:00", "file": "x.csv", "message": "m", "ref": 1, "status": "complete",
+            "public": "0.9", "private": ""}  # fmt: skip
+    (exp / "submissions.jsonl").write_text("\n".join([json.dumps(good), "garbage", "[1]", '{"time": 3}']) + "\n")
+    (exp / "cv.json").write_text("{not json")
+    assert submit.main(["--config", "sample", f"models_dir={tmp_path / 'models'}", "--list"]) == 0
+    out, err = capsys.readouterr()
+    assert "2026-01-01T00:00:00+00:00" in out and "0.9" in out
+    assert [line.split(" is not")[0][-2:] for line in err.splitlines()] == [":2", ":3", ":4"]

@@ -238,7 +238,7 @@ def format_profiles(summary: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot(summary: dict, path: Path, title: str) -> None:
+def plot_bench(summary: dict, path: Path, title: str) -> None:
     """Bar chart: peak memory and samples per second (median, spread as error bars), ours beside Trainer."""
     import matplotlib
 

@@ -334,6 +334,7 @@ class FoldRun:
             "effective_batch": t.micro_batch * t.accumulation * self.d.world,
         }
         if self.d.is_main:
+            result["files"] = layout.fold_records(self.fold_dir)
             write_json(self.fold_dir / layout.DONE, result)  # last: its presence means the fold is complete
             (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
         distributed.barrier(self.d)

@@ -18,31 +18,44 @@ import pandas as pd
 
 from pipeline import layout
 from pipeline.config import Config
-from pipeline.errors import DataError
-from pipeline.files import file_digest
+from pipeline.errors import DataError, PipelineError
 
 SOURCE = "pseudo"
 
 
-def teacher_files(cfg: Config) -> dict[int, Path]:
-    """fold -> the teacher's fold-k test predictions; an error names what is missing and the command."""
+def teacher_folds(cfg: Config) -> dict[int, Path]:
+    """The teacher's folds, each complete, intact and current for the teacher's own inputs and settings,
+    with test predictions; else one line naming what is wrong and the command that makes it."""
     teacher = cfg.data.pseudo_from
-    folders = {k: layout.fold_dir(cfg, k, teacher) for k in range(cfg.data.folds)}
-    missing = [k for k, folder in folders.items() if layout.fold_status(folder, needs=(layout.TEST_PREDS,))]
-    if missing:
+    try:
+        return layout.experiment_folds(cfg, teacher, needs=(layout.OOF, layout.TEST_PREDS))
+    except PipelineError as e:
+        raise DataError(f"data.pseudo_from={teacher}: {e}") from None
+
+
+def check_same_folds(cfg: Config, table: pd.DataFrame, folds: dict[int, Path]) -> None:
+    """The teacher's fold k scored exactly the student's fold-k validation rows: its fold-k model never saw
+    them, so its test predictions carry none of their labels. With other folds (data.seed, data.folds), a
+    teacher's fold-k predictions would come from a model trained on some of the student's fold-k rows."""
+    teacher = cfg.data.pseudo_from
+    valid = table[table["fold"] >= 0]
+    ours = dict(zip(valid["id"], valid["fold"]))
+    theirs = {}
+    for k, folder in folds.items():
+        oof = pd.read_csv(folder / layout.OOF, dtype={"id": str}, usecols=["id"], keep_default_na=False)
+        theirs.update(dict.fromkeys(oof["id"], k))
+    if sorted(ours) != sorted(theirs):
         raise DataError(
-            f"data.pseudo_from={teacher}: {folders[missing[0]]} has no complete model with test predictions; "
-            f'make them first: `make train predict ARGS="name={teacher}"` (or `make blend` for a blend), '
-            f"with the same data.folds={cfg.data.folds}"
+            f"data.pseudo_from={teacher}: its validation rows are not this experiment's "
+            f"({len(theirs)} against {len(ours)}); the teacher needs the same data"
         )
-    return {k: folder / layout.TEST_PREDS for k, folder in folders.items()}
-
-
-def signature(cfg: Config) -> dict:
-    """The teacher's predictions by content: a retrained teacher rebuilds the student's table."""
-    if not cfg.data.pseudo_from:
-        return {}
-    return {str(k): file_digest(p) for k, p in teacher_files(cfg).items()}
+    same = sum(ours[i] == theirs[i] for i in ours)
+    if same != len(ours):
+        raise DataError(
+            f"data.pseudo_from={teacher}: only {same / len(ours):.0%} of the validation rows are in the same fold "
+            "as in the teacher, whose fold-k predictions would then carry labels of this experiment's fold k; "
+            "make the teacher with the same data.folds and data.seed"
+        )
 
 
 def labels(pred: np.ndarray, mode: str, low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
@@ -53,11 +66,12 @@ def labels(pred: np.ndarray, mode: str, low: float, high: float) -> tuple[np.nda
     return keep, (pred[keep] >= high).astype(np.float64)
 
 
-def pseudo_rows(cfg: Config, test: pd.DataFrame) -> pd.DataFrame:
+def pseudo_rows(cfg: Config, test: pd.DataFrame, folds: dict[int, Path]) -> pd.DataFrame:
     """The test rows labelled by each teacher fold, one block per fold (columns of the table + pseudo_for)."""
     d = cfg.data
     blocks = []
-    for k, path in teacher_files(cfg).items():
+    for k, folder in folds.items():
+        path = folder / layout.TEST_PREDS
         preds = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
         if preds["id"].duplicated().any() or set(preds["id"]) != set(test["id"]):
             raise DataError(f"{path}: its ids are not this test table's; predict again with the current data")
@@ -85,8 +99,11 @@ def pseudo_rows(cfg: Config, test: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(blocks, ignore_index=True)
 
 
-def add(cfg: Config, table: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
-    """The table with the teacher's pseudo-labelled test rows (unchanged without data.pseudo_from)."""
+def add(cfg: Config, table: pd.DataFrame, test: pd.DataFrame, folds: dict[int, Path] | None = None) -> pd.DataFrame:
+    """The table with the teacher's pseudo-labelled test rows (unchanged without data.pseudo_from); `folds`:
+    the teacher's fold folders, by default those teacher_folds checks."""
     if not cfg.data.pseudo_from:
         return table
-    return pd.concat([table.assign(pseudo_for=-1), pseudo_rows(cfg, test)], ignore_index=True)
+    folds = teacher_folds(cfg) if folds is None else folds
+    check_same_folds(cfg, table, folds)
+    return pd.concat([table.assign(pseudo_for=-1), pseudo_rows(cfg, test, folds)], ignore_index=True)

@@ -11,6 +11,9 @@ training uses: a stage-1 model never sees a validation row, and fold k never its
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 from sklearn.model_selection import StratifiedKFold
@@ -18,10 +21,40 @@ from sklearn.model_selection import StratifiedKFold
 from pipeline import layout
 from pipeline.config import Config
 from pipeline.errors import DataError
-from pipeline.inputs import competition, pseudo
+from pipeline.inputs import pseudo
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
 
 TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
+
+
+# ---------------------------------------------------------------- the extra translated training files
+
+
+LANGS = ("ar", "de", "en", "es", "fr", "hi", "it", "ja", "nl", "pl", "pt", "ru", "tr", "zh")  # read from file names
+
+
+def lang_from_name(path: Path) -> str:
+    """The language a translated file's name states: jigsaw-toxic-comment-train-google-es-cleaned.csv -> es."""
+    words = {w.lower() for w in re.split(r"[-_.\s]+", path.stem)}
+    found = sorted(words & set(LANGS))
+    if len(found) != 1:
+        seen = f" (it names {', '.join(found)})" if found else ""
+        raise DataError(
+            f"{path}: no lang column and no single language in its name{seen}; "
+            f"give it per file in data.extra_files, e.g. {path.name}:es"
+        )
+    return found[0]
+
+
+def read_extra(path: Path, lang: str) -> pd.DataFrame:
+    """comment_text, lang, toxic of an extra file; lang as given for it, else its lang column, else its name."""
+    frame = read_csv(path, ["comment_text", "toxic"], labels=("toxic",), usecols=False)
+    if lang:  # given for the file: it wins over a lang column
+        frame["lang"] = lang
+    elif "lang" not in frame.columns:
+        frame["lang"] = lang_from_name(path)
+    check_lang(frame, path)
+    return frame[["comment_text", "lang", "toxic"]]
 
 
 # ---------------------------------------------------------------- build
@@ -47,7 +80,7 @@ def english_rows(frame: pd.DataFrame, negatives: int, seed: int) -> pd.DataFrame
     return frame[mask]
 
 
-def rows(ids, texts, langs, toxic, source: str, fold) -> pd.DataFrame:
+def source_rows(ids, texts, langs, toxic, source: str, fold) -> pd.DataFrame:
     """One source's rows in the table's columns (lang and fold may be one value for every row)."""
     return pd.DataFrame({"id": ids, "text": texts, "lang": langs, "toxic": toxic, "source": source, "fold": fold})
 
@@ -55,21 +88,21 @@ def rows(ids, texts, langs, toxic, source: str, fold) -> pd.DataFrame:
 def english_part(cfg: Config, path) -> pd.DataFrame:
     en = read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
     en = english_rows(en, cfg.data.english_negatives, cfg.data.seed)
-    return rows(en["id"], en["comment_text"], "en", en["toxic"], path.stem, -1)
+    return source_rows(en["id"], en["comment_text"], "en", en["toxic"], path.stem, -1)
 
 
 def bias_part(cfg: Config, path) -> pd.DataFrame:
     """A seeded sample of data.bias_rows unintended-bias rows, in file order."""
     bias = read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
     bias = bias.sample(n=min(cfg.data.bias_rows, len(bias)), random_state=cfg.data.seed).sort_index()
-    return rows(bias["id"], bias["comment_text"], "en", bias["toxic"], path.stem, -1)
+    return source_rows(bias["id"], bias["comment_text"], "en", bias["toxic"], path.stem, -1)
 
 
 def extra_part(path, lang: str) -> pd.DataFrame:
     """A translated training file; its rows have no ids of their own, so they are named <file>-<row>."""
-    extra = competition.read_extra(path, lang)
+    extra = read_extra(path, lang)
     ids = [f"{path.stem}-{i}" for i in range(len(extra))]
-    return rows(ids, extra["comment_text"].to_numpy(), extra["lang"].to_numpy(), extra["toxic"].to_numpy(),
+    return source_rows(ids, extra["comment_text"].to_numpy(), extra["lang"].to_numpy(), extra["toxic"].to_numpy(),
                 path.stem, -1)  # fmt: skip
 
 
@@ -88,12 +121,12 @@ def validation_part(cfg: Config, path) -> pd.DataFrame:
         if strata.value_counts().min() >= k:
             break
     folds = assign_folds(strata, k, cfg.data.seed)
-    return rows(valid["id"], valid["comment_text"], valid["lang"], valid["toxic"], path.stem, folds)
+    return source_rows(valid["id"], valid["comment_text"], valid["lang"], valid["toxic"], path.stem, folds)
 
 
 def test_table(raw) -> pd.DataFrame:
     """id, text, lang of test.csv, whose ids must be sample_submission.csv's."""
-    path, sub_path = raw / competition.TEST, raw / competition.SUBMISSION
+    path, sub_path = raw / layout.TEST, raw / layout.SAMPLE_SUBMISSION
     test = read_csv(path, ["id", "content", "lang"])
     check_unique(test, "id", path)
     check_lang(test, path)
@@ -107,16 +140,16 @@ def test_table(raw) -> pd.DataFrame:
 
 def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(training table, test table) from the raw files."""
-    parts = [english_part(cfg, raw / competition.TRAIN)]
+    parts = [english_part(cfg, raw / layout.TRAIN)]
     if cfg.data.bias_rows > 0:
-        parts.append(bias_part(cfg, raw / competition.BIAS))
-    parts += [extra_part(path, lang) for path, lang in competition.extra_files(cfg, raw)]
-    parts.append(validation_part(cfg, raw / competition.VALID))
+        parts.append(bias_part(cfg, raw / layout.BIAS))
+    parts += [extra_part(path, lang) for path, lang in layout.extra_files(cfg, raw)]
+    parts.append(validation_part(cfg, raw / layout.VALID))
     table = pd.concat(parts, ignore_index=True)
     # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
     table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
     table["fold"] = table["fold"].astype(np.int64)
-    check_fold_classes(table, cfg.data.folds, raw / competition.VALID)
+    check_fold_classes(table, cfg.data.folds, raw / layout.VALID)
     test = test_table(raw)
     return pseudo.add(cfg, table[TABLE_COLUMNS], test), test
 
@@ -137,7 +170,7 @@ def check_fold_classes(table: pd.DataFrame, k: int, valid_path) -> None:
             )
 
 
-def summarize(table: pd.DataFrame, test: pd.DataFrame) -> dict:
+def table_summary(table: pd.DataFrame, test: pd.DataFrame) -> dict:
     by = table.groupby(["source", "lang"]).agg(rows=("toxic", "size"), toxic=("toxic", "mean"))
     return {
         "rows": len(table),
@@ -157,11 +190,10 @@ def summarize(table: pd.DataFrame, test: pd.DataFrame) -> dict:
 
 
 def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """The prepared tables and data.json, for the stages after `make data`."""
+    """The prepared tables and data.json, for the stages after `make data`: checked to be made from the
+    inputs as they are now (layout.current_meta), else one line that says `make data`."""
     out = layout.prepared_dir(cfg)
-    meta = layout.read_data_json(cfg)
-    if meta["signature"]["data"] != cfg.to_dict()["data"]:
-        raise DataError(f"{out}: built with other data settings; rerun `make data` with this config")
+    meta = layout.current_meta(cfg)
     dtypes = {"id": str, "text": str, "lang": str, "source": str}
     table = pd.read_csv(out / layout.TABLE, dtype=dtypes, keep_default_na=False)
     test = pd.read_csv(out / layout.TEST_TABLE, dtype=dtypes, keep_default_na=False)

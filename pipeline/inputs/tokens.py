@@ -13,6 +13,7 @@ is a cache hit.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,7 @@ def check_cache(folder: Path, deep: bool = True) -> dict | None:
             if p.stat().st_size != info["bytes"] or (deep and file_digest(p) != info["sha256"]):
                 return None
         return meta
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a damaged or foreign meta.json
         return None
 
 
@@ -205,13 +206,19 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
     return {**out, "status": "built"}
 
 
-def load(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:
+def load_cache(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:
     """The cached splits as memory-mapped arrays, checked against the prepared tables they belong to."""
     pointer = layout.prepared_dir(cfg) / layout.TOKENS_POINTER
-    if not pointer.exists():
-        raise PipelineError(f"no token cache for {pointer.parent}; run `make data` with this config first")
-    folder = layout.cache_root(cfg) / read_json(pointer)["key"]
-    cmeta = check_cache(folder, deep=False)
+    try:
+        key = read_json(pointer)["key"]
+    except FileNotFoundError:
+        raise PipelineError(f"no token cache for {pointer.parent}; run `make data` with this config first") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        key = None
+    if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{16}", key):  # never a path out of the cache
+        raise PipelineError(f"{pointer}: not a token cache pointer; run `make data` again")
+    folder = layout.cache_root(cfg) / key
+    cmeta = check_cache(folder)  # by content: a damaged id of the same size would train on other tokens
     if cmeta is None:
         raise PipelineError(f"{folder}: token cache is missing or damaged; run `make data` again")
     source = tokenizer_source(cfg)

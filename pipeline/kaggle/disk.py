@@ -78,7 +78,7 @@ class DiskPlan:
         return sum(b for _, b in self.temp)
 
 
-def training_rows(cfg: Config) -> int:
+def training_row_bound(cfg: Config) -> int:
     """An upper bound of the training table's rows (extra files not counted: their size is not known here)."""
     return ENGLISH_TOXIC + cfg.data.english_negatives + VALID_ROWS + cfg.data.bias_rows
 
@@ -89,7 +89,7 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
     params = transformer_parameters(arch) if arch else 0
     weights, resume = 4 * params, 12 * params
     tokenizer = TOKENIZER_BYTES_PER_TOKEN * (arch or {}).get("vocab_size", 0)
-    rows = training_rows(cfg)
+    rows = training_row_bound(cfg)
     exp = f"models/{cfg.name}"
     plan = DiskPlan(parameters=params)
     if cfg.kaggle.keep_weights:

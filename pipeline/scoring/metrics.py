@@ -12,7 +12,8 @@ import pandas as pd
 from sklearn.metrics import roc_auc_score
 
 from pipeline.errors import PipelineError
-from pipeline.inputs.competition import TEST_LABELS
+from pipeline.inputs.csvfile import label_values, read_csv
+from pipeline.layout import TEST_LABELS
 
 
 def auc(y, p) -> float:
@@ -33,7 +34,8 @@ def test_score(raw: Path, test: pd.DataFrame, preds: pd.DataFrame) -> dict | Non
     path = raw / TEST_LABELS
     if not path.exists():
         return None
-    labels = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
+    labels = read_csv(path, ["id", "toxic"])
+    labels["toxic"] = label_values(labels, "toxic", path, allowed=(-1,))
     labels = labels[labels["toxic"].isin([0, 1])]  # rows left out of scoring are marked -1
     rows = test[["id", "lang"]].merge(labels[["id", "toxic"]], on="id").merge(preds, on="id", suffixes=("", "_pred"))
     if rows.empty:

@@ -55,7 +55,7 @@ def fold_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(oof: pd.DataFrame, summary: dict, path: Path) -> None:
+def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
     """ROC per language on the left, AUC per fold on the right: the CV at a glance."""
     import matplotlib
 
@@ -86,21 +86,31 @@ def plot(oof: pd.DataFrame, summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def read_cv(path: Path) -> dict:
+    """A cv.json, or {} when it is missing or unreadable (it is rewritten from the folds)."""
+    try:
+        cv = read_json(path)
+    except (OSError, ValueError):
+        return {}
+    return cv if isinstance(cv, dict) else {}
+
+
 def cv_report(cfg: Config, digest: str | None = None) -> dict:
     """Gather the usable folds' OOF predictions; write oof.csv, cv.json and cv.png."""
     exp = layout.experiment_dir(cfg)
-    dirs = layout.usable_folds(cfg, digest)
+    digest = digest or layout.current_fingerprint(cfg)
+    dirs = layout.usable_folds(cfg, digest, needs=(layout.OOF,))
     oof = pd.concat(
         [pd.read_csv(d / layout.OOF, dtype={"id": str}, keep_default_na=False) for d in dirs], ignore_index=True
     )
-    done = {layout.fold_index(d): read_json(d / layout.DONE) for d in dirs}
+    done = {layout.fold_index(d): layout.read_done(d) for d in dirs}
     summary = cv_summary(oof, done)
     old = exp / layout.CV_JSON
     if old.exists():  # the test score `make predict` measured stays while it belongs to the same folds
-        test = read_json(old).get("test_auc")
+        test = read_cv(old).get("test_auc")
         if test and test.get("folds") == [d.name for d in dirs] and test.get("digests") == layout.fold_digests(dirs):
             summary["test_auc"] = test
     write_csv(exp / layout.OOF, oof)
     write_json(exp / layout.CV_JSON, summary)
-    plot(oof, summary, exp / layout.CV_PNG)
+    plot_cv(oof, summary, exp / layout.CV_PNG)
     return summary

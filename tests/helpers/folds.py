@@ -23,7 +23,7 @@ class StopAt:
 
 def fold_run(cfg, stop, fold=0) -> FoldRun:
     table, _, meta = tables.load_table(cfg)
-    splits, _ = tokens.load(cfg, meta)
+    splits, _ = tokens.load_cache(cfg, meta)
     tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
     d = distributed.Dist()
     return FoldRun(FoldInputs(cfg, fold, table, splits["train"], tokenizer, layout.current_fingerprint(cfg)), d, stop)

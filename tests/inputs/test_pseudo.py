@@ -12,19 +12,23 @@ from pipeline import config, layout, predict, train
 from pipeline import data as data_mod
 from pipeline.errors import PipelineError
 from pipeline.inputs import pseudo, tables
+from tests.helpers.experiments import Competition
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 TEST = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["w", "x", "y", "z"], "lang": ["es", "fr", "ru", "tr"]})
 
 
-def teacher(models: Path, name: str, preds: dict[int, list[float]]) -> None:
-    """A hand-made teacher: fold<k>/done.json and test.csv holding `preds[k]` for TEST's ids (reversed order)."""
+def teacher(models: Path, name: str, preds: dict[int, list[float]]) -> dict[int, Path]:
+    """A hand-made teacher's folds: fold<k>/oof.csv (validation row v<k>) and test.csv holding `preds[k]` for
+    TEST's ids (reversed order)."""
+    folds = {}
     for k, p in preds.items():
-        d = models / name / f"fold{k}"
+        d = folds[k] = models / name / f"fold{k}"
         d.mkdir(parents=True)
-        (d / "done.json").write_text("{}")
+        pd.DataFrame({"id": [f"v{k}"], "lang": "es", "toxic": 1, "fold": k, "pred": 0.5}).to_csv(d / "oof.csv")
         pd.DataFrame({"id": TEST["id"][::-1], "toxic": p[::-1]}).to_csv(d / "test.csv", index=False)
+    return folds
 
 
 def cfg_for(tmp_path: Path, *more: str):
@@ -32,15 +36,15 @@ def cfg_for(tmp_path: Path, *more: str):
 
 
 def test_each_fold_gets_only_its_own_teacher_folds_labels(tmp_path) -> None:
-    teacher(tmp_path, "t", {0: [0.05, 0.5, 0.2, 0.97], 1: [0.9, 0.1, 0.6, 0.3]})
-    rows = pseudo.pseudo_rows(cfg_for(tmp_path), TEST)
+    folds = teacher(tmp_path, "t", {0: [0.05, 0.5, 0.2, 0.97], 1: [0.9, 0.1, 0.6, 0.3]})
+    rows = pseudo.pseudo_rows(cfg_for(tmp_path), TEST, folds)
     assert rows["pseudo_for"].tolist() == [0] * 4 + [1] * 4 and set(rows["fold"]) == {-1}
     assert rows["toxic"].tolist() == [0.05, 0.5, 0.2, 0.97, 0.9, 0.1, 0.6, 0.3]  # in the test table's order
     assert set(rows["source"]) == {"pseudo"}
 
     table = pd.DataFrame({"id": ["v0", "v1", "t0"], "text": "", "lang": "es", "toxic": [0, 1, 1], "source": "x",
                           "fold": [0, 1, -1]})  # fmt: skip
-    full = pseudo.add(cfg_for(tmp_path), table, TEST)
+    full = pseudo.add(cfg_for(tmp_path), table, TEST, folds)
     for k in (0, 1):  # the leak test: fold k's pseudo rows carry exactly the teacher's fold-k predictions
         used = full.iloc[tables.training_rows(full, k)]
         labelled = used[used["source"] == "pseudo"]
@@ -50,23 +54,24 @@ def test_each_fold_gets_only_its_own_teacher_folds_labels(tmp_path) -> None:
 
 
 def test_hard_labels_keep_the_confident_ends(tmp_path) -> None:
-    teacher(tmp_path, "t", {0: [0.05, 0.5, 0.2, 0.97], 1: [0.9, 0.1, 0.6, 0.3]})
-    rows = pseudo.pseudo_rows(cfg_for(tmp_path, "data.pseudo_labels=hard", "data.pseudo_low=0.2"), TEST)
+    folds = teacher(tmp_path, "t", {0: [0.05, 0.5, 0.2, 0.97], 1: [0.9, 0.1, 0.6, 0.3]})
+    rows = pseudo.pseudo_rows(cfg_for(tmp_path, "data.pseudo_labels=hard", "data.pseudo_low=0.2"), TEST, folds)
     assert rows[["id", "toxic", "pseudo_for"]].values.tolist() == [
         ["a", 0.0, 0], ["c", 0.0, 0], ["d", 1.0, 0], ["a", 1.0, 1], ["b", 0.0, 1]
     ]  # fmt: skip
 
 
 def test_hard_labels_that_keep_nothing_say_so(tmp_path) -> None:
-    teacher(tmp_path, "t", {0: [0.4, 0.5, 0.45, 0.6], 1: [0.9, 0.1, 0.6, 0.3]})
+    folds = teacher(tmp_path, "t", {0: [0.4, 0.5, 0.45, 0.6], 1: [0.9, 0.1, 0.6, 0.3]})
     with pytest.raises(PipelineError, match="kept no row of fold 0.*pseudo_low"):
-        pseudo.pseudo_rows(cfg_for(tmp_path, "data.pseudo_labels=hard"), TEST)
+        pseudo.pseudo_rows(cfg_for(tmp_path, "data.pseudo_labels=hard"), TEST, folds)
 
 
 def test_a_missing_teacher_fold_names_the_command(tmp_path) -> None:
-    teacher(tmp_path, "t", {0: [0.1] * 4})
-    with pytest.raises(PipelineError, match=r"fold1 has no complete model.*make train predict.*name=t"):
-        pseudo.pseudo_rows(cfg_for(tmp_path), TEST)
+    comp = Competition(tmp_path, 200)
+    comp.experiment("t", np.full(len(comp.rows), 0.5), {0: np.full(90, 0.5)}, folds=(0,))
+    with pytest.raises(PipelineError, match=r"data.pseudo_from=t: t: fold1, .*: not trained; make it again with"):
+        pseudo.teacher_folds(comp.config("data.pseudo_from=t"))
     with pytest.raises(config.ConfigError, match="pseudo_low"):
         cfg_for(tmp_path, "data.pseudo_low=0.95")
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.inputs import competition, sample
+from pipeline import layout
+from pipeline.inputs import sample
 from pipeline.scoring import metrics
 from tests.helpers import SCALE, digests
 
@@ -48,10 +49,10 @@ def test_sample_has_kaggles_columns_and_every_language() -> None:
     assert list(frames["validation.csv"].columns) == ["id", "comment_text", "lang", "toxic"]
     assert list(frames["test.csv"].columns) == ["id", "content", "lang"]
     assert list(frames["sample_submission.csv"].columns) == ["id", "toxic"]
-    assert list(frames[competition.TRAIN].columns) == ["id", "comment_text", *sample.LABELS]
+    assert list(frames[layout.TRAIN].columns) == ["id", "comment_text", *sample.LABELS]
     assert set(frames["validation.csv"]["lang"]) == LANGS_VALID
     assert set(frames["test.csv"]["lang"]) == LANGS_TEST
     assert set(frames["translated-train.csv"]["lang"]) == LANGS_TEST | {"en"}
-    for name in ("validation.csv", competition.TRAIN):
+    for name in ("validation.csv", layout.TRAIN):
         rate = frames[name]["toxic"].mean()
         assert 0.03 < rate < 0.3, name  # both classes present, toxic the minority as in the real data

@@ -1,5 +1,7 @@
 """The fold table (pipeline.inputs.tables): folds stratified on language and label, seeded and identical across
-builds, the English and bias rows, texts that survive the table, a fold with one class, reading it back."""
+builds, the English and bias rows, texts that survive the table, a fold with one class, reading it back; and
+the extra translated files: found by pattern, their language read from the name, and one line for a file
+whose language cannot be told."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 
 from pipeline import data, layout
 from pipeline.errors import DataError
-from pipeline.inputs import competition, sample, tables
+from pipeline.inputs import sample, tables
 from tests.helpers import SCALE, make_cfg
 
 LANGS_TEST = {"es", "fr", "it", "pt", "ru", "tr"}
@@ -81,7 +83,7 @@ def test_folds_csv_identical_across_fresh_builds(tmp_path: Path) -> None:
 
 
 def test_english_negatives_seeded(tmp_path: Path) -> None:
-    raw = pd.DataFrame(sample.make_frames(0, SCALE)[competition.TRAIN])
+    raw = pd.DataFrame(sample.make_frames(0, SCALE)[layout.TRAIN])
     n_toxic = int((raw["toxic"] == 1).sum())
     assert len(raw) - n_toxic > 60  # more clean rows than we keep
 
@@ -128,15 +130,15 @@ def test_sample_texts_survive_the_table(tmp_path: Path) -> None:
 
 
 def test_fold_with_one_class_is_refused(tmp_path: Path, raw_sample: Path) -> None:
-    valid = pd.read_csv(raw_sample / competition.VALID, dtype=str, keep_default_na=False)
+    valid = pd.read_csv(raw_sample / layout.VALID, dtype=str, keep_default_na=False)
     toxic = valid.index[valid["toxic"] == "1"]
     valid.loc[toxic[3:], "toxic"] = "0"  # 3 toxic rows cannot reach 5 folds
-    valid.to_csv(raw_sample / competition.VALID, index=False)
+    valid.to_csv(raw_sample / layout.VALID, index=False)
     cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}")
     with pytest.raises(DataError) as info:
         data.prepare(cfg, log=quiet)
     message = str(info.value)
-    assert message.startswith(str(raw_sample / competition.VALID)) and "\n" not in message
+    assert message.startswith(str(raw_sample / layout.VALID)) and "\n" not in message
     assert "all non-toxic" in message and "3 of 180 validation rows are toxic" in message
     assert "data.folds=3 or fewer" in message
     assert not layout.prepared_dir(cfg).exists()
@@ -152,3 +154,50 @@ def test_load_table_refuses_other_data_settings(tmp_path: Path) -> None:
         tables.load_table(make_cfg(tmp_path, "data.seed=5"))
     with pytest.raises(DataError, match="no prepared data"):
         tables.load_table(make_cfg(tmp_path, "name=never-built"))
+
+
+# ---------------------------------------------------------------- the extra translated files
+
+
+def write_translated(path: Path, texts: list[str], toxic: list[int]) -> None:
+    # as the popular translated-train datasets: id, comment_text, the six labels; no lang column
+    pd.DataFrame(
+        {"id": [f"t{i}" for i in range(len(texts))], "comment_text": texts, "toxic": toxic, "obscene": 0}
+    ).to_csv(path, index=False)
+
+
+def test_translated_files_by_pattern_with_language_from_the_name(tmp_path: Path, raw_sample: Path) -> None:
+    extra = tmp_path / "translated"
+    extra.mkdir()
+    write_translated(extra / "jigsaw-toxic-comment-train-google-es-cleaned.csv", ["hola", "idiota"], [0, 1])
+    write_translated(extra / "jigsaw-toxic-comment-train-google-fr-cleaned.csv", ["bonjour"], [0])
+    write_translated(extra / "mixed.csv", ["ciao", "stupido"], [0, 1])
+    cfg = make_cfg(
+        tmp_path,
+        "data.source=dir",
+        f"data.dir={raw_sample}",
+        f"data.extra_files=[{extra}/jigsaw-toxic-comment-train-google-*-cleaned.csv,{extra}/mixed.csv:it]",
+    )
+    data.prepare(cfg, log=quiet)
+    table, _, _ = tables.load_table(cfg)
+    got = {s: sorted(zip(t["text"], t["lang"], t["toxic"])) for s, t in table[table["fold"] == -1].groupby("source")}
+    assert got["jigsaw-toxic-comment-train-google-es-cleaned"] == [("hola", "es", 0), ("idiota", "es", 1)]
+    assert got["jigsaw-toxic-comment-train-google-fr-cleaned"] == [("bonjour", "fr", 0)]
+    assert got["mixed"] == [("ciao", "it", 0), ("stupido", "it", 1)]
+    # a new file matching the pattern rebuilds the table
+    write_translated(extra / "jigsaw-toxic-comment-train-google-pt-cleaned.csv", ["obrigado"], [0])
+    data.prepare(cfg, log=quiet)
+    assert "pt" in set(tables.load_table(cfg)[0]["lang"])
+
+
+def test_translated_file_without_a_language_is_one_line(tmp_path: Path, raw_sample: Path) -> None:
+    write_translated(tmp_path / "translated-train-es-fr.csv", ["x"], [0])
+    write_translated(tmp_path / "plain.csv", ["x"], [0])
+    for name, says in (("translated-train-es-fr.csv", "(it names es, fr)"), ("plain.csv", "plain.csv:es")):
+        cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", f"data.extra_files=[{tmp_path / name}]")
+        with pytest.raises(DataError) as info:
+            data.prepare(cfg, log=quiet)
+        assert str(info.value).startswith(str(tmp_path / name)) and says in str(info.value)
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", "data.extra_files=[nothing-*.csv]")
+    with pytest.raises(DataError, match=r"^nothing-\*\.csv: extra training file not found"):
+        data.prepare(cfg, log=quiet)

@@ -62,7 +62,7 @@ def test_ragged_from_lists() -> None:
 def test_cache_round_trip(built) -> None:
     cfg, info = built
     table, test, meta = tables.load_table(cfg)
-    splits, cmeta = tokens.load(cfg, meta)
+    splits, cmeta = tokens.load_cache(cfg, meta)
     assert cmeta["key"] == info["key"]
     tok = load_tokenizer(tokens.tokenizer_source(cfg))
     for split, texts in (("train", list(table["text"])), ("test", list(test["text"]))):
@@ -149,16 +149,16 @@ def test_changed_texts_retrain_the_tokenizer(tmp_path: Path, raw_sample: Path) -
 def test_truncated_array_is_refused_then_rebuilt(built) -> None:
     cfg, info = built
     meta = tables.load_table(cfg)[2]
-    before = tokens.load(cfg, meta)[0]["train"].ids.copy()
+    before = tokens.load_cache(cfg, meta)[0]["train"].ids.copy()
     target = cache_folder(cfg, info) / "train_ids.npy"
     target.write_bytes(target.read_bytes()[:-100])
     with pytest.raises(PipelineError, match="missing or damaged"):
-        tokens.load(cfg, meta)
+        tokens.load_cache(cfg, meta)
     said: list[str] = []
     again = prepare_tokens(cfg, log=said.append)
     assert again["status"] == "built" and again["key"] == info["key"]
     assert any("rebuilding" in line for line in said)
-    assert np.array_equal(tokens.load(cfg, meta)[0]["train"].ids, before)
+    assert np.array_equal(tokens.load_cache(cfg, meta)[0]["train"].ids, before)
 
 
 def test_same_size_corruption_is_rebuilt(built) -> None:
@@ -176,10 +176,10 @@ def test_load_refuses_other_settings(built) -> None:
     meta = tables.load_table(cfg)[2]
     other = make_cfg(Path(cfg.input_dir).parent, "model.max_length=32")
     with pytest.raises(PipelineError, match="other tables or settings"):
-        tokens.load(other, meta)
+        tokens.load_cache(other, meta)
     (layout.prepared_dir(cfg) / "tokens.json").unlink()
     with pytest.raises(PipelineError, match="no token cache"):
-        tokens.load(cfg, meta)
+        tokens.load_cache(cfg, meta)
 
 
 # ---------------------------------------------------------------- the tiny tokenizer
@@ -213,9 +213,9 @@ def test_cache_of_an_older_tokenizer_is_refused(tmp_path: Path, capsys) -> None:
     assert data.main(stage_args(tmp_path)) == 0
     cfg = make_cfg(tmp_path)
     _, _, meta = tables.load_table(cfg)
-    tokens.load(cfg, meta)
+    tokens.load_cache(cfg, meta)
     # as if `make data` had retrained the tokenizer in place and stopped before it rewrote tokens.json
     vocab = tokens.tokenizer_source(cfg) / "tokenizer.json"
     vocab.write_text(vocab.read_text().replace('"<mask>"', '"<MASK>"'))
     with pytest.raises(tokens.PipelineError, match="token cache is for other tables or settings"):
-        tokens.load(cfg, meta)
+        tokens.load_cache(cfg, meta)

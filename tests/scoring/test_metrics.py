@@ -31,3 +31,17 @@ def test_auc_by_lang() -> None:
     assert all(isinstance(k, str) for k in out)
     series = metrics.auc_by_lang(pd.Series(y), pd.Series(p), pd.Series(lang))
     assert series.keys() == out.keys()
+
+
+def test_test_labels_that_are_not_labels_are_refused_naming_the_row(tmp_path) -> None:
+    import pytest
+
+    from pipeline.errors import DataError
+
+    test = pd.DataFrame({"id": ["a", "b", "c"], "lang": ["es", "fr", "tr"]})
+    preds = pd.DataFrame({"id": ["a", "b", "c"], "toxic": [0.1, 0.9, 0.4]})
+    pd.DataFrame({"id": ["a", "b", "c"], "toxic": ["0", "1", "x"]}).to_csv(tmp_path / "test_labels.csv", index=False)
+    with pytest.raises(DataError, match=r"test_labels.csv: column toxic has 1 value.*data row 3: 'x'"):
+        metrics.test_score(tmp_path, test, preds)
+    pd.DataFrame({"id": ["a", "b", "c"], "toxic": [0, 1, -1]}).to_csv(tmp_path / "test_labels.csv", index=False)
+    assert metrics.test_score(tmp_path, test, preds)["rows"] == 2  # -1: left out of scoring
