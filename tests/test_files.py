@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline import data, files, layout, train
+from pipeline import baseline, blend, board, cv, data, files, layout, train
 from pipeline.core.fold import save_model
 from pipeline.errors import PipelineError
 from pipeline.layout import VALID
@@ -250,6 +250,12 @@ def test_unwritable_and_unreadable_paths(tmp_path: Path, raw_sample: Path, monke
     (tmp_path / "models").mkdir()
     assert train.main(stage_args(tmp_path, f"models_dir={tmp_path / 'models'}")) == 2
     assert "the models folder (models_dir) cannot be written (permission denied)" in one_line_error(capsys)
+    # every stage that writes under models/ says so before it reads anything
+    for stage in (cv, board, baseline):
+        assert stage.main(stage_args(tmp_path, f"models_dir={tmp_path / 'models'}")) == 2, stage.__name__
+        assert "cannot be written (permission denied)" in one_line_error(capsys), stage.__name__
+    assert blend.main([*stage_args(tmp_path, f"models_dir={tmp_path / 'models'}"), "--members", "a b"]) == 2
+    assert "cannot be written (permission denied)" in one_line_error(capsys)
     assert data.main(stage_args(tmp_path, "data.source=dir", f"data.dir={raw_sample}")) == 2
     line = one_line_error(capsys)
     assert line.startswith(f"error: {raw_sample / VALID}: the competition folder (data.dir) cannot be read")
