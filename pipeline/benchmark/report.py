@@ -152,20 +152,40 @@ def _kv(d: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items())
 
 
+def cpu_note(rows: list[dict], precision: str) -> str:
+    """Whether this CPU computes bf16 natively: emulated bf16 is slower than fp32, which the table would hide."""
+    native = next((r["ours"]["cpu_bf16_native"] for r in rows if "cpu_bf16_native" in r["ours"]), None)
+    if precision != "bf16" or native is None:
+        return ""
+    if native:
+        return ", computed natively by this CPU (AVX512-BF16 or AMX)"
+    return ", emulated on this CPU (no AVX512-BF16 or AMX): slower than fp32"
+
+
+def row_notes(rows: list[dict]) -> list[str]:
+    """What happened to single rows: the auto-fit's pick, out-of-memory halvings, rows not run or failed."""
+    notes = []
+    for r in rows:
+        o = r["ours"]
+        if "autofit" in o:
+            notes.append(f"Auto-fit picked micro-batch {o['micro']}: {o['autofit']}. Trainer got the same micro-batch.")
+        if o.get("halvings"):
+            notes.append(f"{r['spec']['label']}: out of memory, micro-batch halved {o['halvings']} time(s) to fit.")
+        for who in ("ours", "trainer"):
+            x = r[who] or {}
+            if "na" in x or "failed" in x:
+                notes.append(f"{r['spec']['label']} ({who}): {x.get('na') or 'failed, ' + x['failed']}.")
+    if any((r["ours"] or {}).get("profile") for r in rows):
+        notes.append("Profiled (bench.profile=true): the profiler slows every step; take speeds from a run without it.")
+    return notes
+
+
 def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
     """The markdown table and its notes; `bench` is the BenchConfig, `explain` extra notes to append."""
     rows = summary["rows"]
     device = next((r["ours"]["device"] for r in rows if "device" in r["ours"]), "?")
     cuda = device.startswith("cuda")
     precision = next((r["ours"]["precision"] for r in rows[1:] if "precision" in r["ours"]), "?")
-    native = next((r["ours"]["cpu_bf16_native"] for r in rows if "cpu_bf16_native" in r["ours"]), None)
-    cpu_note = ""
-    if precision == "bf16" and native is not None:
-        cpu_note = (
-            ", computed natively by this CPU (AVX512-BF16 or AMX)"
-            if native
-            else ", emulated on this CPU (no AVX512-BF16 or AMX): slower than fp32"
-        )
     head = (
         f"# make bench: {bench.model}, sequence length {bench.seq_len}, effective batch {bench.effective_batch}, "
         f"{bench.steps} timed optimizer steps per row after a warm-up, {device}\n\n"
@@ -180,8 +200,9 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
         "samples/s: at the median timed optimizer step, ± half the range of the steps (the spread). A ratio is "
         "the ratio of medians, with in brackets the range it takes when one side's slowest step meets the "
         "other's fastest; a range that holds 1.00 is a **tie**: the difference is within the spread.",
-        f"Mixed precision here is {precision} autocast (fp32 master weights){cpu_note}; every row sees the same "
-        f"{bench.effective_batch * bench.steps} rows per timed run, random token ids at full length, random weights.",
+        f"Mixed precision here is {precision} autocast (fp32 master weights){cpu_note(rows, precision)}; "
+        f"every row sees the same {bench.effective_batch * bench.steps} rows per timed run, random token ids at "
+        "full length, random weights.",
         "Peak memory: "
         + (
             "torch.cuda.max_memory_allocated (max_memory_reserved in brackets), over the whole row."
@@ -203,19 +224,7 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
         "XLM-R ids of the competition's texts; override with bench.vocab_used). Trainer has no such switch: "
         "its trimming row trains the full vocabulary, as a Trainer user would."
     )
-    for r in rows:
-        o = r["ours"]
-        if "autofit" in o:
-            notes.append(f"Auto-fit picked micro-batch {o['micro']}: {o['autofit']}. Trainer got the same micro-batch.")
-        if o.get("halvings"):
-            notes.append(f"{r['spec']['label']}: out of memory, micro-batch halved {o['halvings']} time(s) to fit.")
-        for who in ("ours", "trainer"):
-            x = r[who] or {}
-            if "na" in x or "failed" in x:
-                notes.append(f"{r['spec']['label']} ({who}): {x.get('na') or 'failed, ' + x['failed']}.")
-    if any((r["ours"] or {}).get("profile") for r in rows):
-        notes.append("Profiled (bench.profile=true): the profiler slows every step; take speeds from a run without it.")
-    notes += list(explain)
+    notes += row_notes(rows) + list(explain)
     return head + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
