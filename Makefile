@@ -83,8 +83,9 @@ submit: $(STAMP) ## submit submissions/<name>.csv to the competition, wait for t
 submissions: $(STAMP) ## every recorded submission beside its experiment's OOF AUC
 	$(STAGE) submit $(OPTS) --list
 
-test: $(STAMP) ## run the test suite (no network)
-	$(PY) -m pytest -q
+# one torch thread a worker: workers that each start a thread a core wait on each other at every op
+test: $(STAMP) ## run the test suite (no network), one worker a core
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile
 
 lint: $(STAMP) ## ruff, and the import layers of docs/architecture.md (import-linter)
 	$(PY) -m ruff check pipeline tests

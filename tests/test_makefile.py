@@ -54,7 +54,10 @@ def test_ctrl_c_while_a_stage_loads_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "pipeline", "train", "--config", "sample", f"input_dir={tmp_path}"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.7)  # torch and transformers take seconds to import: this lands during the imports
+    # torch takes seconds to import: signal once its libraries are being mapped, whatever the machine's load
+    maps, start = Path(f"/proc/{proc.pid}/maps"), time.monotonic()
+    while "libtorch" not in maps.read_text() and time.monotonic() - start < 60:
+        time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
