@@ -480,15 +480,19 @@ def experiment_kind(exp: Path) -> str:
     return "model"
 
 
-def blend_fold_problem(cfg: Config, folder: Path, needs: tuple[str, ...]) -> str:
+def blend_fold_problem(cfg: Config, folder: Path, needs: tuple[str, ...], chain: tuple[str, ...] = ()) -> str:
     """Why a blend's fold does not count ('' when it does): its own files, then each member's fold as
-    current as when the blend was made (the digests its done.json records)."""
+    current as when the blend was made (the digests its done.json records). `chain`: the blends that led
+    here, so that a member naming one of them (a damaged done.json) is refused, not followed forever."""
     why = fold_status(folder, None, needs)
     if why:
         return why
     done, k = read_done(folder), fold_index(folder)
+    chain = (*chain, folder.parent.name)
     for member, digest in (done.get("member_digests") or {}).items():
-        folds = experiment_folds(cfg, member, needs=())
+        if member in chain:
+            return f"names {member} among its own members ({' -> '.join([*chain, member])}); make the blend again"
+        folds = experiment_folds(cfg, member, needs=(), chain=chain)
         if k not in folds or read_done(folds[k])["digest"] != digest:
             return f"member {member}'s fold{k} changed since the blend was made (make the blend again)"
     return "" if done.get("member_digests") else "made by an older version (make the blend again)"
@@ -519,10 +523,12 @@ def experiment_digest(cfg: Config, name: str, kind: str) -> tuple[str, int]:
     return digest, saved.data.folds
 
 
-def experiment_check(cfg: Config, name: str, needs: tuple[str, ...] = (OOF,)) -> tuple[list[Path], dict[str, str]]:
+def experiment_check(
+    cfg: Config, name: str, needs: tuple[str, ...] = (OOF,), chain: tuple[str, ...] = ()
+) -> tuple[list[Path], dict[str, str]]:
     """(the folds of models/<name>/ that count, {fold: why not} for the others of 0..data.folds-1): a trained
     experiment's or a baseline's checked against the fingerprint of its own config and prepared data as they
-    are now, a blend's against its members as they were when it was made."""
+    are now, a blend's against its members as they were when it was made (`chain`: the blends that led here)."""
     exp = experiment_dir(cfg, name)
     if not exp.is_dir():
         raise PipelineError(f"{name}: no experiment in {exp} (train it, make its baseline or blend it first)")
@@ -531,16 +537,18 @@ def experiment_check(cfg: Config, name: str, needs: tuple[str, ...] = (OOF,)) ->
         digest, k = experiment_digest(cfg, name, kind)
         return select_folds(exp, digest, k, needs)
     found = {f: p for f, p in fold_dirs(exp).items() if f >= 0}
-    why = {fold_name(f): blend_fold_problem(cfg, found[f], needs) if f in found else "not made"
+    why = {fold_name(f): blend_fold_problem(cfg, found[f], needs, chain) if f in found else "not made"
            for f in range(max(found, default=-1) + 1)}  # fmt: skip
     return [found[f] for f in sorted(found) if not why[fold_name(f)]], {f: w for f, w in why.items() if w}
 
 
-def experiment_folds(cfg: Config, name: str, needs: tuple[str, ...] = (OOF,)) -> dict[int, Path]:
+def experiment_folds(
+    cfg: Config, name: str, needs: tuple[str, ...] = (OOF,), chain: tuple[str, ...] = ()
+) -> dict[int, Path]:
     """Every fold of models/<name>/ (a trained experiment, a TF-IDF baseline or a blend), each complete,
     intact and current (experiment_check), by fold number; else one line naming the experiment, the folds
     and why, and the command that makes them."""
-    use, left_out = experiment_check(cfg, name, needs)
+    use, left_out = experiment_check(cfg, name, needs, chain)
     if left_out:
         kind = experiment_kind(experiment_dir(cfg, name))
         make = {"blend": "blend", fingerprint.TFIDF["model"]: "baseline"}.get(kind, "train predict")

@@ -185,6 +185,19 @@ def test_no_stage_reports_a_number_made_from_a_damaged_artifact(made, tmp_path_f
     check_board(made, out)
 
 
+def test_a_done_json_that_makes_a_blend_its_own_member_is_refused(made, tmp_path: Path, capsys) -> None:
+    """A blend's fold copied over one of its members' folds: followed, it would be a cycle of blends."""
+    root = tmp_path
+    for top in ("raw", "input", "models", "subs"):
+        shutil.copytree(made.root / top, root / top)
+    shutil.rmtree(root / "models" / "x" / "fold0")
+    shutil.copytree(root / "models" / "x+x-tfidf" / "fold0", root / "models" / "x" / "fold0")
+    code, out, err = quiet(blend, [*argv(root, "name=x"), "blend.members=[x,x-tfidf]"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "names x among its own members (x -> x)" in err, err
+    code, out, err = quiet(board, argv(root, "name=x"), capsys)
+    assert code == 0, err
+
+
 # ---------------------------------------------------------------- the rule, case by case
 
 
