@@ -71,6 +71,7 @@ def _brief(r: dict) -> str:
 def run(cfg: Config, runner, log=print) -> dict:
     """Measure every row with `runner(spec) -> result` (a fresh process each), print and write the table."""
     summary = report.summarize(measure(cfg, runner, log))
+    summary["seq_len"] = cfg.bench.seq_len  # samples/s x this: the tokens/s a Kaggle time plan can start from
     table = report.bench_table(cfg.bench, summary, explain=[])
     out = layout.bench_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)

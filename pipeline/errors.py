@@ -27,7 +27,7 @@ def run_stage(stage: Callable[[], None]) -> int:
     except PipelineError as e:
         progress.fresh_line()  # the message starts its own line, never at the end of a bar's
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return getattr(e, "exit_code", 2)  # 2, or a stop the caller handles (75: the session's time is up)
     except KeyboardInterrupt:
         progress.fresh_line()
         print("interrupted", file=sys.stderr)

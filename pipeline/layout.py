@@ -66,6 +66,7 @@ ALL = "*"  # in `needs`: every file done.json records
 # the files of an experiment folder
 CV_JSON, CV_PNG = "cv.json", "cv.png"
 SUBMIT_RECORD = "submissions.jsonl"  # every `make submit` of the experiment, with its scores
+TIME_UP = "time_up.json"  # written when a run stopped for its deadline: which fold, and why
 VOCAB_MAP = "vocab_map.npy"  # beside a trimmed model's weights: old token id -> new
 SUBMISSION = "submission.csv"  # the name Kaggle notebooks expect
 BOARD = "board.md"
@@ -90,9 +91,14 @@ def raw_dir(cfg: Config) -> Path:
     return input_dir(cfg) / ("sample" if d.sample_scale == 1.0 else f"sample-x{d.sample_scale:g}")
 
 
+def dataset_slug(ref: str) -> str:
+    """The slug of a dataset named owner/slug or owner/slug/version: the folder it is downloaded or mounted in."""
+    return ref.split("/")[1] if "/" in ref else ref
+
+
 def dataset_dir(cfg: Config, ref: str) -> Path:
-    """Where the files of a dataset in data.datasets (owner/slug) are downloaded."""
-    return input_dir(cfg) / ref.split("/")[-1]
+    """Where the files of a dataset in data.datasets (owner/slug[/version]) are downloaded."""
+    return input_dir(cfg) / dataset_slug(ref)
 
 
 def needed_files(cfg: Config) -> tuple[str, ...]:

@@ -14,7 +14,6 @@ sample_submission, no NaN, every value in [0, 1]. A failed check is an error and
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -107,14 +106,34 @@ def record_test_score(cfg: Config, dirs: list[Path], score: dict) -> None:
     write_json(path, cv)
 
 
-def run(cfg: Config) -> Path:
+def run(cfg: Config) -> Path | None:
+    """Every usable fold on test, ensembled and checked into the submission. Under torchrun (the Kaggle notebook
+    on two GPUs) each process predicts its share of the folds on its own GPU, and rank 0 ensembles them."""
     layout.preflight(cfg, "predict")  # paths and permissions, before any fold runs
     layout.hold_experiment_lock(cfg, "predict")  # a second run on this experiment stops at once
     _, test, meta = tables.load_table(cfg)
     digest = layout.current_fingerprint(cfg, meta)
-    dirs = layout.usable_folds(cfg, digest, what="predict", needs=(layout.WEIGHTS, layout.ALL))
-    splits, _ = tokens.load_cache(cfg, meta)
-    device = distributed.pick_device(cfg.train.device)
+    d = distributed.setup(cfg.train.device)
+    try:
+        dirs = layout.usable_folds(cfg, digest, what="predict", needs=(layout.WEIGHTS, layout.ALL)) if d.is_main else []
+        dirs = distributed.broadcast_object(d, dirs)
+        splits, _ = tokens.load_cache(cfg, meta)
+        mine = dirs[d.rank :: d.world]  # each process its folds, cached in fold<k>/test.csv
+        if d.world > 1:
+            print(f"predict: process {d.rank} of {d.world} on {d.device}: {', '.join(f.name for f in mine) or '-'}")
+        for fold_dir in mine:
+            fold_test_preds(cfg, fold_dir, splits["test"], test, meta, d.device)
+        distributed.barrier(d)
+        path = write_submission(cfg, dirs, splits, test, meta, d.device) if d.is_main else None
+    except BaseException:
+        distributed.teardown(d, clean=False)
+        raise
+    distributed.teardown(d)
+    return path
+
+
+def write_submission(cfg: Config, dirs: list[Path], splits, test: pd.DataFrame, meta: dict, device) -> Path:
+    """The folds' test predictions (cached by now) ensembled, checked and written; the test AUC where known."""
     frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
     preds = ensemble(align(frames), cfg.predict.ensemble)
     raw = Path(meta["raw"])
@@ -139,4 +158,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    distributed.exit_process(main())  # under torchrun (the notebook on several GPUs): see exit_process

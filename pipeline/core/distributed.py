@@ -42,7 +42,7 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
-def setup(device_name: str = "auto") -> Dist:
+def setup(device_name: str = "auto", timeout_minutes: float = 60) -> Dist:
     """Join the process group torchrun prepared (NCCL on CUDA, gloo on CPU), or run alone."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -53,7 +53,7 @@ def setup(device_name: str = "auto") -> Dist:
             torch.cuda.set_device(device)
         backend = "nccl" if device.type == "cuda" else "gloo"
         # a generous timeout: rank 0 may spend minutes writing files while the others wait at a barrier
-        dist.init_process_group(backend=backend, timeout=timedelta(minutes=60))
+        dist.init_process_group(backend=backend, timeout=timedelta(minutes=timeout_minutes))
     return Dist(rank, world, local_rank, device)
 
 
@@ -112,3 +112,24 @@ def any_rank(d: Dist, flag: bool) -> bool:
     t = torch.tensor([int(flag)], device=d.device if d.device.type == "cuda" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+def check_all_reduce() -> int:
+    """One all-reduce across the processes torchrun started (NCCL on CUDA): 0 when every rank sees the sum.
+
+    `python -m torch.distributed.run --nproc_per_node=N -m pipeline.core.distributed` runs it; the Kaggle
+    notebook does, before the first fold on two GPUs, so that a broken NCCL shows in a minute, not hours in.
+    """
+    d = setup("auto", timeout_minutes=2)  # a check: a hang must end within minutes
+    if d.enabled:
+        dist.barrier()
+    t = torch.ones(1, device=d.device if d.device.type == "cuda" else "cpu")
+    if d.enabled:
+        dist.all_reduce(t)
+    ok = int(t.item()) == d.world
+    teardown(d)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    exit_process(check_all_reduce())

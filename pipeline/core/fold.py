@@ -21,8 +21,8 @@ import torch
 from pipeline import config as config_mod
 from pipeline import files, layout
 from pipeline.config import Config
-from pipeline.core import batching, distributed, loop, memory, modeling, optim, precision, resume, trim
-from pipeline.core.resume import FoldState, Interrupted, StopFlag
+from pipeline.core import batching, distributed, eta, loop, memory, modeling, optim, precision, resume, trim
+from pipeline.core.resume import FoldState, Interrupted, StopFlag, TimeUp
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text, check_free_space, write_csv, write_json
 from pipeline.inputs.tables import training_rows
@@ -41,6 +41,7 @@ class FoldInputs:
     tokenizer: object
     digest: str  # the fold fingerprint done.json will carry
     keep: np.ndarray | None = None  # the vocabulary ids kept (model.trim_vocab)
+    folds_after: int = 0  # folds this run trains after this one: what the ETA counts beyond this fold
 
 
 def banner(cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, params: int) -> str:
@@ -79,6 +80,12 @@ def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
             os.replace(p, fold_dir / p.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def padded_tokens(plan: list[list[np.ndarray]], data: Ragged) -> float:
+    """What an epoch computes: every micro-batch's rows times its longest row, on every rank."""
+    lengths = data.lengths
+    return float(sum(len(b) * int(lengths[b].max()) for step in plan for b in step if len(b)))
 
 
 def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path):
@@ -188,6 +195,9 @@ class FoldRun:
         self.progress = FoldState()
         if state is not None:
             self.restore(state)
+        self.rate = eta.read_rate(layout.experiment_dir(cfg))  # what earlier folds of the run measured
+        self.epoch_tokens = padded_tokens(self.epoch_plan(0), self.data)
+        self.eval_tokens = float(self.data.lengths[self.valid_idx].sum())
 
     def epoch_plan(self, epoch: int) -> list[list[np.ndarray]]:
         """The epoch's micro-steps as row indices of the table: micro-step k, rank r's batch."""
@@ -231,13 +241,19 @@ class FoldRun:
         distributed.barrier(self.d)
 
     def train_epoch(self, epoch: int) -> None:
-        """Train the rest of the epoch; a stop (Ctrl-C, SIGTERM) saves a resume state and raises Interrupted."""
+        """Train the rest of the epoch; a stop (Ctrl-C, SIGTERM) saves a resume state and raises Interrupted, the
+        deadline (eta.deadline) the same and raises TimeUp."""
         t, p, d = self.cfg.train, self.progress, self.d
-        stopped = False
+        stopped = expired = False
+        start, first = eta.now(), p.step.window
 
         def after_window(state: loop.StepState) -> bool:
-            nonlocal stopped
-            stopped = distributed.any_rank(d, self.stop.raised)
+            nonlocal stopped, expired
+            if d.is_main:
+                eta.spend_step()  # a simulated clock (tests) advances by a step's simulated time
+            left = eta.left()
+            expired = distributed.any_rank(d, left is not None and left <= 0)  # every rank stops together
+            stopped = expired or distributed.any_rank(d, self.stop.raised)
             every = t.save_every_steps
             # the last window is saved by the stop only: the epoch's own end saves after the evaluation
             if stopped or (every and state.window % every == 0 and state.window < self.windows):
@@ -252,11 +268,40 @@ class FoldRun:
             after_window=after_window, progress=d.is_main, desc=f"fold {self.fold} epoch {epoch + 1}/{t.epochs}",
             max_bad_steps=t.max_bad_steps,
         )  # fmt: skip
+        self.rate.train_tokens += self.epoch_tokens * (p.step.window - first) / self.windows
+        self.rate.train_seconds += eta.now() - start
+        where = f"fold {self.fold} stopped at epoch {epoch + 1}, step {p.step.window}"
+        if expired:
+            self.time_up(f"{where}: the session's time is up; the resume state is saved")
         if stopped:
-            raise Interrupted(
-                f"fold {self.fold} stopped at epoch {epoch + 1}, step {p.step.window}; "
-                f"`make train` again resumes from there"
+            raise Interrupted(f"{where}; `make train` again resumes from there")
+
+    def time_up(self, why: str) -> None:
+        """Stop for the deadline, saying so in time_up.json (the Kaggle notebook reads it) and in one line."""
+        if self.d.is_main:
+            write_json(layout.experiment_dir(self.cfg) / layout.TIME_UP, {"fold": self.fold, "why": why})
+        raise TimeUp(why)
+
+    def check_time(self, epoch: int) -> None:
+        """Never start an epoch that cannot end before the deadline (its state is saved at the last one's end)."""
+        left, need = eta.left(), self.rate.train(self.epoch_tokens)
+        if left is None or need is None:
+            return
+        need += self.rate.eval(self.eval_tokens)
+        if need > left:
+            self.time_up(
+                f"fold {self.fold}: epoch {epoch + 1} needs about {eta.hours(need)} and {eta.hours(left)} are left "
+                "before the session's limit; its resume state is saved"
             )
+
+    def eta_line(self, epoch: int) -> str:
+        """` | ETA 1h05m for the run`, written to eta.json too; '' until something has been measured."""
+        plan = eta.Plan(self.epoch_tokens, self.eval_tokens, self.cfg.train.epochs - epoch - 1, self.inputs.folds_after,
+                        self.cfg.train.epochs, done_fraction=1.0)  # fmt: skip
+        seconds = plan.seconds(self.rate)
+        if self.d.is_main:
+            eta.write_eta(layout.experiment_dir(self.cfg), self.rate, seconds, f"fold {self.fold} epoch {epoch + 1}")
+        return "" if seconds is None else f" | ETA {eta.hours(seconds)} for the run"
 
     def epoch_record(self, epoch: int, preds: np.ndarray, seconds: float, steps_run: int) -> dict:
         """metrics.jsonl's line for an epoch: loss, AUC overall and per language, speed, memory, lr."""
@@ -278,9 +323,11 @@ class FoldRun:
     def evaluate_epoch(self, epoch: int, steps_run: int) -> None:
         """Score the fold's rows; the best epoch so far keeps its weights and OOF predictions."""
         p, d = self.progress, self.d
-        start = time.perf_counter()
+        start, clock = time.perf_counter(), eta.now()
         stage1 = self.fold == layout.STAGE1  # no validation rows: the last epoch is the model
         preds = evaluate(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
+        self.rate.eval_tokens += self.eval_tokens
+        self.rate.eval_seconds += eta.now() - clock
         record = self.epoch_record(epoch, preds, time.perf_counter() - start, steps_run)
         p.history.append(record)
         if d.is_main:
@@ -288,7 +335,7 @@ class FoldRun:
             auc = "stage 1" if stage1 else f"AUC {record['auc']:.4f} ({per})"
             print(
                 f"fold {self.fold} epoch {epoch + 1}: loss {record['loss']:.4f} {auc} "
-                f"{record['samples_per_second']:.0f} ex/s, peak {record['peak_memory_mb']:.0f} MB"
+                f"{record['samples_per_second']:.0f} ex/s, peak {record['peak_memory_mb']:.0f} MB{self.eta_line(epoch)}"
             )
             text = "".join(json.dumps(h) + "\n" for h in p.history)
             atomic_write_text(self.fold_dir / layout.METRICS, text)
@@ -306,9 +353,16 @@ class FoldRun:
             print(f"\n=== fold {self.fold} ===")
             print(banner(self.cfg, d, self.precision, len(self.train_idx), len(self.valid_idx),
                          t.epochs * self.windows, modeling.count_parameters(self.model)))  # fmt: skip
+            plan = eta.Plan(self.epoch_tokens, self.eval_tokens, t.epochs - p.epoch - 1, self.inputs.folds_after,
+                            t.epochs, done_fraction=p.step.window / self.windows)  # fmt: skip
+            seconds = plan.seconds(self.rate)  # from earlier folds of this run, once they have measured it
+            if seconds is not None:
+                print(f"ETA {eta.hours(seconds)} for the run ({self.inputs.folds_after} more folds after this one)")
         fold_start = time.perf_counter() - sum(h["seconds"] for h in p.history)
         for epoch in range(p.epoch, t.epochs):
             p.epoch, start_window = epoch, p.step.window
+            if p.step.window == 0:
+                self.check_time(epoch)
             if p.step.window < self.windows:
                 self.train_epoch(epoch)
             if len(p.history) <= epoch:  # trained, not yet evaluated (a resume may land here)

@@ -26,6 +26,12 @@ class Interrupted(PipelineError):
     pass
 
 
+class TimeUp(Interrupted):
+    """The run's deadline came (a Kaggle session's limit): the state is saved; the next session continues."""
+
+    exit_code = 75  # eta.TIME_UP_EXIT: tells the notebook a stop for time from a failure
+
+
 @dataclasses.dataclass
 class FoldState:
     """Where a fold is: a resume state is this, the weights, the optimizer and the random states.

@@ -207,6 +207,15 @@ def test_torchrun_two_processes_match_one(tmp_path):
     done = json.loads((two / "models" / "sample" / "fold0" / "done.json").read_text())
     assert done["world"] == 2 and done["effective_batch"] == 32
 
+    # predict on two processes: each its own folds, rank 0 ensembles; the same file as one process writes
+    out = _stage(["pipeline.predict", "--config", "sample", "train.accumulation=1"], two, torchrun)
+    assert "process 0 of 2 on cpu: fold0" in out and "process 1 of 2 on cpu: fold1" in out
+    shared = (two / "subs" / "sample.csv").read_bytes()
+    for fold in ("fold0", "fold1"):
+        (two / "models" / "sample" / fold / "test.csv").unlink()  # no cache: the one process predicts both
+    _stage(["pipeline.predict", "--config", "sample", "train.accumulation=1"], two, [])
+    assert (two / "subs" / "sample.csv").read_bytes() == shared
+
 
 # ---------------------------------------------------------------- leaving a torchrun worker
 

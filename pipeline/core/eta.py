@@ -1,0 +1,117 @@
+"""How long the rest of a run will take, and the time it must end by: one estimate for every reader.
+
+The rate is seconds per padded token (a batch's rows times its width: what the GPU computes), measured
+as a fold trains and evaluates, so that a fold of longer texts is not estimated by a fold of shorter
+ones. The same estimate gives the ETA in the banner and in each evaluation line, `eta.json` beside the
+experiment (what `make kernel-status` shows), and the Kaggle time guard: a run that has a deadline
+(`PIPELINE_DEADLINE`, set by the notebook from its session's start and `kaggle.time_limit_h`) never starts
+an epoch it cannot finish, and saves a resume state and stops when the deadline comes mid-epoch.
+
+Tests simulate hours of GPU time with a fake clock: `PIPELINE_FAKE_CLOCK` names a file of seconds added to
+the real clock, and `PIPELINE_FAKE_STEP_SECONDS` adds that many to it at each optimizer step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.files import read_json, write_json
+
+DEADLINE_ENV = "PIPELINE_DEADLINE"  # unix seconds by which the run must have stopped
+FAKE_CLOCK_ENV, FAKE_STEP_ENV = "PIPELINE_FAKE_CLOCK", "PIPELINE_FAKE_STEP_SECONDS"
+ETA_FILE = "eta.json"  # beside the experiment: the latest estimate and the measured rates
+TIME_UP_EXIT = 75  # a stage that stopped for the deadline (EX_TEMPFAIL): its state is saved, continue later
+
+
+def now() -> float:
+    """The clock every time decision reads: the real one, plus the tests' fake seconds when they simulate."""
+    fake = os.environ.get(FAKE_CLOCK_ENV)
+    extra = float(Path(fake).read_text() or 0) if fake and Path(fake).is_file() else 0.0
+    return time.time() + extra
+
+
+def spend_step() -> None:
+    """An optimizer step was taken (by rank 0): under a simulated clock, that much simulated time passes."""
+    fake, step = os.environ.get(FAKE_CLOCK_ENV), float(os.environ.get(FAKE_STEP_ENV) or 0)
+    if fake and step:
+        path = Path(fake)
+        before = float(path.read_text() or 0) if path.is_file() else 0.0
+        path.write_text(str(before + step))
+
+
+def deadline() -> float | None:
+    value = os.environ.get(DEADLINE_ENV)
+    return float(value) if value else None
+
+
+def left() -> float | None:
+    """Seconds until the deadline (negative once it has passed); None without one."""
+    end = deadline()
+    return None if end is None else end - now()
+
+
+def hours(seconds: float) -> str:
+    """`2h05m`, `14m`, `45s`: how a person reads a duration."""
+    seconds = max(0.0, seconds)
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 60)}m" if seconds >= 60 else f"{int(seconds)}s"
+
+
+@dataclass
+class Rate:
+    """Seconds per padded token, learned from what has run: training (forward, backward, step) and evaluation."""
+
+    train_tokens: float = 0.0
+    train_seconds: float = 0.0
+    eval_tokens: float = 0.0
+    eval_seconds: float = 0.0
+
+    def train(self, tokens: float) -> float | None:
+        return tokens * self.train_seconds / self.train_tokens if self.train_tokens else None
+
+    def eval(self, tokens: float) -> float | None:
+        if self.eval_tokens:
+            return tokens * self.eval_seconds / self.eval_tokens
+        # no evaluation measured yet: a forward pass is about a third of a training step's work
+        return None if not self.train_tokens else tokens * self.train_seconds / self.train_tokens / 3
+
+
+@dataclass
+class Plan:
+    """What is left of a run, in padded tokens: the rest of this epoch, then whole epochs and folds."""
+
+    epoch_tokens: float  # one training epoch of this fold
+    eval_tokens: float  # one evaluation of this fold
+    epochs_left: int  # whole epochs after the current one, in this fold
+    folds_left: int  # whole folds after this one
+    fold_epochs: int  # epochs a fold trains
+    done_fraction: float = 0.0  # of the current epoch
+    extra: dict = field(default_factory=dict)
+
+    def seconds(self, rate: Rate) -> float | None:
+        """The time the rest of the run needs at `rate`; None until something has been measured."""
+        epoch, evaluation = rate.train(self.epoch_tokens), rate.eval(self.eval_tokens)
+        if epoch is None or evaluation is None:
+            return None
+        this = (1 - self.done_fraction) * epoch + evaluation
+        fold = self.fold_epochs * (epoch + evaluation)
+        return this + self.epochs_left * (epoch + evaluation) + self.folds_left * fold
+
+
+def read_rate(folder: Path) -> Rate:
+    """The rates an earlier fold of the run measured (eta.json beside the experiment), or nothing measured."""
+    try:
+        saved = read_json(folder / ETA_FILE)
+        return Rate(**{k: float(saved["rate"][k]) for k in Rate.__dataclass_fields__})
+    except (OSError, ValueError, KeyError, TypeError):
+        return Rate()
+
+
+def write_eta(folder: Path, rate: Rate, seconds_left: float | None, where: str) -> None:
+    """eta.json: the latest estimate of the whole run, where the run is, and the rates it comes from."""
+    write_json(folder / ETA_FILE, {"at": now(), "where": where, "seconds_left": seconds_left,
+                                   "rate": vars(rate)})  # fmt: skip
