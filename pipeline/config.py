@@ -136,6 +136,17 @@ class KaggleConfig:
     # attached so that the notebook starts from that stage-1 model instead of training it in the same session
     init_kernel: str = ""
     working_gb: float = 20.0  # what /kaggle/working may keep; `make kernel` refuses a larger disk plan
+    time_limit_h: float = 12.0  # a session's limit: no fold or epoch starts that cannot end before it
+    margin_minutes: float = 20.0  # kept free at the session's end: predicting, copying the output
+    weekly_quota_h: float = 30.0  # the GPU hours a week Kaggle gives: the plan says what share a run takes
+    # the throughput the time plan assumes, in padded tokens a second for the whole run (0: an estimate for two
+    # T4s from the model's size, or the one `make bench-gpu` measured)
+    tokens_per_second: float = 0.0
+    # an earlier session's output to continue from: "self" (this kernel's last version) or <owner>/<kernel>;
+    # its complete folds count, a fold it cut off resumes from its resume state
+    continue_from: str = ""
+    keep_resume: bool = True  # keep a cut-off fold's resume state in /kaggle/working (6.7 GB for XLM-R large)
+    has_bitsandbytes: bool = False  # the image carries bitsandbytes: train.optimizer=adamw8bit may run there
     submit_file: str = ""  # `make submit`: the file to submit; "" means submissions/<name>.csv
     submit_timeout: int = 1800  # `make submit`: seconds to wait for the score (0: do not wait)
 
@@ -232,6 +243,10 @@ RANGES: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("kaggle.timeout", lambda v: v >= 0, "an integer >= 0 (seconds; 0: Kaggle's default)"),
     ("kaggle.submit_timeout", lambda v: v >= 0, "an integer >= 0 (seconds; 0: do not wait)"),
     ("kaggle.working_gb", lambda v: _finite(v) and v > 0, "a finite number > 0"),
+    ("kaggle.time_limit_h", lambda v: _finite(v) and v > 0, "a finite number of hours > 0"),
+    ("kaggle.margin_minutes", lambda v: _finite(v) and v >= 0, "a finite number of minutes >= 0"),
+    ("kaggle.weekly_quota_h", lambda v: _finite(v) and v > 0, "a finite number of hours > 0"),
+    ("kaggle.tokens_per_second", lambda v: _finite(v) and v >= 0, "a finite number >= 0 (0: the estimate)"),
 )
 
 

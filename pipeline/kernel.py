@@ -19,6 +19,7 @@ What runs inside the notebook is pipeline/notebook.py.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -27,7 +28,9 @@ from pipeline.config import Config
 from pipeline.errors import run_stage
 from pipeline.files import check_writable_dir
 from pipeline.kaggle import disk as kaggle_disk
+from pipeline.kaggle import hours
 from pipeline.kaggle.bundle import write_bundle, write_kernel
+from pipeline.kaggle.launch import code_digest
 from pipeline.kaggle.output import fetch_output, folders, kernel_status
 from pipeline.kaggle.plan import (
     KERNEL_METADATA,
@@ -49,6 +52,8 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
         raise KernelError(problem)
     if not plan.parameters:
         print(f"kernel: the size of {cfg.model.name} is not known offline: weights are not in the plan above")
+    else:
+        print(hours.format_time(hours.plan_time(cfg, folds), cfg))
     return plan
 
 
@@ -61,11 +66,30 @@ def listed_files(cfg: Config, api) -> dict[str, list[str]] | None:
     return {ref: client.dataset_files(ref, api) for ref in cfg.data.datasets}
 
 
+def write_and_describe(cfg: Config, plan, kernel_dir, digest: str) -> dict:
+    """The kernel folder, written and checked; what it will run on, printed."""
+    meta = write_kernel(cfg, plan, kernel_dir, digest)
+    print(f"kernel: notebook {kernel_dir}/{plan.code_file} + {KERNEL_METADATA} (kernel {plan.kernel_ref})")
+    print(
+        f"kernel: {meta.get('machine_shape') or 'default accelerator'}, GPU {'on' if meta['enable_gpu'] else 'off'}, "
+        f"internet off, {'private' if meta['is_private'] else 'public'}; competition {plan.competition}; "
+        f"datasets {', '.join(meta['dataset_sources'])}"
+        + (f"; models {', '.join(meta['model_sources'])}" if plan.models else "")
+        + (f"; kernels {', '.join(meta['kernel_sources'])}" if meta.get("kernel_sources") else "")
+    )
+    return meta
+
+
 def build_and_push(cfg: Config, api=None) -> dict:
     """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
     from pipeline.kaggle import client
 
     make_plan(cfg, "owner")  # settings errors first: they need no credentials
+    if cfg.train.optimizer == "adamw8bit" and not cfg.kaggle.has_bitsandbytes:
+        raise KernelError(
+            "train.optimizer=adamw8bit needs bitsandbytes in the Kaggle image, which is not known to carry it: use "
+            "train.optimizer=adamw, or set kaggle.has_bitsandbytes=true if you know it does (the notebook checks)"
+        )
     if cfg.model.name != "tiny" and not cfg.kaggle.model_source:
         print(f"kernel: kaggle.model_source not set; the plan assumes the weights in {placeholder_model_source(cfg)}")
     check_extra_files(cfg)
@@ -76,29 +100,26 @@ def build_and_push(cfg: Config, api=None) -> dict:
     plan = make_plan(cfg, resolve_user(cfg, api))
     code_dir, kernel_dir, out = folders(cfg, plan.kernel_slug)
     files = write_bundle(cfg, plan, code_dir)
+    digest = code_digest(code_dir / "pipeline")
     size = sum(p.stat().st_size for p in files)
-    print(f"kernel: code bundle {code_dir}: {len(files)} files, {kaggle_disk.human(size)} (dataset {plan.dataset_ref})")
-    meta = write_kernel(cfg, plan, kernel_dir)
-    print(f"kernel: notebook {kernel_dir}/{plan.code_file} + {KERNEL_METADATA} (kernel {plan.kernel_ref})")
-    print(
-        f"kernel: {meta.get('machine_shape') or 'default accelerator'}, GPU {'on' if meta['enable_gpu'] else 'off'}, "
-        f"internet off, {'private' if meta['is_private'] else 'public'}; competition {plan.competition}; "
-        f"datasets {', '.join(meta['dataset_sources'])}"
-        + (f"; models {', '.join(meta['model_sources'])}" if plan.models else "")
-    )
-    result = {"plan": plan, "code_dir": code_dir, "kernel_dir": kernel_dir, "bundle_bytes": size, "metadata": meta}
-    result["disk"] = disk
-    url = f"https://www.kaggle.com/code/{plan.kernel_ref}"
+    print(f"kernel: code bundle {code_dir}: {len(files)} files, {kaggle_disk.human(size)}, code {digest} "
+          f"(dataset {plan.dataset_ref})")  # fmt: skip
+    result = {"plan": plan, "code_dir": code_dir, "kernel_dir": kernel_dir, "bundle_bytes": size, "disk": disk}
     if cfg.kaggle.dry_run:
+        result["metadata"] = write_and_describe(cfg, plan, kernel_dir, digest)
         print("kernel: dry run (kaggle.dry_run=true): nothing sent; the two folders above are what would be")
-        print(f"kernel: a push would upload {plan.dataset_ref}, then run {url}")
+        print(f"kernel: a push would upload {plan.dataset_ref}, then run https://www.kaggle.com/code/{plan.kernel_ref}")
     else:
+        write_kernel(cfg, plan, kernel_dir, digest)  # checked before anything is sent; rewritten once versioned
         action, ds_url = client.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
         print(f"kernel: code dataset {action}: {ds_url}")
         print(f"kernel: code dataset {client.wait_dataset_ready(plan.dataset_ref, api)}")
+        # the kernel attaches the very version uploaded: Kaggle may still serve the previous one as the latest
+        plan = dataclasses.replace(plan, bundle_version=client.dataset_version(plan.dataset_ref, api))
+        result["metadata"] = write_and_describe(cfg, plan, kernel_dir, digest)
         url, version = client.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
         print(f"kernel: pushed{f' version {version}' if version else ''}: {url}")
-        result.update(url=url, version=version)
+        result.update(url=url, version=version, plan=plan)
     print(f"  follow it:      make kernel-status CONFIG={cfg.name} FOLLOW=1")
     print(f"  when complete:  make kernel-output CONFIG={cfg.name}   (into {out}, models/ and submissions/)")
     print(f"  then:           make submit CONFIG={cfg.name}")

@@ -20,12 +20,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import config, cv, data, kernel, predict, train
+from pipeline import config, cv, data, kernel, layout, notebook, predict, train
 from pipeline.inputs import sample
-from pipeline.kaggle import client, output, session
+from pipeline.kaggle import client, launch, output, session
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.client import KaggleError
 from pipeline.kaggle.plan import KernelError
@@ -104,7 +105,8 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
         mp.setattr(client, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
-    assert names == ["dataset_status", "dataset_create_new", "dataset_status", "dataset_status", "kernels_push"]
+    # status: exists?, then polled until ready, then asked for the version number the notebook pins
+    assert names == ["dataset_status", "dataset_create_new", *["dataset_status"] * 3, "kernels_push"]
     create = api.calls[1][1]
     assert create["dir_mode"] == "zip" and create["public"] is False
     assert create["sent"] == ["kernel-config.yaml", "pipeline.zip"]  # subfolders travel zipped
@@ -122,7 +124,7 @@ def test_second_push_adds_a_version(tmp_path: Path) -> None:
     api.datasets.add("tester/jigsaw-sample-code")
     kernel.build_and_push(make_cfg(tmp_path, "kaggle.timeout=3600"), api=api)
     names = [name for name, _ in api.calls]
-    assert names == ["dataset_status", "dataset_create_version", "dataset_status", "kernels_push"]
+    assert names == ["dataset_status", "dataset_create_version", "dataset_status", "dataset_status", "kernels_push"]
     assert api.calls[1][1]["dir_mode"] == "zip"
     assert api.calls[-1][1]["timeout"] == "3600"
 
@@ -214,7 +216,7 @@ def test_output_is_downloaded_and_installed(tmp_path: Path) -> None:
 def test_output_of_an_unfinished_kernel_is_refused(tmp_path: Path) -> None:
     api = FakeKaggleApi()
     api.kernel_state = "RUNNING"
-    with pytest.raises(KernelError, match="is running, not complete; follow it with `make kernel-status"):
+    with pytest.raises(KernelError, match="is running, not finished; follow it with `make kernel-status"):
         output.fetch_output(make_cfg(tmp_path), api=api)
     assert [name for name, _ in api.calls] == ["kernels_status"]
 
@@ -228,14 +230,34 @@ KAGGLE_LOG = json.dumps(  # the shape of a Kaggle kernel log: JSON entries of st
 def test_output_of_a_failed_kernel_shows_its_log(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     api = FakeKaggleApi()
     api.kernel_state, api.failure_message, api.log = "ERROR", "Your notebook tried to allocate more memory", KAGGLE_LOG
-    with pytest.raises(KernelError, match="failed: Your notebook tried to allocate more memory"):
+    with pytest.raises(KernelError, match="failed and left no output: Your notebook tried to allocate more memory"):
         output.fetch_output(make_cfg(tmp_path), api=api)
-    assert [name for name, _ in api.calls] == ["kernels_status", "kernels_logs"]
+    assert [name for name, _ in api.calls] == ["kernels_status", "kernels_logs", "kernels_output"]
     out = capsys.readouterr().out
     assert "| torch.OutOfMemoryError: CUDA out of memory" in out and "| step 29" in out
     assert "| step 5\n" not in out  # only the tail
     log = tmp_path / "kernel" / "jigsaw-sample" / "output" / "jigsaw-sample.log"
     assert log.read_text().splitlines()[0] == "step 0"  # the whole log is kept, as text
+
+
+def test_output_of_a_stopped_kernel_comes_back_with_its_complete_folds(tmp_path: Path, capsys) -> None:
+    """A session that ran out of its hours ends `error` or `cancel_acknowledged`: what it left still comes back."""
+    api = FakeKaggleApi()
+    api.kernel_state, api.log = "CANCEL_ACKNOWLEDGED", KAGGLE_LOG
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.5\n",
+        "models/sample/fold0/done.json": b'{"fold": 0, "digest": "d"}',
+        "models/sample/fold0/oof.csv": b"id,toxic\n",
+        "models/sample/fold1/resume.pt": b"state",
+        "models/sample/fold2/oof.csv": b"id,toxic\n",
+    }
+    installed = output.fetch_output(make_cfg(tmp_path), api=api)
+    assert (tmp_path / "models" / "sample" / "fold1" / "resume.pt").read_bytes() == b"state"
+    assert (tmp_path / "submissions" / "submission.csv").is_file() and len(installed) == 5
+    out = capsys.readouterr().out
+    assert "ended cancel_acknowledged" in out
+    assert "kernel: sample folds complete: 0; cut off, with a resume state: 1; not complete: 2" in out
+    assert "kaggle.continue_from=self" in out
 
 
 def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -245,15 +267,26 @@ def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     assert "kernel tester/jigsaw-sample: running" in out and "| step 29" in out
 
+    # following: the log streamed as the session writes it (kaggle 2.2.5: kernels_logs_stream), the latest ETA
+    api.log_events = [{"data": "fold 0 epoch 1: AUC 0.7 | ETA 3h10m"}, {"data": " for the run\nfold 0 epoch 2:"},
+                      {"data": " AUC 0.8 | ETA 2h05m for the run\n"}]  # fmt: skip
+    polled = lambda s: pytest.fail("polled the stored log where the stream was there")  # noqa: E731
+    assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=polled) == "complete"
+    out = capsys.readouterr().out
+    assert "| fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run\n  | fold 0 epoch 2: AUC 0.8" in out
+    assert out.endswith("kernel tester/jigsaw-sample: complete; ETA 2h05m for the run\n")
+
+    # a library without the stream: the stored log, polled
     states = iter(["RUNNING", "COMPLETE"])
 
     def sleep(seconds: float) -> None:
         api.kernel_state = next(states)
         api.log = json.dumps([{"data": "done\n"}])
 
-    api.kernel_state = "QUEUED"
+    api.kernels_logs_stream, api.kernel_state = None, "QUEUED"
+    api.calls.clear()
     assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=sleep) == "complete"
-    assert [n for n, _ in api.calls].count("kernels_status") == 4
+    assert [n for n, _ in api.calls].count("kernels_status") == 3
     assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'k'}", "--status"]) == 2  # no credentials
 
 
@@ -320,7 +353,7 @@ def tiny_model_folder(dest: Path, competition: Path, cfg: config.Config) -> None
     model.save_pretrained(dest)
 
 
-def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path, **extra) -> subprocess.CompletedProcess:
     guard = tmp_path / "guard"
     guard.mkdir(exist_ok=True)
     (guard / "sitecustomize.py").write_text(textwrap.dedent(NO_NETWORK))
@@ -336,6 +369,7 @@ def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path) 
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         MPLBACKEND="Agg",
+        **extra,
     )
     return subprocess.run(
         [sys.executable, str(script)], cwd=working, env=env, capture_output=True, text=True, timeout=600, check=False
@@ -548,3 +582,152 @@ def test_stage2_notebook_starts_from_an_attached_stage1_kernel(tmp_path: Path) -
     linked = b_working.parent / "temp" / "models" / "sample-s1" / "fold-1"
     mounted = b_input / "notebooks" / "tester" / "jigsaw-sample-s1" / "models" / "sample-s1" / "fold-1"
     assert linked.is_symlink() and linked.resolve() == mounted
+
+
+# ---------------------------------------------------------------------------------------------
+# Twelve hours never wasted: the time guard, a stopped session's output, a run continued across sessions
+
+
+def fake_clock(folder: Path, step_seconds: int = 600) -> dict:
+    """The notebook's clock advanced 10 simulated minutes at each optimizer step: hours of GPU time in seconds."""
+    clock = folder / "clock"
+    clock.write_text("0")
+    return {"PIPELINE_FAKE_CLOCK": str(clock), "PIPELINE_FAKE_STEP_SECONDS": str(step_seconds)}
+
+
+@pytest.mark.slow
+def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Session 1 (3.5 simulated hours, about an hour an epoch): fold 0, then fold 1's first epoch; its second
+    would end after the limit, so the session stops there with fold 1's resume state kept, a submission from
+    fold 0 and the command that continues. Session 2 attaches session 1's output (kaggle.continue_from=self):
+    fold 0 counts, fold 1 resumes at its second epoch; the end result is an uninterrupted run's."""
+    settings = (*SMALL, "train.epochs=2", "kaggle.margin_minutes=0")
+    a_input, a_working = kaggle_layout(tmp_path / "a")
+    built = kernel.build_and_push(dry(tmp_path / "a", *settings, "kaggle.time_limit_h=3.5"))
+    mount_code(built["code_dir"], a_input, "jigsaw-sample-code", unpacked=True)
+    first = run_notebook(built["kernel_dir"] / "jigsaw-sample.py", a_input, a_working, tmp_path / "a",
+                         **fake_clock(tmp_path / "a"))  # fmt: skip
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    out = first.stdout
+    assert "fold 1: epoch 2 needs about" in out and "before the session's limit; its resume state is saved" in out
+    assert "kernel: stopped for the session's time limit: folds 0 complete; fold 1 cut off (resume state kept)" in out
+    assert 'plus ARGS="kaggle.continue_from=self": make kernel' in out
+    check_submission(a_working, a_input, first)  # a partial submission, from fold 0
+    cv = json.loads((a_working / "models" / "sample" / "cv.json").read_text())
+    assert cv["test_auc"]["folds"] == ["fold0"] and list(cv["folds"]) == ["0"]
+    assert (a_working / "models" / "sample" / "fold1" / "resume.pt").is_file()
+    assert not (a_working / "models" / "sample" / "fold1" / "done.json").exists()
+
+    # make kernel-output on the stopped kernel: fold 0 complete, fold 1 cut off with its resume state
+    api = serve_working(a_working)
+    api.kernel_state = "ERROR"
+    output.fetch_output(make_cfg(tmp_path / "local"), api=api)
+    said = capsys.readouterr().out
+    assert "kernel: sample folds complete: 0; cut off, with a resume state: 1" in said
+
+    b_input, b_working = kaggle_layout(tmp_path / "b")
+    cfg = dry(tmp_path / "b", *settings, "kaggle.continue_from=self")
+    built = kernel.build_and_push(cfg)
+    assert built["metadata"]["kernel_sources"] == ["tester/jigsaw-sample"]  # this kernel's earlier output
+    mount_code(built["code_dir"], b_input, "jigsaw-sample-code", unpacked=True)
+    shutil.copytree(a_working, b_input / "notebooks" / "tester" / "jigsaw-sample")  # where Kaggle mounts it
+    second = run_notebook(built["kernel_dir"] / "jigsaw-sample.py", b_input, b_working, tmp_path / "b",
+                          **fake_clock(tmp_path / "b"))  # fmt: skip
+    check_submission(b_working, b_input, second)
+    out = second.stdout
+    assert "sample fold 0 from the earlier session (complete)" in out
+    assert "sample fold 1 from the earlier session (with a resume state)" in out
+    assert "fold 0: complete with these settings" in out and "fold 1: resuming at epoch 1, step" in out
+    assert "kernel: done; submission at" in out and "from folds 0, 1" in out
+
+    # the same two folds trained in one go, here: the same OOF
+    args = local_args(tmp_path / "ref", b_input, *settings)
+    assert data.main(args) == 0 and train.main(args) == 0
+    ref = pd.read_csv(tmp_path / "ref" / "models" / "sample" / "oof.csv", dtype={"id": str}).sort_values("id")
+    got = pd.read_csv(b_working / "models" / "sample" / "oof.csv", dtype={"id": str}).sort_values("id")
+    assert got["id"].tolist() == ref["id"].tolist()
+    np.testing.assert_allclose(got["pred"], ref["pred"], rtol=0, atol=1e-6)
+
+
+def test_a_fold_that_cannot_finish_is_not_started(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    cfg = config.load("sample", ["train.epochs=2", "kaggle.keep_resume=false"])
+    monkeypatch.setattr(notebook.eta, "left", lambda: 1.5 * 3600)
+    assert notebook.fits(cfg, []) is True  # nothing timed yet: the first fold starts, its epochs guarded
+    assert notebook.fits(cfg, [3600.0]) is True
+    assert notebook.fits(cfg, [2 * 3600.0]) is False  # 2 h a fold, 1.5 h left
+    assert "the next fold needs about 2h00m; 1h30m are left before the limit" in capsys.readouterr().out
+    keep = config.load("sample", ["train.epochs=2", "kaggle.keep_resume=true"])
+    assert notebook.fits(keep, [2 * 3600.0]) is True  # one epoch fits; its state carries to the next session
+
+
+def test_a_bundle_other_than_the_one_pushed_is_refused(tmp_path: Path) -> None:
+    input_root, working = kaggle_layout(tmp_path)
+    built = kernel.build_and_push(dry(tmp_path, *SMALL))
+    mount_code(built["code_dir"], input_root, "jigsaw-sample-code", unpacked=True)
+    changed = input_root / "jigsaw-sample-code" / "pipeline" / "train.py"
+    changed.write_text(changed.read_text() + "\n# an older or newer version\n")
+    result = run_notebook(built["kernel_dir"] / "jigsaw-sample.py", input_root, working, tmp_path)
+    assert result.returncode == 1
+    assert "error: the attached code bundle jigsaw-sample-code is not the one this kernel was pushed" in result.stderr
+    assert not (working / "kernel-run.yaml").exists()  # stopped before any work
+
+
+def test_the_kernel_attaches_the_bundle_version_it_uploaded(tmp_path: Path) -> None:
+    api = FakeKaggleApi()
+    api.dataset_version = 12
+    result = kernel.build_and_push(make_cfg(tmp_path, "kaggle.user=tester"), api=api)
+    assert result["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/12"
+    meta = json.loads((result["kernel_dir"] / "kernel-metadata.json").read_text())
+    assert meta["dataset_sources"][0] == "tester/jigsaw-sample-code/12"
+    script = (result["kernel_dir"] / "jigsaw-sample.py").read_text()
+    assert f"CODE_DIGEST = {launch.code_digest(result['code_dir'] / 'pipeline')!r}" in script
+
+
+def test_versions_are_logged_and_a_missing_one_stops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    lines = session.machine_report()
+    assert lines[0].startswith("python ") and "torch " in lines[0] and "transformers " in lines[0]
+    cfg = config.load("sample", [])
+    session.check_machine(cfg)
+    monkeypatch.setattr(transformers, "__version__", "4.40.2")
+    with pytest.raises(KernelError, match="transformers 4.40.2 is too old"):
+        session.check_machine(cfg)
+    monkeypatch.undo()
+    monkeypatch.setattr(session.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(KernelError, match="adamw8bit needs bitsandbytes"):
+        session.check_machine(config.load("sample", ["train.optimizer=adamw8bit"]))
+
+
+def test_the_plan_refuses_adamw8bit_unless_the_image_has_bitsandbytes(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match="adamw8bit needs bitsandbytes in the Kaggle image"):
+        kernel.build_and_push(dry(tmp_path, "train.optimizer=adamw8bit"))
+    kernel.build_and_push(dry(tmp_path, "train.optimizer=adamw8bit", "kaggle.has_bitsandbytes=true"))
+
+
+def test_two_gpus_fall_back_to_one_when_an_all_reduce_fails(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    cfg = config.load("sample", [])
+    monkeypatch.setattr(notebook, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 1)
+    assert notebook.checked_processes(cfg, 2) == 1
+    assert "an all-reduce across 2 GPUs failed (1); training on one GPU instead" in capsys.readouterr().out
+    monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 0)
+    assert notebook.checked_processes(cfg, 2) == 2
+
+
+def test_versioned_datasets_are_taken_or_refused_at_the_plan(tmp_path: Path) -> None:
+    cfg = dry(tmp_path, "data.datasets=[someone/translated/3]", "data.extra_files=[translated-train.csv]")
+    meta = kernel.build_and_push(cfg)["metadata"]
+    assert "someone/translated/3" in meta["dataset_sources"]
+    assert layout.dataset_dir(cfg, "someone/translated/3").name == "translated"  # mounted under its slug
+    with pytest.raises(KernelError, match="is not <owner>/<dataset> or <owner>/<dataset>/<version>"):
+        kernel.build_and_push(dry(tmp_path, "data.datasets=[someone/translated/latest]"))
+
+
+def test_the_dry_run_plans_time_too(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    kernel.build_and_push(dry(tmp_path, "model.name=xlm-roberta-large", "data.source=kaggle", "data.folds=5",
+                              "data.english_negatives=400000", "model.max_length=256"))  # fmt: skip
+    out = capsys.readouterr().out
+    assert "kernel: time plan, at " in out and "an estimate for 2 T4s from the model's size" in out
+    assert "of a 12 h session" in out and "of a 30 h weekly GPU quota" in out
+    assert "kernel: warning: the folds need about" in out and "kaggle.continue_from=self" in out

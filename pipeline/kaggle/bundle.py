@@ -95,7 +95,7 @@ def _py_str(text: str) -> str:
     return "'''\\\n" + text + "'''"
 
 
-def script_text(cfg: Config, plan: Plan) -> str:
+def script_text(cfg: Config, plan: Plan, digest: str = "") -> str:
     """pipeline/kaggle/launch.py's text, then the lines that run it with this code dataset and config."""
     config_text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
     return (
@@ -104,8 +104,9 @@ def script_text(cfg: Config, plan: Plan) -> str:
         + LAUNCH.read_text(encoding="utf-8")
         + "\n\n# The resolved config `make kernel` was given; the notebook fills in Kaggle's paths (kernel-run.yaml).\n"
         + f"CODE_DATASET = {plan.dataset_slug!r}\n"
+        + f"CODE_DIGEST = {digest!r}  # the notebook stops at once when the attached bundle's code differs\n"
         + f"CONFIG = {_py_str(config_text)}\n\n"
-        + 'if __name__ == "__main__":\n    run(CODE_DATASET, CONFIG)\n'
+        + 'if __name__ == "__main__":\n    run(CODE_DATASET, CONFIG, CODE_DIGEST)\n'
     )
 
 
@@ -120,10 +121,11 @@ def notebook_json(source: str) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
-def write_kernel(cfg: Config, plan: Plan, dest: Path) -> dict:
-    """The kernel folder (metadata + code file) at `dest`, replaced whole; returns the checked metadata."""
+def write_kernel(cfg: Config, plan: Plan, dest: Path, digest: str = "") -> dict:
+    """The kernel folder (metadata + code file) at `dest`, replaced whole; returns the checked metadata. `digest`:
+    the code bundle's (launch.code_digest), which the notebook checks the attached bundle against."""
     meta = kernel_metadata(cfg, plan)
-    source = script_text(cfg, plan)
+    source = script_text(cfg, plan, digest)
     with atomic_dir(dest) as tmp:
         atomic_write_text(tmp / plan.code_file, notebook_json(source) if plan.kernel_type == "notebook" else source)
         write_json(tmp / KERNEL_METADATA, meta)

@@ -36,7 +36,7 @@ import shutil
 import sys
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -525,6 +525,21 @@ def wait_dataset_ready(
         waited += poll_s
 
 
+def dataset_version(ref: str, api: KaggleApi) -> int | None:
+    """The current version number of dataset `ref` (kaggle 2.2.5: dataset_status with a json projection)."""
+    try:
+        answer = api.dataset_status(ref, format="json(current_version_number)")
+    except TypeError:  # an older library without `format`: the kernel attaches the latest version
+        return None
+    except Exception as exc:
+        raise explain(exc, f"dataset {ref}") from exc
+    try:
+        number = json.loads(answer).get("current_version_number")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return int(number) if isinstance(number, int) or str(number).isdigit() else None
+
+
 def upload_dataset(folder: Path, ref: str, notes: str, api: KaggleApi) -> tuple[str, str]:
     """Create dataset `ref` from `folder` the first time, else add a new version. Returns (action, url).
 
@@ -651,6 +666,31 @@ def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: s
     if not [p for p in files if p.suffix != ".log"]:
         raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
     return files
+
+
+def can_stream_logs(api) -> bool:
+    """Whether the library follows a running kernel's log as it is written (kaggle 2.2.5: kernels_logs_stream)."""
+    return callable(getattr(api, "kernels_logs_stream", None))
+
+
+def stream_log(ref: str, api: KaggleApi, shown: Sequence[str] = ()):
+    """The lines of the kernel's log as they are written, until the session ends. A stream that starts by
+    replaying lines already `shown` (the stored log) has them left out: skipped while they match in order."""
+    text, matched = "", 0
+    try:
+        for event in api.kernels_logs_stream(ref):
+            text += str((event or {}).get("data", ""))
+            *whole, text = text.split("\n")  # a line is shown once it has ended
+            for line in whole:
+                if matched is not None and matched < len(shown) and line == shown[matched]:
+                    matched += 1
+                    continue
+                matched = None  # the first new line: everything from here on is shown
+                yield line
+    except Exception as exc:
+        raise _kernel_access(exc, f"kernel {ref}") from exc
+    if text:
+        yield text
 
 
 def kernel_log(ref: str, api: KaggleApi) -> str:

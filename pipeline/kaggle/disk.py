@@ -106,6 +106,11 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
         (f"{exp}/fold<k>/model.safetensors (read by predict): {folds} x {human(weights)}", folds * weights),
         (f"{exp}/fold<k>/resume.pt while a fold trains: 2 x {human(resume)} (old and new, for a moment)", 2 * resume),
     ]
+    if cfg.kaggle.keep_resume:  # a fold cut off by the session's limit leaves its state for the next session
+        what, extra = f"{exp}/fold<k>/resume.pt of a fold cut off by the time limit", resume
+        if cfg.kaggle.keep_weights:  # ...in place of its weights: the weights line counts that fold, which has none
+            what, extra = f"{what} ({human(resume)}, in place of its weights)", max(0, resume - weights)
+        plan.working.append((what, extra))
     if cfg.model.init_from and not cfg.kaggle.init_kernel:  # stage 1 first, in the same session
         stage1 = f"models/{cfg.model.init_from}/fold-1"
         if cfg.kaggle.keep_weights:
@@ -144,6 +149,7 @@ def over_quota(plan: DiskPlan, quota_gb: float) -> str:
         return ""
     return (
         f"the run would keep {human(plan.working_bytes)} in /kaggle/working, more than the {quota_gb:g} GB Kaggle "
-        "keeps: set kaggle.keep_weights=false (weights stay in /kaggle/temp), train fewer folds "
-        "(train.folds=[0,1]), or push one kernel per fold (kaggle.kernel_slug=<name>-fold0 train.folds=[0])"
+        "keeps: set kaggle.keep_weights=false (weights stay in /kaggle/temp), kaggle.keep_resume=false (a fold cut "
+        "off by the time limit starts again next session), train fewer folds (train.folds=[0,1]), or push one "
+        "kernel per fold (kaggle.kernel_slug=<name>-fold0 train.folds=[0])"
     )

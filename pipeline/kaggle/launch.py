@@ -6,6 +6,7 @@ importable, and its one job is to find the attached code bundle, put it on sys.p
 `pipeline.notebook.notebook_main`. Internet is off on Kaggle and nothing is installed.
 """
 
+import hashlib
 import importlib
 import os
 import sys
@@ -34,9 +35,24 @@ def find_code(input_root: Path, slug: str) -> Path:
     raise RuntimeError(f"the code dataset {slug} is not attached under {input_root}")
 
 
-def run(slug: str, config_text: str) -> None:
+def code_digest(folder: Path) -> str:
+    """The pipeline package's source by content: every .py and .yaml file under `folder`, by relative path."""
+    found = sorted((p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.suffix in (".py", ".yaml"))
+    listing = "".join(f"{rel} {hashlib.sha256(p.read_bytes()).hexdigest()}\n" for rel, p in found if p.is_file())
+    return hashlib.sha256(listing.encode()).hexdigest()[:16]
+
+
+def run(slug: str, config_text: str, digest: str = "") -> None:
     input_root = Path(os.environ.get("KAGGLE_INPUT_ROOT") or "/kaggle/input")
-    sys.path.insert(0, str(find_code(input_root, slug)))
+    code = find_code(input_root, slug)
+    found = code_digest(code / "pipeline")
+    if digest and found != digest:  # Kaggle mounted another version of the bundle than `make kernel` uploaded
+        sys.exit(
+            f"error: the attached code bundle {slug} is not the one this kernel was pushed with (code {found}, "
+            f"expected {digest}); wait until the dataset shows the new version, then make kernel again"
+        )
+    print(f"kernel: code bundle {slug}, code {found}", flush=True)
+    sys.path.insert(0, str(code))
     # imported by name once the bundle is on sys.path: this file runs as the kernel's code file, before
     # the package can be imported, and as a module of the Kaggle seam it imports no stage
     notebook = importlib.import_module("pipeline.notebook")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pipeline import layout
 from pipeline.config import Config
+from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text
 from pipeline.kaggle.plan import KernelError, make_plan, resolve_user
 from pipeline.kaggle.session import RUN_CONFIG
@@ -97,12 +98,21 @@ def show_log(ref: str, out: Path, api) -> list[str]:
     from pipeline.kaggle import client
 
     lines = log_lines(client.kernel_log(ref, api))
-    atomic_write_text(out / f"{ref.split('/')[-1]}.log", "\n".join(lines) + "\n")
+    keep_log(ref, out, lines)
     return lines
 
 
+def keep_log(ref: str, out: Path, lines: list[str]) -> None:
+    """The log as text in `out`/<slug>.log (kaggle's output download writes Kaggle's JSON form there)."""
+    atomic_write_text(out / f"{ref.split('/')[-1]}.log", "\n".join(lines) + "\n")
+
+
 def fetch_output(cfg: Config, api=None) -> list[Path]:
-    """`make kernel-output`: check the kernel finished, download its output, install it locally."""
+    """`make kernel-output`: download what the kernel left, finished or not, and install it locally.
+
+    A kernel that failed or was stopped (a session that ran out of its 12 hours ends so) still has an output:
+    its finished folds, a cut-off fold's resume state, a partial submission. They come back like a finished
+    kernel's, and each fold is named complete or not."""
     from pipeline.kaggle import client
 
     if cfg.kaggle.dry_run:
@@ -113,44 +123,83 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     plan = make_plan(cfg, resolve_user(cfg, api))
     out = folders(cfg, plan.kernel_slug)[2]
     status, failure = client.kernel_status(plan.kernel_ref, api)
-    if status == "error":
-        tail = show_log(plan.kernel_ref, out, api)[-TAIL:]
-        print(f"kernel: the last lines of its log ({out / (plan.kernel_slug + '.log')}):")
-        print("\n".join(f"  | {line}" for line in tail))
-        raise KernelError(f"kernel {plan.kernel_ref} failed: {failure or 'see the log lines above'}")
-    if status != "complete":
+    if status not in FINAL:
         raise KernelError(
-            f"kernel {plan.kernel_ref} is {status}, not complete; follow it with "
+            f"kernel {plan.kernel_ref} is {status}, not finished; follow it with "
             f"`make kernel-status CONFIG={cfg.name}` and run this again when it is"
         )
-    files = client.download_kernel_output(plan.kernel_ref, out, api, file_pattern=output_pattern(cfg))
+    if status != "complete":
+        log = show_log(plan.kernel_ref, out, api)
+        print(f"kernel: {plan.kernel_ref} ended {status}{f': {failure}' if failure else ''}; the last lines of its "
+              f"log ({out / (plan.kernel_slug + '.log')}):")  # fmt: skip
+        print("\n".join(f"  | {line}" for line in log[-TAIL:]))
+    try:
+        files = client.download_kernel_output(plan.kernel_ref, out, api, file_pattern=output_pattern(cfg))
+    except KernelError:
+        raise
+    except PipelineError as e:
+        if status == "complete":
+            raise
+        raise KernelError(f"kernel {plan.kernel_ref} failed and left no output: {failure or e}") from None
+    finally:
+        if status != "complete":
+            keep_log(plan.kernel_ref, out, log)
     print(f"kernel: {len(files)} output files in {out}")
     copied, skipped = install_output(cfg, out)
     for p in copied:
         print(f"kernel: -> {p}")
     if skipped:
         print(f"kernel: {skipped} files already installed (same size and time); left as they are")
+    print(describe_folds(cfg, out))
     return copied
+
+
+def describe_folds(cfg: Config, out: Path) -> str:
+    """Which folds came back complete (done.json, and the files it vouches for) and which did not."""
+    lines = []
+    for name in experiments(cfg):
+        folds = layout.fold_dirs(out / "models" / name)
+        complete = [k for k, d in folds.items() if not layout.fold_status(d, needs=(layout.ALL,))]
+        resumable = [k for k, d in folds.items() if k not in complete and (d / layout.RESUME).is_file()]
+        other = [k for k in folds if k not in complete and k not in resumable]
+        said = [f"complete: {', '.join(map(str, complete)) or 'none'}"]
+        said += [f"cut off, with a resume state: {', '.join(map(str, resumable))}"] if resumable else []
+        said += [f"not complete: {', '.join(map(str, other))}"] if other else []
+        lines.append(f"kernel: {name} folds {'; '.join(said)}")
+    if any("cut off" in line or "not complete" in line for line in lines):
+        lines.append('kernel: continue in a new session: make kernel CONFIG=... ARGS="... kaggle.continue_from=self"')
+    return "\n".join(lines)
+
+
+def latest_eta(lines: list[str]) -> str:
+    """The last estimate of the time left that the run printed (each evaluation line carries one)."""
+    found = [m.group(1) for line in lines if (m := re.search(r"\bETA (\S+) for the run", line))]
+    return f"; ETA {found[-1]} for the run" if found else ""
 
 
 def kernel_status(
     cfg: Config, api=None, follow: bool = False, poll_s: float = 60, sleep: Callable[[float], None] = time.sleep
 ) -> str:
-    """`make kernel-status`: the kernel's state and its log's last lines; with `follow`, until it ends."""
+    """`make kernel-status`: the kernel's state, its log's last lines and the latest ETA; with `follow`, the log
+    as it is written (kernels_logs_stream where the library has it, else polled every `poll_s` s) until it ends."""
     from pipeline.kaggle import client
 
     api = client.get_api() if api is None else api
     plan = make_plan(cfg, resolve_user(cfg, api))
     out = folders(cfg, plan.kernel_slug)[2]
-    seen = 0
-    while True:
+    status, failure = client.kernel_status(plan.kernel_ref, api)
+    lines = show_log(plan.kernel_ref, out, api)
+    print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
+    if follow and status not in FINAL and client.can_stream_logs(api):
+        for line in client.stream_log(plan.kernel_ref, api, shown=list(lines)):
+            print(f"  | {line}", flush=True)
+            lines.append(line)
         status, failure = client.kernel_status(plan.kernel_ref, api)
-        lines = show_log(plan.kernel_ref, out, api)
-        new = lines[seen:] if seen else lines[-TAIL:]  # the tail first, then only what was added
-        if new:
-            print("\n".join(f"  | {line}" for line in new))
-        seen = len(lines)
-        print(f"kernel {plan.kernel_ref}: {status}" + (f": {failure}" if failure else ""))
-        if not follow or status in FINAL:
-            return status
+    while follow and status not in FINAL:  # no stream: poll the stored log
         sleep(poll_s)
+        status, failure = client.kernel_status(plan.kernel_ref, api)
+        new = show_log(plan.kernel_ref, out, api)
+        print("\n".join(f"  | {line}" for line in new[len(lines) :]))
+        lines = new
+    print(f"kernel {plan.kernel_ref}: {status}" + (f": {failure}" if failure else "") + latest_eta(lines))
+    return status

@@ -97,6 +97,8 @@ class Plan:
     model_mount: str  # where the weights are mounted below /kaggle/input ("" for model.name=tiny)
     kernel_type: str
     kernels: tuple[str, ...] = ()  # kernel sources: a stage-1 kernel whose output the notebook starts from
+    continue_kernel: str = ""  # kaggle.continue_from as owner/slug: the earlier session whose output continues
+    bundle_version: int | None = None  # the code bundle's version the kernel attaches (known once uploaded)
 
     @property
     def kernel_ref(self) -> str:
@@ -105,6 +107,12 @@ class Plan:
     @property
     def dataset_ref(self) -> str:
         return f"{self.user}/{self.dataset_slug}"
+
+    @property
+    def bundle_source(self) -> str:
+        """The code bundle as the kernel attaches it: the exact version uploaded (Kaggle mounts the latest of an
+        unversioned source, which may still be the previous one while the new one processes)."""
+        return self.dataset_ref + (f"/{self.bundle_version}" if self.bundle_version else "")
 
     @property
     def code_file(self) -> str:
@@ -150,8 +158,10 @@ def make_plan(cfg: Config, user: str) -> Plan:
         (datasets if kind == "dataset" else models).append(source)
     elif k.model_source:
         raise KernelError("kaggle.model_source is set but model.name=tiny uses no weights; drop one of them")
-    datasets += [d for d in cfg.data.datasets if d not in datasets]
+    datasets += [checked_dataset(d) for d in cfg.data.datasets if d not in datasets]
     kernels = (stage1_kernel(cfg, user),) if k.init_kernel else ()
+    earlier = kernel_ref(k.continue_from, user, slug, "kaggle.continue_from") if k.continue_from else ""
+    kernels += (earlier,) if earlier and earlier not in kernels else ()
     return Plan(
         user=user,
         kernel_slug=slug,
@@ -163,6 +173,7 @@ def make_plan(cfg: Config, user: str) -> Plan:
         model_mount=mount + (f"/{k.model_subdir}" if mount and k.model_subdir else ""),
         kernel_type=k.kernel_type,
         kernels=kernels,
+        continue_kernel=earlier,
     )
 
 
@@ -171,9 +182,22 @@ def stage1_kernel(cfg: Config, user: str) -> str:
     ref = cfg.kaggle.init_kernel
     if not cfg.model.init_from:
         raise KernelError(f"kaggle.init_kernel={ref} is set but model.init_from is empty: name the stage-1 experiment")
-    ref = ref if "/" in ref else f"{user}/{ref}"
-    if not re.match(r"^[^/\s]+/[a-z0-9][a-z0-9-]*$", ref):
-        raise KernelError(f"kaggle.init_kernel={cfg.kaggle.init_kernel!r}: expected <owner>/<kernel> or <kernel>")
+    return kernel_ref(ref, user, "", "kaggle.init_kernel")
+
+
+def kernel_ref(ref: str, user: str, own_slug: str, key: str) -> str:
+    """A kernel named <owner>/<kernel>, <kernel> (the user's own) or `self` (this kernel), as owner/slug."""
+    full = f"{user}/{own_slug}" if ref == "self" and own_slug else ref if "/" in ref else f"{user}/{ref}"
+    if not re.match(r"^[^/\s]+/[a-z0-9][a-z0-9-]*$", full):
+        raise KernelError(f"{key}={ref!r}: expected <owner>/<kernel> or <kernel>" + (" or self" if own_slug else ""))
+    return full
+
+
+def checked_dataset(ref: str) -> str:
+    """A dataset of data.datasets as kernel-metadata.json takes it: owner/slug, or owner/slug/version (that
+    version, mounted under its slug); anything else is refused here, before the GPU session starts."""
+    if not re.match(r"^[^/\s]+/[a-z0-9][a-z0-9-]*(/[1-9][0-9]*)?$", ref):
+        raise KernelError(f"data.datasets: {ref!r} is not <owner>/<dataset> or <owner>/<dataset>/<version>")
     return ref
 
 
@@ -244,7 +268,7 @@ def kernel_metadata(cfg: Config, plan: Plan) -> dict:
         "enable_gpu": cfg.kaggle.enable_gpu,
         "enable_tpu": False,
         "enable_internet": False,  # the notebook installs and downloads nothing
-        "dataset_sources": [plan.dataset_ref, *plan.datasets],
+        "dataset_sources": [plan.bundle_source, *plan.datasets],
         "competition_sources": [plan.competition],
         "kernel_sources": list(plan.kernels),
     }

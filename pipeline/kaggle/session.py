@@ -11,7 +11,9 @@ must never be there (`sync` leaves them out).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +130,7 @@ def notebook_config(cfg: Config, paths: KagglePaths) -> Config:
         mount = make_plan(cfg, "owner").model_mount  # the owner is not part of the mount path
         # model.path: where the files are; model.name stays what they are, so the folds count locally too
         tree["model"]["path"] = str(find_model_dir(locate(paths.input, mount, "the model")))
-    places = [competition] + [locate(paths.input, d.split("/")[-1], "the dataset") for d in cfg.data.datasets]
+    places = [competition] + [locate(paths.input, layout.dataset_slug(d), "the dataset") for d in cfg.data.datasets]
     tree["data"]["extra_files"] = [_extra_file(name, places) for name in cfg.data.extra_files]
     return config_mod.from_dict(tree)
 
@@ -155,15 +157,17 @@ def processes(cfg: Config, gpus: int | None = None) -> int:
     return cfg.kaggle.gpus or max(1, visible)
 
 
-def sync(src: Path, dest: Path, keep_weights: bool) -> list[Path]:
-    """Copy the files of `src` into `dest`, but for resume states (and weights unless kept); returns those copied.
+def sync(src: Path, dest: Path, keep_weights: bool, keep_resume: bool = False) -> list[Path]:
+    """Copy the files of `src` into `dest`, but for resume states (unless `keep_resume`: a fold cut off by the
+    session's limit, continued by the next) and weights unless kept; returns those copied.
 
     A file already in `dest` with the same size and time is left alone, so syncing again is cheap.
     """
     copied = []
     for item in sorted(p for p in src.rglob("*") if p.is_file()):
         rel = item.relative_to(src)
-        if item.name in NOT_KEPT or item.name.startswith(".") or (item.name == WEIGHTS and not keep_weights):
+        skip = item.name in NOT_KEPT and not keep_resume
+        if skip or item.name.startswith(".") or (item.name == WEIGHTS and not keep_weights):
             continue
         target = dest / rel
         st = item.stat()
@@ -179,3 +183,47 @@ def sync(src: Path, dest: Path, keep_weights: bool) -> list[Path]:
 
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+# ---------------------------------------------------------------- the machine, checked in the first minute
+
+
+MIN_TRANSFORMERS = (4, 56)  # from_pretrained(..., dtype=): the fp32 master weights pipeline.core.modeling loads
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
+
+
+def machine_report() -> list[str]:
+    """What the notebook runs on: Python, torch, CUDA, transformers and each GPU, for the log's first lines."""
+    import platform
+
+    import torch
+    import transformers
+
+    lines = [f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}, "
+             f"transformers {transformers.__version__}"]  # fmt: skip
+    for i in range(torch.cuda.device_count()):
+        gpu = torch.cuda.get_device_properties(i)
+        lines.append(f"GPU {i}: {gpu.name}, {gpu.total_memory / 2**30:.1f} GiB, capability {gpu.major}.{gpu.minor}")
+    return lines if torch.cuda.device_count() else [*lines, "no GPU"]
+
+
+def check_machine(cfg: Config) -> None:
+    """Stop in the first minute, in one line, when the image lacks what the run needs hours later."""
+    import transformers
+
+    if version_tuple(transformers.__version__) < MIN_TRANSFORMERS:
+        want = ".".join(map(str, MIN_TRANSFORMERS))
+        raise KernelError(
+            f"transformers {transformers.__version__} is too old (the pipeline needs {want} or newer): set "
+            "kaggle.docker_image_pinning=latest, or attach a newer transformers as a dataset"
+        )
+    if cfg.train.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
+        raise KernelError("train.optimizer=adamw8bit needs bitsandbytes, which this image lacks: use adamw")
+
+
+def previous_output(cfg: Config, paths: KagglePaths, kernel_ref: str) -> Path:
+    """Where the attached output of an earlier version of a kernel (kaggle.continue_from) is mounted."""
+    return locate(paths.input, kernel_ref.split("/")[-1], "the earlier kernel's output (kaggle.continue_from)")

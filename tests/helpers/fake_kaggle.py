@@ -58,6 +58,8 @@ class FakeKaggleApi:
         self.submit_result: dict = {"ref": 123, "message": ""}  # overrides on competition_submit's response
         self.submission_states: list[dict] = []  # get_submission answers these in turn, then the last again
         self.written: list[str] = []  # output files kernels_output (re)wrote, relative to its path
+        self.dataset_version = 7  # dataset_status(format="json(current_version_number)") answers it
+        self.log_events: list[dict] | None = None  # kernels_logs_stream yields these (None: as kernels_logs)
 
     def _serve(self, path: str | None, name: str) -> None:
         if self.error is not None:
@@ -113,9 +115,11 @@ class FakeKaggleApi:
         return self.username if name == "username" else None
 
     def dataset_status(self, dataset: str, format=None):
-        self._record("dataset_status", dataset=dataset)
+        self._record("dataset_status", dataset=dataset, format=format)
         if dataset not in self.datasets:
             raise http_error(404, "Not Found")
+        if format is not None:  # Real: json of the projected fields, e.g. json(current_version_number)
+            return json.dumps({"current_version_number": self.dataset_version})
         return self.dataset_states.pop(0) if self.dataset_states else "ready"
 
     def _uploaded(self, folder: str, dir_mode: str) -> list[str]:
@@ -209,6 +213,12 @@ class FakeKaggleApi:
     def kernels_logs(self, kernel):
         self._record("kernels_logs", kernel=kernel)
         return self.log
+
+    def kernels_logs_stream(self, kernel):
+        """Real: {"data": ...} events as the session writes them (SSE), until it ends."""
+        self._record("kernels_logs_stream", kernel=kernel)
+        yield from self.log_events or []
+        self.kernel_state = "COMPLETE"  # the stream ends with the session
 
     def dataset_list_files(self, dataset, page_token=None, page_size=20):
         self._record("dataset_list_files", dataset=dataset)

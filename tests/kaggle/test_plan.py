@@ -52,8 +52,14 @@ def test_xlmr_large_plan_fits_and_keeps_transients_out_of_working(tmp_path: Path
     cfg = cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true")
     result = kernel.build_and_push(cfg)
     plan = result["disk"]
-    assert 11e9 < plan.working_bytes < 12e9 < disk.GB * cfg.kaggle.working_gb  # 5 x 2.24 GB + small files
-    assert not any("resume" in what or "cache" in what for what, _ in plan.working)
+    # 5 x 2.24 GB + small files, and a cut-off fold's resume.pt (6.72 GB) in place of that fold's weights
+    resume = 12 * plan.parameters
+    assert 11e9 + resume - 4 * plan.parameters < plan.working_bytes < 12e9 + resume < disk.GB * cfg.kaggle.working_gb
+    assert [what for what, _ in plan.working if "resume" in what or "cache" in what] == [
+        "models/xlmr-large/fold<k>/resume.pt of a fold cut off by the time limit (6.72 GB, in place of its weights)"
+    ]
+    unkept = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "kaggle.keep_resume=false"))
+    assert 11e9 < unkept["disk"].working_bytes < 12e9
     assert any("resume.pt" in what and size == 2 * 12 * plan.parameters for what, size in plan.temp)
     out = capsys.readouterr().out
     assert "/kaggle/working (kept, at most 20 GB)" in out and "/kaggle/temp (scratch, not kept)" in out
