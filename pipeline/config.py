@@ -96,6 +96,10 @@ class TrainConfig:
     max_memory_gb: float = 0.0  # > 0: pick the largest micro-batch that fits (same effective batch)
     # fold -1 rows (English and translated) train every fold; false: only the other folds' validation rows
     training_only_rows: bool = True
+    eval_every_steps: int = 0  # also evaluate every N optimizer steps (0: at epoch ends only); the best is kept
+    patience: int = 0  # evaluations without a better AUC before the fold stops (0: never)
+    log_every_steps: int = 10  # a line in fold<k>/steps.jsonl every N optimizer steps (0: none)
+    tensorboard: bool = False  # the same records as TensorBoard scalars in models/<name>/tb/fold<k>/
 
 
 @dataclass(frozen=True)
@@ -236,6 +240,9 @@ RANGES: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("train.max_grad_norm", lambda v: _finite(v) and v > 0, "a finite number > 0"),
     ("train.save_every_steps", lambda v: v >= 0, "an integer >= 0 (0: at epoch ends only)"),
     ("train.max_bad_steps", lambda v: v >= 1, "an integer >= 1"),
+    ("train.eval_every_steps", lambda v: v >= 0, "an integer >= 0 (0: at epoch ends only)"),
+    ("train.patience", lambda v: v >= 0, "an integer >= 0 (0: never stop early)"),
+    ("train.log_every_steps", lambda v: v >= 0, "an integer >= 0 (0: no step records)"),
     ("train.max_memory_gb", lambda v: _finite(v) and v >= 0, "a finite number >= 0 (0: off)"),
     ("train.folds", lambda v: all(f >= -1 for f in v), "a list of fold numbers >= 0, or -1 (a stage-1 model)"),
     ("blend.step", lambda v: 0 < v <= 0.5, "a number in (0, 0.5], e.g. 0.05"),

@@ -23,7 +23,7 @@ def run(cfg: Config) -> dict:
     layout.preflight(cfg, "cv")
     summary = report.cv_report(cfg)
     print(report.fold_table(summary))
-    print(f"wrote {layout.experiment_dir(cfg)}/cv.json, cv.png, oof.csv")
+    print(f"wrote {layout.experiment_dir(cfg)}/cv.json, cv.png, curves.png, oof.csv")
     return summary
 
 

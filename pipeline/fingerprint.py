@@ -20,7 +20,16 @@ from pipeline.files import json_digest, tree_digest
 
 # settings that never change a fold's weights (everything else in `train` and `model` does)
 NOT_WEIGHTS = {
-    "train": {"folds", "device", "eval_batch", "save_every_steps", "max_bad_steps", "checkpointing"},
+    "train": {
+        "folds",
+        "device",
+        "eval_batch",
+        "save_every_steps",
+        "max_bad_steps",
+        "checkpointing",
+        "log_every_steps",
+        "tensorboard",
+    },  # fmt: skip
     # the model is named by `model_identity`, not by where it was read from; a stage-1 model's settings
     # (init_args) reach the fold through that model's own fingerprint
     "model": {"name", "path", "init_args"},
@@ -40,14 +49,29 @@ def model_identity(cfg: Config, tokenizer: Path, init_digest: str | None) -> dic
     return {"name": name, **init}
 
 
+# settings added after folds were already trained: left out while at their default (which is what those
+# folds were trained with), so adding a setting never makes every trained fold stale
+LATER = {"train": {"eval_every_steps": 0, "patience": 0}}
+
+
 def settings(cfg: Config) -> dict:
     d = cfg.to_dict()
-    return {section: {k: v for k, v in d[section].items() if k not in NOT_WEIGHTS[section]} for section in NOT_WEIGHTS}
+    return {
+        section: {
+            k: v
+            for k, v in d[section].items()
+            if k not in NOT_WEIGHTS[section] and (k not in LATER.get(section, {}) or v != LATER[section][k])
+        }
+        for section in NOT_WEIGHTS
+    }
 
 
 def settings_differ(cfg: Config, saved: Config) -> str:
     """The weight-changing settings in which `cfg` differs from `saved`, as 'key (here, there)'."""
     ours, theirs = settings(cfg), settings(saved)
+    for side in (ours, theirs):  # a later setting left out at its default is that default
+        for s, defaults in LATER.items():
+            side[s] = {**defaults, **side[s]}
     keys = [(s, k) for s in ours for k in ours[s] if ours[s][k] != theirs[s].get(k)]
     return ", ".join(f"{s}.{k} ({ours[s][k]!r} here, {theirs[s].get(k)!r} there)" for s, k in keys)
 

@@ -58,13 +58,17 @@ WEIGHTS = "model.safetensors"
 OOF = "oof.csv"  # the fold's validation rows with their predictions
 TEST_PREDS = "test.csv"  # the fold's test predictions (id, toxic)
 TEST_KEY = "test.json"  # what the cached test predictions were made from
-METRICS = "metrics.jsonl"
+METRICS = "metrics.jsonl"  # one line an evaluation
+STEPS = "steps.jsonl"  # one line every train.log_every_steps optimizer steps
 RESUME = "resume.pt"
 RUN_CONFIG = "pipeline.yaml"  # the resolved config, beside the weights and in the experiment's folder
-NOT_RECORDED = {DONE, RESUME, TEST_PREDS, TEST_KEY, METRICS}  # what a trained fold's done.json does not vouch for
+# what a trained fold's done.json does not vouch for: the logs, and what is remade or replaced later
+NOT_RECORDED = {DONE, RESUME, TEST_PREDS, TEST_KEY, METRICS, STEPS}
 ALL = "*"  # in `needs`: every file done.json records
 # the files of an experiment folder
 CV_JSON, CV_PNG = "cv.json", "cv.png"
+CURVES_PNG = "curves.png"  # each fold's training loss, validation AUC and learning rate against steps
+TENSORBOARD = "tb"  # tb/fold<k>/: TensorBoard event files (train.tensorboard)
 SUBMIT_RECORD = "submissions.jsonl"  # every `make submit` of the experiment, with its scores
 TIME_UP = "time_up.json"  # written when a run stopped for its deadline: which fold, and why
 VOCAB_MAP = "vocab_map.npy"  # beside a trimmed model's weights: old token id -> new
@@ -205,6 +209,11 @@ def fold_name(fold: int) -> str:
 
 def fold_dir(cfg: Config, fold: int, name: str | None = None) -> Path:
     return experiment_dir(cfg, name) / fold_name(fold)
+
+
+def tensorboard_dir(cfg: Config, fold: int) -> Path:
+    """models/<name>/tb/fold<k>/: where TensorBoard reads a fold's scalars (`tensorboard --logdir models/<name>/tb`)."""
+    return experiment_dir(cfg) / TENSORBOARD / fold_name(fold)
 
 
 def fold_index(folder: Path) -> int | None:

@@ -72,10 +72,12 @@ def run_module(module: str, args: list[str], nproc: int) -> int:
     return torchrun(f"pipeline.{module}", args, nproc)
 
 
-def train_fold(cfg: Config, run_cfg: Path, fold: int, nproc: int) -> str:
-    """The train stage on one fold: 'done', or 'time' when it stopped for the session's limit (its state saved)."""
+def train_fold(cfg: Config, run_cfg: Path, fold: int, nproc: int, folds_after: int = 0) -> str:
+    """The train stage on one fold: 'done', or 'time' when it stopped for the session's limit (its state saved).
+    `folds_after`: the folds to train after it, which its ETA lines count too."""
     marker = layout.experiment_dir(cfg) / layout.TIME_UP
     marker.unlink(missing_ok=True)
+    os.environ[eta.FOLDS_AFTER_ENV] = str(folds_after)  # read in this process, or inherited by torchrun's
     code = run_module("train", ["--config", str(run_cfg), f"train.folds=[{fold}]"], nproc)
     if code == 0:
         return "done"
@@ -210,12 +212,12 @@ def run_experiment(cfg: Config, run_cfg: Path, paths: KagglePaths, nproc: int) -
     kept = kept_config(cfg, paths)  # the same layout under working: what the user downloads
     run = Run(list(cfg.train.folds) or list(range(cfg.data.folds)))
     took: list[float] = []  # seconds of the folds trained from their start in this session
-    for fold in run.folds:
+    for n, fold in enumerate(run.folds):
         if run.stopped or not fits(cfg, took):
             run.not_started.append(fold)
             continue
         fresh, begin = not layout.fold_dir(cfg, fold).exists(), eta.now()
-        outcome = train_fold(cfg, run_cfg, fold, nproc)
+        outcome = train_fold(cfg, run_cfg, fold, nproc, folds_after=len(run.folds) - n - 1)
         keep_resume = outcome == "time" and cfg.kaggle.keep_resume
         sync(layout.fold_dir(cfg, fold), layout.fold_dir(kept, fold), cfg.kaggle.keep_weights, keep_resume)
         (run.complete if outcome == "done" else run.cut).append(fold)
@@ -228,12 +230,13 @@ def run_experiment(cfg: Config, run_cfg: Path, paths: KagglePaths, nproc: int) -
 
 
 def fits(cfg: Config, took: list[float]) -> bool:
-    """Whether the next fold can start: it ends before the limit, by the folds this session timed (or, with
-    kaggle.keep_resume, its first epoch does); the first fold always starts, its epochs guarded in training."""
+    """Whether the next fold can start: it ends before the limit (or, with kaggle.keep_resume, its first
+    epoch does), by the run's own estimate of a fold (eta.json: the one its ETA lines print), else by the
+    folds this session timed; the first fold always starts, its epochs guarded in training."""
     left = eta.left()
     if not took or left is None:
         return True
-    need = sum(took) / len(took)
+    need = eta.fold_estimate(layout.experiment_dir(cfg)) or sum(took) / len(took)
     if cfg.kaggle.keep_resume:
         need /= cfg.train.epochs
     if need <= left:

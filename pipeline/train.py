@@ -1,18 +1,22 @@
 """Stage `make train`: k-fold XLM-R with mixed precision, gradient accumulation and checkpointing.
 
 Reads   input/prepared/<name>/ (fold table, tokenizer) and the token cache
-Writes  models/<name>/fold<k>/model.safetensors, config.json   the best epoch's weights (save_pretrained)
+Writes  models/<name>/fold<k>/model.safetensors, config.json   the best evaluation's weights (save_pretrained)
         models/<name>/fold<k>/tokenizer files                   the tokenizer the weights go with
         models/<name>/fold<k>/pipeline.yaml                     the resolved config
-        models/<name>/fold<k>/metrics.jsonl                     per epoch: loss, AUC (overall, per language),
-                                                               seconds, samples per second, peak memory
-        models/<name>/fold<k>/oof.csv                           the best epoch's predictions on the fold
+        models/<name>/fold<k>/metrics.jsonl                     per evaluation: epoch, step, loss, AUC (overall,
+                                                               per language), seconds, samples/s, peak memory
+        models/<name>/fold<k>/steps.jsonl                       every train.log_every_steps steps: loss, lr,
+                                                               gradient norm, loss scale, tokens/s, memory
+        models/<name>/fold<k>/oof.csv                           the best evaluation's predictions on the fold
         models/<name>/fold<k>/resume.pt                         while a fold runs: the state to resume from
         models/<name>/fold<k>/done.json                         written last: the fold is complete
-        models/<name>/oof.csv, cv.json, cv.png                  the cross-validation report
+        models/<name>/tb/fold<k>/                               with train.tensorboard: the same, for TensorBoard
+        models/<name>/oof.csv, cv.json, cv.png, curves.png      the cross-validation report
 
 A fold is trained on every row of the other folds and of fold -1 (training-only rows) and evaluated
-each epoch on its own rows (pipeline.core.fold). A rerun skips complete folds with the same settings,
+on its own rows at each epoch's end and every train.eval_every_steps steps; train.patience stops it early
+(pipeline.core.fold, pipeline.core.evaluation). A rerun skips complete folds with the same settings,
 and resumes an interrupted fold from its last saved state. Launch with torchrun for several GPUs.
 """
 
@@ -25,7 +29,7 @@ import torch
 from pipeline import config as config_mod
 from pipeline import layout
 from pipeline.config import Config
-from pipeline.core import distributed, trim
+from pipeline.core import distributed, eta, steplog, trim
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import StopFlag
 from pipeline.errors import PipelineError, run_stage
@@ -49,6 +53,8 @@ def check_init_tokenizer(cfg: Config, tokenizer) -> None:
 
 def run(cfg: Config) -> dict | None:
     layout.preflight(cfg, "train")  # paths and permissions, before any epoch
+    if cfg.train.tensorboard:
+        steplog.require_tensorboard()
     layout.hold_experiment_lock(cfg, "train")  # a second run on this experiment stops at once
     d = distributed.setup(cfg.train.device)
     try:
@@ -115,8 +121,10 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
         config_mod.save(cfg, exp / layout.RUN_CONFIG)
     todo = folds_to_train(cfg, folds, digest, d)
     with StopFlag() as stop:
-        for fold in todo:
-            FoldRun(FoldInputs(cfg, fold, table, data, tokenizer, digest, keep), d, stop).run()
+        for n, fold in enumerate(todo):
+            after = len(todo) - n - 1 + eta.folds_after()  # what the ETA counts beyond this fold
+            inputs = FoldInputs(cfg, fold, table, data, tokenizer, digest, keep, folds_after=after)
+            FoldRun(inputs, d, stop).run()
     if not d.is_main:
         return None
     if folds == [layout.STAGE1]:
@@ -126,7 +134,7 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
     summary = report.cv_report(cfg, digest)
     print()
     print(report.fold_table(summary))
-    print(f"wrote {exp}/cv.json, cv.png, oof.csv")
+    print(f"wrote {exp}/cv.json, cv.png, curves.png, oof.csv")
     return summary
 
 

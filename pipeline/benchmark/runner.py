@@ -236,7 +236,7 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
     init_state(optimizer)
     marks = [_now(device)]
 
-    def tick(state) -> bool:
+    def tick(state, window) -> bool:
         marks.append(_now(device))  # one mark per optimizer step
         return False
 

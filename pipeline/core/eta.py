@@ -21,6 +21,7 @@ from pathlib import Path
 from pipeline.files import read_json, write_json
 
 DEADLINE_ENV = "PIPELINE_DEADLINE"  # unix seconds by which the run must have stopped
+FOLDS_AFTER_ENV = "PIPELINE_FOLDS_AFTER"  # folds a caller trains after this process's (the notebook, fold by fold)
 FAKE_CLOCK_ENV, FAKE_STEP_ENV = "PIPELINE_FAKE_CLOCK", "PIPELINE_FAKE_STEP_SECONDS"
 ETA_FILE = "eta.json"  # beside the experiment: the latest estimate and the measured rates
 TIME_UP_EXIT = 75  # a stage that stopped for the deadline (EX_TEMPFAIL): its state is saved, continue later
@@ -45,6 +46,11 @@ def spend_step() -> None:
 def deadline() -> float | None:
     value = os.environ.get(DEADLINE_ENV)
     return float(value) if value else None
+
+
+def folds_after() -> int:
+    """Folds the run trains after this process's own: the notebook trains one fold a process."""
+    return int(os.environ.get(FOLDS_AFTER_ENV) or 0)
 
 
 def left() -> float | None:
@@ -101,6 +107,11 @@ class Plan:
         fold = self.fold_epochs * (epoch + evaluation)
         return this + self.epochs_left * (epoch + evaluation) + self.folds_left * fold
 
+    def fold_seconds(self, rate: Rate) -> float | None:
+        """A whole fold like this one at `rate`: what the Kaggle guard weighs before starting the next."""
+        epoch, evaluation = rate.train(self.epoch_tokens), rate.eval(self.eval_tokens)
+        return None if epoch is None or evaluation is None else self.fold_epochs * (epoch + evaluation)
+
 
 def read_rate(folder: Path) -> Rate:
     """The rates an earlier fold of the run measured (eta.json beside the experiment), or nothing measured."""
@@ -111,7 +122,16 @@ def read_rate(folder: Path) -> Rate:
         return Rate()
 
 
-def write_eta(folder: Path, rate: Rate, seconds_left: float | None, where: str) -> None:
-    """eta.json: the latest estimate of the whole run, where the run is, and the rates it comes from."""
+def write_eta(folder: Path, rate: Rate, seconds_left: float | None, where: str, fold_seconds: float | None) -> None:
+    """eta.json: the latest estimate of the whole run and of one fold, where the run is, and the rates."""
     write_json(folder / ETA_FILE, {"at": now(), "where": where, "seconds_left": seconds_left,
-                                   "rate": vars(rate)})  # fmt: skip
+                                   "fold_seconds": fold_seconds, "rate": vars(rate)})  # fmt: skip
+
+
+def fold_estimate(folder: Path) -> float | None:
+    """The seconds a fold takes by the run's latest estimate (eta.json), or None before one was made."""
+    try:
+        value = read_json(folder / ETA_FILE).get("fold_seconds")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) and value > 0 else None

@@ -21,7 +21,20 @@ import torch
 from pipeline import config as config_mod
 from pipeline import files, layout
 from pipeline.config import Config
-from pipeline.core import batching, distributed, eta, loop, memory, modeling, optim, precision, resume, trim
+from pipeline.core import (
+    batching,
+    distributed,
+    eta,
+    evaluation,
+    loop,
+    memory,
+    modeling,
+    optim,
+    precision,
+    resume,
+    steplog,
+    trim,
+)
 from pipeline.core.resume import FoldState, Interrupted, StopFlag, TimeUp
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text, check_free_space, write_csv, write_json
@@ -53,18 +66,6 @@ def banner(cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: i
         f"examples {n_train:,} train / {n_valid:,} valid | micro-batch {t.micro_batch} x accumulation "
         f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {steps:,} optimizer steps"
     )
-
-
-def evaluate(model, d: distributed.Dist, data: Ragged, idx: np.ndarray, cfg: Config, prec: str, pad_id: int):
-    """Each rank predicts a shard; gathered back so every fold row is scored exactly once."""
-    pos = np.arange(len(idx))[d.rank :: d.world]
-    preds = loop.predict(
-        model, data, idx[pos], cfg.train.eval_batch, prec, d.device, pad_id, progress=d.is_main, desc="valid"
-    )
-    out = np.empty(len(idx))
-    for p, v in distributed.gather_objects(d, (pos, preds)):
-        out[p] = v
-    return out
 
 
 def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
@@ -195,9 +196,20 @@ class FoldRun:
         self.progress = FoldState()
         if state is not None:
             self.restore(state)
+        self.log = steplog.StepLog(cfg, self.fold, d, self.step_count(), self.progress.steplog)
         self.rate = eta.read_rate(layout.experiment_dir(cfg))  # what earlier folds of the run measured
         self.epoch_tokens = padded_tokens(self.epoch_plan(0), self.data)
-        self.eval_tokens = float(self.data.lengths[self.valid_idx].sum())
+        self.eval_tokens = float(self.data.lengths[self.valid_idx].sum())  # one evaluation
+        evals = evaluation.per_epoch(0 if self.stage1 else t.eval_every_steps, self.windows)
+        self.epoch_eval_tokens = evals * self.eval_tokens  # every evaluation of an epoch, for the estimates
+
+    @property
+    def stage1(self) -> bool:
+        return self.fold == layout.STAGE1
+
+    def step_count(self) -> int:
+        """Optimizer steps done in this fold, over every epoch: the x axis of its records."""
+        return self.progress.epoch * self.windows + self.progress.step.window
 
     def epoch_plan(self, epoch: int) -> list[list[np.ndarray]]:
         """The epoch's micro-steps as row indices of the table: micro-step k, rank r's batch."""
@@ -211,14 +223,15 @@ class FoldRun:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         resume.set_rng_state(resume.own_rng(state, self.d.rank))
-        self.progress = resume.fold_state(state)
+        self.progress = resume.fold_state(state, self.d.rank)
         if self.d.is_main:
             print(f"fold {self.fold}: resuming at epoch {state['epoch'] + 1}, step {state['step']['window']} "
                   f"of {self.windows}")  # fmt: skip
 
     def checkpoint(self) -> None:
-        """Save a resume state (every rank takes part: each one's random state is saved)."""
+        """Save a resume state (every rank takes part: each one's random state and step sums are saved)."""
         rngs = distributed.gather_objects(self.d, resume.rng_state())
+        carries = distributed.gather_objects(self.d, self.log.carry())
         if self.d.is_main:
             p = self.progress
             state = {
@@ -234,6 +247,7 @@ class FoldRun:
                 "scaler": self.scaler.state_dict(),
                 "best": p.best,
                 "history": p.history,
+                "steplog": carries,
                 "rng": rngs,
             }
             with atomic_path(self.fold_dir / layout.RESUME) as tmp:
@@ -241,25 +255,36 @@ class FoldRun:
         distributed.barrier(self.d)
 
     def train_epoch(self, epoch: int) -> None:
-        """Train the rest of the epoch; a stop (Ctrl-C, SIGTERM) saves a resume state and raises Interrupted, the
-        deadline (eta.deadline) the same and raises TimeUp."""
+        """Train the rest of the epoch, evaluating every train.eval_every_steps steps; a stop (Ctrl-C, SIGTERM)
+        saves a resume state and raises Interrupted, the deadline (eta.deadline) the same and raises TimeUp;
+        train.patience used up ends the epoch early (the fold is over)."""
         t, p, d = self.cfg.train, self.progress, self.d
         stopped = expired = False
-        start, first = eta.now(), p.step.window
+        mark, first = eta.now(), p.step.window
 
-        def after_window(state: loop.StepState) -> bool:
-            nonlocal stopped, expired
+        def after_window(state: loop.StepState, window: loop.Window) -> bool:
+            nonlocal stopped, expired, mark
             if d.is_main:
                 eta.spend_step()  # a simulated clock (tests) advances by a step's simulated time
+            # the rate, step by step (evaluations and resume states apart), for the ETA of evaluations inside epochs
+            self.rate.train_tokens += self.epoch_tokens / self.windows
+            self.rate.train_seconds += eta.now() - mark
+            p.step = state
+            step = self.step_count()
+            scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
+            self.log.add(step, epoch, window, self.scheduler.get_last_lr()[0], scale, memory.peak_memory_mb(d.device))
+            if evaluation.due(0 if self.stage1 else t.eval_every_steps, step, state.window, self.windows):
+                self.evaluate(epoch, state.window - first)
+                self.net.train()  # evaluation left the model in eval mode: dropout and checkpointing are back on
             left = eta.left()
             expired = distributed.any_rank(d, left is not None and left <= 0)  # every rank stops together
             stopped = expired or distributed.any_rank(d, self.stop.raised)
             every = t.save_every_steps
             # the last window is saved by the stop only: the epoch's own end saves after the evaluation
             if stopped or (every and state.window % every == 0 and state.window < self.windows):
-                p.step = state
                 self.checkpoint()
-            return stopped
+            mark = eta.now()
+            return stopped or self.exhausted()
 
         memory.reset_peak(d.device)
         p.step = loop.train_epoch(
@@ -268,13 +293,14 @@ class FoldRun:
             after_window=after_window, progress=d.is_main, desc=f"fold {self.fold} epoch {epoch + 1}/{t.epochs}",
             max_bad_steps=t.max_bad_steps,
         )  # fmt: skip
-        self.rate.train_tokens += self.epoch_tokens * (p.step.window - first) / self.windows
-        self.rate.train_seconds += eta.now() - start
         where = f"fold {self.fold} stopped at epoch {epoch + 1}, step {p.step.window}"
         if expired:
             self.time_up(f"{where}: the session's time is up; the resume state is saved")
         if stopped:
             raise Interrupted(f"{where}; `make train` again resumes from there")
+
+    def exhausted(self) -> bool:
+        return evaluation.exhausted(self.progress.best, self.cfg.train.patience, self.stage1)
 
     def time_up(self, why: str) -> None:
         """Stop for the deadline, saying so in time_up.json (the Kaggle notebook reads it) and in one line."""
@@ -287,31 +313,40 @@ class FoldRun:
         left, need = eta.left(), self.rate.train(self.epoch_tokens)
         if left is None or need is None:
             return
-        need += self.rate.eval(self.eval_tokens)
+        need += self.rate.eval(self.epoch_eval_tokens)
         if need > left:
             self.time_up(
                 f"fold {self.fold}: epoch {epoch + 1} needs about {eta.hours(need)} and {eta.hours(left)} are left "
                 "before the session's limit; its resume state is saved"
             )
 
-    def eta_line(self, epoch: int) -> str:
-        """` | ETA 1h05m for the run`, written to eta.json too; '' until something has been measured."""
-        plan = eta.Plan(self.epoch_tokens, self.eval_tokens, self.cfg.train.epochs - epoch - 1, self.inputs.folds_after,
-                        self.cfg.train.epochs, done_fraction=1.0)  # fmt: skip
+    def plan(self, epoch: int, window: int) -> eta.Plan:
+        """What is left of the run from window `window` of epoch `epoch`, in padded tokens."""
+        t = self.cfg.train
+        return eta.Plan(self.epoch_tokens, self.epoch_eval_tokens, t.epochs - epoch - 1, self.inputs.folds_after,
+                        t.epochs, done_fraction=window / self.windows)  # fmt: skip
+
+    def eta_line(self, epoch: int, window: int) -> str:
+        """` | ETA 1h05m for the run`, written to eta.json with a fold's estimate (the Kaggle guard reads it);
+        '' until something has been measured."""
+        plan = self.plan(epoch, window)
         seconds = plan.seconds(self.rate)
         if self.d.is_main:
-            eta.write_eta(layout.experiment_dir(self.cfg), self.rate, seconds, f"fold {self.fold} epoch {epoch + 1}")
+            eta.write_eta(layout.experiment_dir(self.cfg), self.rate, seconds, f"fold {self.fold} epoch {epoch + 1}",
+                          plan.fold_seconds(self.rate))  # fmt: skip
         return "" if seconds is None else f" | ETA {eta.hours(seconds)} for the run"
 
-    def epoch_record(self, epoch: int, preds: np.ndarray, seconds: float, steps_run: int) -> dict:
-        """metrics.jsonl's line for an epoch: loss, AUC overall and per language, speed, memory, lr."""
-        step, d, stage1 = self.progress.step, self.d, self.fold == layout.STAGE1
+    def eval_record(self, epoch: int, preds: np.ndarray, seconds: float, steps_run: int) -> dict:
+        """metrics.jsonl's line for an evaluation: where (epoch, step), loss, AUC overall and per language,
+        speed, memory, lr."""
+        step, d = self.progress.step, self.d
         valid = self.table.iloc[self.valid_idx]
         return {
             "epoch": epoch + 1,
-            "loss": step.loss_sum / max(step.examples, 1),
-            "auc": None if stage1 else metrics.auc(valid["toxic"], preds),
-            "auc_per_lang": {} if stage1 else metrics.auc_by_lang(valid["toxic"], preds, valid["lang"]),
+            "step": self.step_count(),  # optimizer steps over the whole fold
+            "loss": step.loss_sum / max(step.examples, 1),  # the epoch's so far
+            "auc": None if self.stage1 else metrics.auc(valid["toxic"], preds),
+            "auc_per_lang": {} if self.stage1 else metrics.auc_by_lang(valid["toxic"], preds, valid["lang"]),
             "seconds": round(step.seconds + seconds, 2),
             "samples_per_second": round(step.examples * d.world / max(step.seconds, 1e-9), 1),
             "peak_memory_mb": round(memory.peak_memory_mb(d.device), 1),
@@ -320,32 +355,53 @@ class FoldRun:
             "lr": self.scheduler.get_last_lr()[0],
         }
 
-    def evaluate_epoch(self, epoch: int, steps_run: int) -> None:
-        """Score the fold's rows; the best epoch so far keeps its weights and OOF predictions."""
-        p, d = self.progress, self.d
+    def evaluate(self, epoch: int, steps_run: int) -> None:
+        """Score the fold's rows where training is (progress.step); the best evaluation so far keeps its
+        weights and OOF predictions, and patience counts the others."""
+        p, d, t = self.progress, self.d, self.cfg.train
         start, clock = time.perf_counter(), eta.now()
-        stage1 = self.fold == layout.STAGE1  # no validation rows: the last epoch is the model
-        preds = evaluate(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
+        preds = evaluation.predict_rows(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
         self.rate.eval_tokens += self.eval_tokens
         self.rate.eval_seconds += eta.now() - clock
-        record = self.epoch_record(epoch, preds, time.perf_counter() - start, steps_run)
+        record = self.eval_record(epoch, preds, time.perf_counter() - start, steps_run)
         p.history.append(record)
+        best, improved = evaluation.judge(p.best, record, self.stage1)
         if d.is_main:
-            per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
-            auc = "stage 1" if stage1 else f"AUC {record['auc']:.4f} ({per})"
-            print(
-                f"fold {self.fold} epoch {epoch + 1}: loss {record['loss']:.4f} {auc} "
-                f"{record['samples_per_second']:.0f} ex/s, peak {record['peak_memory_mb']:.0f} MB{self.eta_line(epoch)}"
-            )
-            text = "".join(json.dumps(h) + "\n" for h in p.history)
-            atomic_write_text(self.fold_dir / layout.METRICS, text)
-            if stage1 or record["auc"] > p.best["auc"]:
-                p.best = {"auc": record["auc"], "epoch": epoch + 1}
+            print(self.eval_line(record, improved, best["since"]))
+            atomic_write_text(self.fold_dir / layout.METRICS, "".join(json.dumps(h) + "\n" for h in p.history))
+            if improved:
                 save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
-                if not stage1:
+                if not self.stage1:
                     valid = self.table.iloc[self.valid_idx][["id", "lang", "toxic", "fold"]]
                     write_csv(self.fold_dir / layout.OOF, valid.assign(pred=preds))
-        p.best = distributed.gather_objects(d, p.best)[0]  # rank 0 decides, the others follow
+        p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
+        self.log.evaluation(record)
+        if d.is_main and self.exhausted():
+            print(f"fold {self.fold}: no better AUC for {t.patience} evaluations (train.patience); stopping at step "
+                  f"{record['step']}, keeping step {p.best['step']} (AUC {p.best['auc']:.4f})")  # fmt: skip
+
+    def eval_line(self, record: dict, improved: bool, since: int) -> str:
+        """`fold 0 epoch 1: loss ... AUC ... (per language) ex/s, peak MB | ETA`, with the step when inside
+        an epoch and, when evaluations are more than the epochs' ends or patience counts, best or not."""
+        t, window = self.cfg.train, self.progress.step.window
+        where = f"epoch {record['epoch']}" + (f" step {window}/{self.windows}" if window < self.windows else "")
+        per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
+        auc = "stage 1" if self.stage1 else f"AUC {record['auc']:.4f} ({per})"
+        mark = ""
+        if not self.stage1 and (t.eval_every_steps or t.patience):
+            mark = " | best" if improved else f" | no better ({since}" + (f" of {t.patience})" if t.patience else ")")
+        return (
+            f"fold {self.fold} {where}: loss {record['loss']:.4f} {auc} {record['samples_per_second']:.0f} ex/s, "
+            f"peak {record['peak_memory_mb']:.0f} MB{mark}{self.eta_line(record['epoch'] - 1, window)}"
+        )
+
+    def at_epoch_end(self, record: dict) -> bool:
+        """An evaluation at its epoch's end (records written before evaluations inside epochs have no step)."""
+        return record.get("step", record["epoch"] * self.windows) == record["epoch"] * self.windows
+
+    def evaluated(self, epoch: int) -> bool:
+        """The epoch's end has been evaluated (a resume state saved between its last step and that may not)."""
+        return any(h["epoch"] == epoch + 1 and self.at_epoch_end(h) for h in self.progress.history)
 
     def run(self) -> dict:
         t, p, d = self.cfg.train, self.progress, self.d
@@ -353,20 +409,22 @@ class FoldRun:
             print(f"\n=== fold {self.fold} ===")
             print(banner(self.cfg, d, self.precision, len(self.train_idx), len(self.valid_idx),
                          t.epochs * self.windows, modeling.count_parameters(self.model)))  # fmt: skip
-            plan = eta.Plan(self.epoch_tokens, self.eval_tokens, t.epochs - p.epoch - 1, self.inputs.folds_after,
-                            t.epochs, done_fraction=p.step.window / self.windows)  # fmt: skip
-            seconds = plan.seconds(self.rate)  # from earlier folds of this run, once they have measured it
+            seconds = self.plan(p.epoch, p.step.window).seconds(self.rate)  # from earlier folds, once measured
             if seconds is not None:
                 print(f"ETA {eta.hours(seconds)} for the run ({self.inputs.folds_after} more folds after this one)")
-        fold_start = time.perf_counter() - sum(h["seconds"] for h in p.history)
+        fold_start = time.perf_counter() - sum(h["seconds"] for h in p.history if self.at_epoch_end(h))
         for epoch in range(p.epoch, t.epochs):
+            if self.exhausted():
+                break
             p.epoch, start_window = epoch, p.step.window
             if p.step.window == 0:
                 self.check_time(epoch)
             if p.step.window < self.windows:
                 self.train_epoch(epoch)
-            if len(p.history) <= epoch:  # trained, not yet evaluated (a resume may land here)
-                self.evaluate_epoch(epoch, p.step.window - start_window)
+            if self.exhausted():  # stopped inside the epoch: its end would be evaluated for nothing
+                break
+            if not self.evaluated(epoch):  # trained, not yet evaluated (a resume may land here)
+                self.evaluate(epoch, p.step.window - start_window)
                 p.step = loop.StepState(window=self.windows, halvings=p.step.halvings)
                 self.checkpoint()
             # micro-batches halved after running out of memory stay halved
@@ -375,13 +433,18 @@ class FoldRun:
 
     def finish(self, seconds: float) -> dict:
         p, t = self.progress, self.cfg.train
+        self.log.close()
         result = {
             "fold": self.fold,
             "digest": self.digest,
-            "epochs": len(p.history),
+            "epochs": max((h["epoch"] for h in p.history), default=0),
             "best_epoch": p.best["epoch"],
+            "best_step": p.best["step"],
+            "steps": max((h.get("step", 0) for h in p.history), default=0),
+            "evaluations": len(p.history),
+            "stopped_early": self.exhausted(),
             "auc": p.best["auc"],
-            "auc_per_lang": p.history[p.best["epoch"] - 1]["auc_per_lang"],
+            "auc_per_lang": p.best.get("auc_per_lang", {}),
             "minutes": round(seconds / 60, 2),
             "precision": self.precision,
             "world": self.d.world,

@@ -15,7 +15,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -48,6 +48,18 @@ class StepState:
 
 
 @dataclass(frozen=True)
+class Window:
+    """One optimizer step as it happened on this rank: what the step records (core.steps) are made of."""
+
+    loss: float  # summed per-example loss of this rank's rows
+    examples: int  # this rank's rows
+    tokens: int  # this rank's padded tokens (rows x each micro-batch's longest row)
+    grad_norm: float  # before clipping; inf or nan for a step skipped for it
+    stepped: bool  # the weights were updated
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Job:
     """What every window of an epoch needs and none changes."""
 
@@ -76,9 +88,9 @@ def plan_windows(steps: list[list[np.ndarray]], accumulation: int, halvings: int
     return windows
 
 
-def forward_backward(job: Job, window: list[list[np.ndarray]]) -> tuple[float, int]:
-    """Forward and backward over one window's micro-steps: (summed loss, examples) on this rank."""
-    loss_total, examples = 0.0, 0
+def forward_backward(job: Job, window: list[list[np.ndarray]]) -> tuple[float, int, int]:
+    """Forward and backward over one window's micro-steps: (summed loss, examples, padded tokens) on this rank."""
+    loss_total, examples, tokens = 0.0, 0, 0
     # examples in this whole window on all ranks: every rank knows the plan, so no communication
     n_window = sum(len(b) for ms in window for b in ms)
     for j, ms in enumerate(window):
@@ -97,22 +109,24 @@ def forward_backward(job: Job, window: list[list[np.ndarray]]) -> tuple[float, i
             job.scaler.scale(loss_sum * (job.world / n_window)).backward()
         loss_total += float(loss_sum.detach())
         examples += len(ms[job.rank])
-    return loss_total, examples
+        tokens += batch["input_ids"].numel()
+    return loss_total, examples, tokens
 
 
-def step_window(job: Job, windows: list, w: int, state: StepState, desc: str) -> tuple[float, int, bool]:
-    """Window `w` to its optimizer step: (summed loss, examples, whether the weights were updated).
+def step_window(job: Job, windows: list, w: int, state: StepState, desc: str) -> Window:
+    """Window `w` to its optimizer step, as it happened (its seconds left for the caller to fill in).
 
     Out of memory in one process: the window's micro-batches (and every later window's) are halved, the
     same rows in twice the micro-steps, so the same gradient, and the window is redone.
     """
     while True:
         try:
-            loss, examples = forward_backward(job, windows[w])
+            loss, examples, tokens = forward_backward(job, windows[w])
             # the step is inside the retry too: the dense embedding gradient and, at the first step, the
             # AdamW moments are allocated here. AdamW allocates its state before it updates any weight,
             # so an out-of-memory error here leaves the weights as they were
-            return loss, examples, optimizer_step(job.model, job.optimizer, job.scaler, job.cfg.max_grad_norm)
+            stepped, norm = optimizer_step(job.model, job.optimizer, job.scaler, job.cfg.max_grad_norm)
+            return Window(loss, examples, tokens, norm, stepped, 0.0)
         except torch.OutOfMemoryError:
             # one process alone can redo its window; under DDP the other ranks would wait forever
             if job.world > 1 or all(len(b) < 2 for ms in windows[w] for b in ms):
@@ -163,15 +177,16 @@ def train_epoch(
     rank: int = 0,
     world: int = 1,
     state: StepState | None = None,
-    after_window: Callable[[StepState], bool] | None = None,
+    after_window: Callable[[StepState, Window], bool] | None = None,
     progress: bool = True,
     desc: str = "train",
     max_bad_steps: int = 20,
 ) -> StepState:
     """Train over the micro-steps, one optimizer step per accumulation window.
 
-    `after_window(state)` runs after each optimizer step; it returns True to stop early (an interrupt),
-    leaving `state.window` at the number of windows completed.
+    `after_window(state, window)` runs after each optimizer step (`window`: that step as it happened); it
+    returns True to stop early (an interrupt, or a fold stopped early), leaving `state.window` at the number
+    of windows completed.
     """
     model.train()
     state = state or StepState()
@@ -182,19 +197,20 @@ def train_epoch(
     start, seen = time.perf_counter(), 0
     for w in range(state.window, len(windows)):
         window_start = time.perf_counter()
-        loss, examples, stepped = step_window(job, windows, w, state, desc)
-        state.loss_sum += loss
-        state.examples += examples
-        seen += examples
+        done = step_window(job, windows, w, state, desc)
+        state.loss_sum += done.loss
+        state.examples += done.examples
+        seen += done.examples
         optimizer.zero_grad(set_to_none=True)
-        count_step(state, stepped, scheduler, max_bad_steps, desc, f"at step {w + 1} of {len(windows)}")
+        count_step(state, done.stepped, scheduler, max_bad_steps, desc, f"at step {w + 1} of {len(windows)}")
         state.window = w + 1
-        state.seconds += time.perf_counter() - window_start
+        done = replace(done, seconds=time.perf_counter() - window_start)
+        state.seconds += done.seconds
         if progress:
             bar.update(1)
             bar.set_postfix(loss=f"{state.loss_sum / max(state.examples, 1):.4f}",
                             ex_s=f"{seen / (time.perf_counter() - start):.0f}")  # fmt: skip
-        if after_window is not None and after_window(state):
+        if after_window is not None and after_window(state, done):
             break
     bar.close()
     return state

@@ -49,8 +49,11 @@ def densify_grads(model: torch.nn.Module) -> None:
             p.grad = p.grad.to_dense()
 
 
-def optimizer_step(model: torch.nn.Module, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float) -> bool:
-    """Densify, unscale, clip, step: the end of an accumulation window. True when the weights were updated."""
+def optimizer_step(
+    model: torch.nn.Module, optimizer, scaler: torch.amp.GradScaler, max_grad_norm: float
+) -> tuple[bool, float]:
+    """Densify, unscale, clip, step: the end of an accumulation window. (whether the weights were updated,
+    the gradient norm before clipping: inf or nan when the step was skipped for it)."""
     densify_grads(model)  # sparse embedding rows (see modeling.sparse_embedding_grad) -> one dense gradient
     scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -58,11 +61,11 @@ def optimizer_step(model: torch.nn.Module, optimizer, scaler: torch.amp.GradScal
         scale = scaler.get_scale()
         scaler.step(optimizer)  # skips the update by itself when fp16 gradients overflowed
         scaler.update()
-        return scaler.get_scale() >= scale  # the scale shrinks exactly when the step was skipped
+        return scaler.get_scale() >= scale, float(norm)  # the scale shrinks exactly when the step was skipped
     finite = bool(torch.isfinite(norm))
     if finite:
         optimizer.step()
-    return finite
+    return finite, float(norm)
 
 
 def reset_scaler(scaler: torch.amp.GradScaler) -> None:

@@ -36,13 +36,16 @@ class TimeUp(Interrupted):
 class FoldState:
     """Where a fold is: a resume state is this, the weights, the optimizer and the random states.
 
-    `step.window == windows` with no history entry for `epoch` means: trained, not yet evaluated.
+    `step.window == windows` with no evaluation at the epoch's last step means: trained, not yet evaluated.
+    `history` holds every evaluation; `best` the best one's AUC, epoch and step (counted over the fold) and
+    `since`: the evaluations after it without a better AUC (train.patience stops the fold).
     """
 
     epoch: int = 0
     step: StepState = dataclasses.field(default_factory=StepState)
     history: list = dataclasses.field(default_factory=list)
-    best: dict = dataclasses.field(default_factory=lambda: {"auc": -1.0, "epoch": -1})
+    best: dict = dataclasses.field(default_factory=lambda: {"auc": -1.0, "epoch": -1, "step": -1, "since": 0})
+    steplog: dict = dataclasses.field(default_factory=dict)  # core.steplog's sums since its last record
 
 
 class StopFlag:
@@ -131,9 +134,12 @@ def load_resume_everywhere(path: Path, digest: str, d: distributed.Dist) -> dict
     return state
 
 
-def fold_state(state: dict) -> FoldState:
-    """The FoldState a saved state holds."""
-    return FoldState(state["epoch"], StepState(**state["step"]), state["history"], state["best"])
+def fold_state(state: dict, rank: int = 0) -> FoldState:
+    """The FoldState a saved state holds, with this rank's step-record sums."""
+    best = {**FoldState().best, **state["best"]}
+    carries = state.get("steplog") or []
+    return FoldState(state["epoch"], StepState(**state["step"]), state["history"], best,
+                     carries[rank] if rank < len(carries) else {})  # fmt: skip
 
 
 def own_rng(state: dict, rank: int) -> dict:

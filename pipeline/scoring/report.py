@@ -1,12 +1,15 @@
 """The cross-validation report: AUC per fold, OOF overall and per language, as a table, JSON and a picture.
 
-Writes  models/<name>/oof.csv   every validation row with its out-of-fold prediction
-        models/<name>/cv.json   AUC per fold, overall OOF AUC and per language (and test_auc from predict)
-        models/<name>/cv.png    ROC curves per language, AUC per fold
+Writes  models/<name>/oof.csv     every validation row with its out-of-fold prediction
+        models/<name>/cv.json     AUC per fold, overall OOF AUC and per language (and test_auc from predict)
+        models/<name>/cv.png      ROC curves per language, AUC per fold
+        models/<name>/curves.png  each fold's training loss, validation AUC and learning rate against steps
 """
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -86,6 +89,79 @@ def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a .jsonl log that can be read (a line a crash cut short is left out); [] without it."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            out.append(record)
+    return out
+
+
+def smooth(values: list[float], weight: float = 0.8) -> list[float]:
+    """An exponential moving average, debiased at the start (TensorBoard's smoothing)."""
+    out, avg = [], 0.0
+    for i, v in enumerate(values, 1):
+        avg = weight * avg + (1 - weight) * v
+        out.append(avg / (1 - weight**i))
+    return out
+
+
+def plot_fold_curves(ax, fold: int, steps: list[dict], evals: list[dict], best_step: int | None) -> None:
+    """One fold: training loss (raw faint, smoothed) and validation AUC on the left axis, lr on the right."""
+    losses = [(r["step"], r["loss"]) for r in steps if r.get("loss") is not None and math.isfinite(r["loss"])]
+    if losses:
+        x, y = zip(*losses)
+        ax.plot(x, y, color="tab:blue", alpha=0.25, lw=1)
+        ax.plot(x, smooth(list(y)), color="tab:blue", lw=1.5, label="training loss (smoothed)")
+    scored = [(r["step"], r["auc"]) for r in evals if r.get("auc") is not None]
+    if scored:
+        x, y = zip(*scored)
+        ax.plot(x, y, color="tab:orange", marker="o", ms=3, lw=1.2, label="validation AUC")
+        best = [(s, a) for s, a in scored if s == best_step] or [max(scored, key=lambda p: p[1])]
+        ax.plot(*best[0], marker="*", ms=14, color="tab:red", ls="", label=f"best: AUC {best[0][1]:.4f}")
+    ax.set(xlabel="optimizer step", title=f"fold {fold}")
+    ax.legend(loc="best", fontsize=7)
+    rates = [(r["step"], r["lr"]) for r in steps if r.get("lr") is not None]
+    if rates:
+        right = ax.twinx()
+        right.plot(*zip(*rates), color="grey", ls="--", lw=1)
+        right.set_ylabel("learning rate", color="grey", fontsize=8)
+        right.tick_params(axis="y", labelsize=7, colors="grey")
+
+
+def plot_curves(dirs: list[Path], path: Path) -> list[str]:
+    """Every fold's learning curves in one picture: overfitting, a diverging fold or a schedule gone wrong
+    show at a glance. Returns the panels' titles."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(len(dirs), 3)
+    rows = math.ceil(len(dirs) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, folder in zip(axes.flat, dirs):
+        done = layout.read_done(folder) or {}
+        steps, evals = read_jsonl(folder / layout.STEPS), read_jsonl(folder / layout.METRICS)
+        plot_fold_curves(ax, layout.fold_index(folder), steps, evals, done.get("best_step"))
+    for ax in list(axes.flat)[len(dirs) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    return [ax.get_title() for ax in list(axes.flat)[: len(dirs)]]
+
+
 def read_cv(path: Path) -> dict:
     """A cv.json, or {} when it is missing or unreadable (it is rewritten from the folds)."""
     try:
@@ -113,4 +189,6 @@ def cv_report(cfg: Config, digest: str | None = None) -> dict:
     write_csv(exp / layout.OOF, oof)
     write_json(exp / layout.CV_JSON, summary)
     plot_cv(oof, summary, exp / layout.CV_PNG)
+    if any(read_jsonl(d / layout.STEPS) or read_jsonl(d / layout.METRICS) for d in dirs):  # trained folds
+        plot_curves(dirs, exp / layout.CURVES_PNG)
     return summary

@@ -193,7 +193,7 @@ def test_train_epoch_resumes_at_window_and_stops_early() -> None:
         data,
         labels,
         train_cfg(accumulation=2),
-        after_window=lambda s: seen.append(s.window) or True,
+        after_window=lambda s, w: seen.append(s.window) or True,
     )
     assert seen == [1] and state.window == 1 and len(opt.grads) == 1
 
@@ -407,7 +407,7 @@ def test_fp16_grad_scaler_skips_overflowed_steps_and_recovers() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
 
-    def after(state):
+    def after(state, window):
         snapshots.append((state.window, scaler.get_scale(), weight.detach().clone()))
         return False
 
@@ -573,7 +573,7 @@ def test_non_finite_step_is_skipped_then_training_goes_on() -> None:
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     seen = []
 
-    def after(state):
+    def after(state, window):
         seen.append((state.window, state.bad_steps, {n: p.detach().clone() for n, p in model.named_parameters()}))
         return False
 

@@ -31,6 +31,8 @@ def overrides(base: Path) -> list[str]:
         "train.epochs=2",
         "train.precision=fp32",
         "train.save_every_steps=3",
+        "train.eval_every_steps=4",  # evaluations inside epochs too: the best of them is kept
+        "train.log_every_steps=2",
     ]
 
 
@@ -65,10 +67,15 @@ def reference(tmp_path_factory) -> Path:
     return base
 
 
+def records(base: Path, fold: int, name: str) -> list[dict]:
+    return [json.loads(x) for x in (base / "models" / "sample" / f"fold{fold}" / name).read_text().splitlines()]
+
+
 def steps_run(base: Path, fold: int) -> int:
     """Optimizer steps the fold's final history says were run by the processes that ended each epoch."""
-    lines = (base / "models" / "sample" / f"fold{fold}" / "metrics.jsonl").read_text().splitlines()
-    return sum(json.loads(x)["steps_run"] for x in lines)
+    history = records(base, fold, "metrics.jsonl")
+    ends = [h for i, h in enumerate(history) if i + 1 == len(history) or history[i + 1]["epoch"] != h["epoch"]]
+    return sum(h["steps_run"] for h in ends)
 
 
 def wait_for(path_glob: str, base: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -129,4 +136,19 @@ def test_killed_training_resumes_to_the_same_oof(reference: Path, tmp_path: Path
     got, want = oof(tmp_path), oof(reference)
     assert list(got["id"]) == list(want["id"])
     assert (got["pred"] - want["pred"]).abs().max() < 1e-5
+    for fold in (0, 1):  # the same evaluations, the same best, every step record once
+        evals = [records(b, fold, "metrics.jsonl") for b in (tmp_path, reference)]
+        assert [(h["step"], round(h["auc"], 6)) for h in evals[0]] == [
+            (h["step"], round(h["auc"], 6)) for h in evals[1]
+        ]
+        steps = [records(b, fold, "steps.jsonl") for b in (tmp_path, reference)]
+        assert (
+            [r["step"] for r in steps[0]] == [r["step"] for r in steps[1]] == list(range(2, 2 * len(steps[1]) + 1, 2))
+        )
+        assert max(abs(a["loss"] - b["loss"]) for a, b in zip(*steps)) < 1e-5
+        done = [
+            json.loads((b / "models" / "sample" / f"fold{fold}" / "done.json").read_text())
+            for b in (tmp_path, reference)
+        ]
+        assert done[0]["best_step"] == done[1]["best_step"]
     check_artifacts(tmp_path)

@@ -34,6 +34,8 @@ SETTINGS = [
     "train.accumulation=1",
     "train.precision=fp32",
     "train.save_every_steps=2",
+    "train.eval_every_steps=3",  # evaluations inside epochs: each rank scores its share, rank 0 decides
+    "train.log_every_steps=2",
 ]
 
 pytestmark = pytest.mark.slow
@@ -86,6 +88,11 @@ def metrics_lines(base: Path) -> list[dict]:
     return [json.loads(x) for x in (base / "models" / "sample" / "fold0" / "metrics.jsonl").read_text().splitlines()]
 
 
+def epoch_ends(history: list[dict]) -> list[dict]:
+    """Each epoch's last evaluation (its end): its steps_run counts the epoch's steps this process ran."""
+    return [h for i, h in enumerate(history) if i + 1 == len(history) or history[i + 1]["epoch"] != h["epoch"]]
+
+
 def oof(base: Path) -> pd.DataFrame:
     return pd.read_csv(base / "models" / "sample" / "fold0" / "oof.csv", dtype={"id": str}).sort_values("id")
 
@@ -118,10 +125,17 @@ def test_resumed_ddp_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
     assert not (resumed / "models-rank1" / "sample" / "fold0" / "resume.pt").exists()  # rank 1 never saw one
     history, full = (metrics_lines(b) for b in (resumed, reference))
     # the resumed epoch ran only the steps after the saved one
-    assert sum(h["steps_run"] for h in history) < sum(h["steps_run"] for h in full)
+    assert sum(h["steps_run"] for h in epoch_ends(history)) < sum(h["steps_run"] for h in epoch_ends(full))
+    assert [(h["step"], round(h["auc"], 9)) for h in history] == [(h["step"], round(h["auc"], 9)) for h in full]
     got, want = oof(resumed), oof(reference)
     assert list(got["id"]) == list(want["id"])
     assert (got["pred"] - want["pred"]).abs().max() < 1e-6
+    done = [json.loads((b / "models" / "sample" / "fold0" / "done.json").read_text()) for b in (resumed, reference)]
+    assert done[0]["best_step"] == done[1]["best_step"]
+    records = [b / "models" / "sample" / "fold0" / "steps.jsonl" for b in (resumed, reference)]
+    steps = [[json.loads(x) for x in r.read_text().splitlines()] for r in records]
+    assert [r["step"] for r in steps[0]] == [r["step"] for r in steps[1]]  # every record once, none missing
+    assert max(abs(a["loss"] - b["loss"]) for a, b in zip(*steps)) < 1e-6  # the loss of both ranks' rows
 
     out = finish(launch(resumed, inputs))  # rank 1 has no done.json: rank 0's decides
     assert "fold 0: complete with these settings" in out

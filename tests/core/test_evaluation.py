@@ -1,0 +1,203 @@
+"""Evaluation inside epochs, the best evaluation kept, patience, step records, curves, TensorBoard and the ETA.
+
+The fold's AUC is scripted (a wrapper around FoldRun.eval_record) so that which evaluation is best is known;
+the weights each evaluation sees are copied as it happens, and the kept ones are compared with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pipeline import layout, train
+from pipeline.core import evaluation, fold
+from pipeline.scoring import report
+from tests.helpers import one_line_error
+from tests.helpers.folds import StopAt, fold_run
+from tests.helpers.tinyrun import TINY, overrides
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+# the `prepared` fixture (a tiny two-fold experiment, tables and tokens built) is in tests/conftest.py
+
+
+def with_train(cfg, **changes):
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))
+
+
+def scripted(monkeypatch, aucs: list[float]) -> list[dict]:
+    """Evaluation n scores aucs[n] (then the last again); returns what each evaluation saw: its step, the
+    model's weights and its predictions."""
+    seen: list[dict] = []
+    real_predict, real_record = evaluation.predict_rows, fold.FoldRun.eval_record
+
+    def predict_rows(model, *args, **kwargs):
+        preds = real_predict(model, *args, **kwargs)
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        seen.append({"weights": weights, "preds": preds})
+        return preds
+
+    def eval_record(self, *args, **kwargs):
+        record = real_record(self, *args, **kwargs)
+        seen[-1]["step"] = record["step"]
+        record["auc"] = aucs[min(len(seen), len(aucs)) - 1]
+        return record
+
+    monkeypatch.setattr(evaluation, "predict_rows", predict_rows)
+    monkeypatch.setattr(fold.FoldRun, "eval_record", eval_record)
+    return seen
+
+
+def test_the_kept_weights_are_the_best_evaluations_not_the_last(prepared, monkeypatch) -> None:
+    cfg = with_train(prepared, eval_every_steps=5, epochs=2)
+    seen = scripted(monkeypatch, [0.60, 0.70, 0.90, 0.80, 0.85, 0.70, 0.75, 0.72, 0.71, 0.70, 0.69, 0.68])
+    run = fold_run(cfg, StopAt(10**9))
+    done = run.run()
+    windows = run.windows
+    steps = [s["step"] for s in seen]
+    # every 5 steps over the fold, and each epoch's end
+    want = sorted({*range(5, 2 * windows + 1, 5), windows, 2 * windows})
+    assert steps == want and len(steps) >= 6
+    best = seen[2]  # the scripted 0.90
+    assert done["best_step"] == best["step"] == 15 and done["auc"] == 0.90 and done["evaluations"] == len(steps)
+    fold_dir = layout.experiment_dir(cfg) / "fold0"
+    kept = load_file(fold_dir / "model.safetensors")
+    name = "roberta.encoder.layer.0.attention.self.query.weight"
+    assert torch.equal(kept[name], best["weights"][name])
+    assert not torch.equal(kept[name], seen[-1]["weights"][name])  # training went on after the best
+    oof = pd.read_csv(fold_dir / "oof.csv")
+    np.testing.assert_allclose(oof["pred"].to_numpy(), best["preds"], rtol=1e-12)  # through CSV
+    records = [json.loads(line) for line in (fold_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == steps and [r["auc"] for r in records][:3] == [0.60, 0.70, 0.90]
+
+
+def test_patience_stops_a_fold_whose_auc_stopped_improving(prepared, monkeypatch, capsys) -> None:
+    cfg = with_train(prepared, eval_every_steps=3, epochs=2, patience=3)
+    seen = scripted(monkeypatch, [0.60, 0.70, 0.65, 0.64, 0.63, 0.99])  # the 0.99 is never reached
+    run = fold_run(cfg, StopAt(10**9))
+    done = run.run()
+    assert len(seen) == 5 and done["evaluations"] == 5 and done["stopped_early"] is True
+    assert done["best_step"] == 6 and done["auc"] == 0.70
+    assert done["steps"] == 15 < 2 * run.windows  # training stopped at the fifth evaluation
+    out = capsys.readouterr().out
+    assert "fold 0: no better AUC for 3 evaluations (train.patience); stopping at step 15, keeping step 6" in out
+    assert "| no better (3 of 3)" in out
+
+
+def test_patience_and_best_survive_a_resume(prepared, monkeypatch, tmp_path) -> None:
+    """Stopped after the best and one worse evaluation, resumed: patience goes on counting from there."""
+    cfg = with_train(prepared, eval_every_steps=3, epochs=2, patience=3)
+    seen = scripted(monkeypatch, [0.60, 0.70, 0.65, 0.64, 0.63, 0.99])
+    with pytest.raises(fold.Interrupted):
+        fold_run(cfg, StopAt(11)).run()  # after the third evaluation (step 9), saved at step 11
+    done = fold_run(cfg, StopAt(10**9)).run()
+    assert [s["step"] for s in seen] == [3, 6, 9, 12, 15]  # none repeated, none missed
+    assert done["best_step"] == 6 and done["steps"] == 15 and done["stopped_early"] is True
+
+
+def test_evaluating_inside_epochs_leaves_training_as_it_was(prepared, tmp_path) -> None:
+    """Dropout on, evaluations every 4 steps or none: the same losses at every step (eval mode is undone)."""
+    losses = {}
+    for every in (0, 4):
+        cfg = dataclasses.replace(
+            with_train(prepared, eval_every_steps=every, log_every_steps=1), models_dir=str(tmp_path / str(every))
+        )
+        fold_run(cfg, StopAt(10**9)).run()
+        losses[every] = [r["loss"] for r in read_steps(layout.experiment_dir(cfg))]
+    assert len(losses[0]) > 8 and losses[4] == losses[0]
+
+
+def read_steps(base) -> list[dict]:
+    return [json.loads(line) for line in (base / "fold0" / layout.STEPS).read_text().splitlines()]
+
+
+def test_step_records_have_every_step_once_across_a_resume(prepared, tmp_path) -> None:
+    cfg = with_train(prepared, log_every_steps=3, save_every_steps=4)
+    reference = dataclasses.replace(cfg, models_dir=str(tmp_path / "reference"))
+    fold_run(reference, StopAt(10**9)).run()
+    want = read_steps(layout.experiment_dir(reference))
+    with pytest.raises(fold.Interrupted):
+        fold_run(cfg, StopAt(10)).run()  # saved at step 10: the record at 9 stays, later ones would go
+    fold_dir = layout.experiment_dir(cfg) / "fold0"
+    with open(fold_dir / layout.STEPS, "a") as f:  # a record past the saved step, and a line cut short
+        f.write(json.dumps({**want[3], "loss": 99.0}) + "\n" + '{"step": 15, "lo')
+    fold_run(cfg, StopAt(10**9)).run()
+    got = read_steps(layout.experiment_dir(cfg))
+    assert [r["step"] for r in got] == [r["step"] for r in want] == list(range(3, len(want) * 3 + 1, 3))
+    for a, b in zip(got, want):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6) and a["lr"] == pytest.approx(b["lr"], rel=1e-9)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+    assert {"examples_per_second", "tokens_per_second", "peak_memory_mb", "loss_scale", "skipped"} <= set(got[0])
+
+
+def test_curves_png_holds_every_fold(tmp_path) -> None:
+    base = tmp_path
+    args = ["--config", "sample", *overrides(base), *TINY, "data.folds=3", "train.log_every_steps=2"]
+    from pipeline import data
+
+    assert data.main(args) == 0 and train.main(args) == 0
+    exp = base / "models" / "sample"
+    png = exp / layout.CURVES_PNG
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    titles = report.plot_curves([exp / f"fold{k}" for k in range(3)], tmp_path / "again.png")
+    assert titles == ["fold 0", "fold 1", "fold 2"]
+    assert all(read_steps_of(exp / f"fold{k}") for k in range(3))
+
+
+def read_steps_of(folder) -> list[dict]:
+    return report.read_jsonl(folder / layout.STEPS)
+
+
+def test_tensorboard_gets_the_scalars_and_without_the_package_is_one_line(tmp_path, monkeypatch, capsys) -> None:
+    from pipeline import data
+
+    args = ["--config", "sample", *overrides(tmp_path), *TINY, "train.log_every_steps=2", "train.tensorboard=true"]
+    assert data.main(args) == 0 and train.main(args) == 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "models" / "sample" / "tb" / "fold0"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_second", "valid/auc"} <= tags
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were not installed
+    assert train.main([*args, "name=again"]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("error: train.tensorboard=true needs the tensorboard package"), line
+
+
+def test_the_eta_counts_every_fold_left(tmp_path, monkeypatch, capsys) -> None:
+    """A simulated clock (60 s an optimizer step): after fold 0's first epoch of two, the run has that fold's
+    second epoch and all of fold 1 left, three epochs: about three times an epoch's minutes."""
+    from pipeline import data
+
+    clock = tmp_path / "clock"
+    monkeypatch.setenv("PIPELINE_FAKE_CLOCK", str(clock))
+    monkeypatch.setenv("PIPELINE_FAKE_STEP_SECONDS", "60")
+    args = ["--config", "sample", *overrides(tmp_path), *TINY, "train.epochs=2"]
+    assert data.main(args) == 0 and train.main(args) == 0
+    out = capsys.readouterr().out
+    steps = int(re.search(r"2 epochs, ([\d,]+) optimizer steps", out).group(1)) // 2  # one epoch's
+    eta = re.search(r"fold 0 epoch 1: .* \| ETA (?:(\d+)h)?(\d+)m for the run", out)
+    minutes = int(eta.group(1) or 0) * 60 + int(eta.group(2))
+    assert 3 * steps * 0.9 <= minutes <= 3 * steps * 1.1 + 1, (minutes, steps)
+    monkeypatch.delenv("PIPELINE_FAKE_CLOCK")
+
+
+def test_a_later_setting_at_its_default_keeps_the_fingerprint(prepared) -> None:
+    from pipeline import fingerprint
+
+    base = fingerprint.settings(prepared)
+    assert "eval_every_steps" not in base["train"] and "patience" not in base["train"]
+    changed = fingerprint.settings(with_train(prepared, eval_every_steps=50, patience=2))
+    assert changed["train"]["eval_every_steps"] == 50 and changed["train"]["patience"] == 2
+    logs_only = fingerprint.settings(with_train(prepared, log_every_steps=1, tensorboard=True))
+    assert logs_only == base  # records change no weights
