@@ -6,6 +6,7 @@ Writes  models/<name>-tfidf/fold<k>/oof.csv    the fold's validation rows with t
         models/<name>-tfidf/fold<k>/done.json  written last; fields as a trained fold's where they apply
         models/<name>-tfidf/cv.json, cv.png, oof.csv   the same report as `make train`
         models/<name>-tfidf/pipeline.yaml      the config whose prepared tables it was fit on
+        submissions/<name>-tfidf.csv           its folds ensembled, as `make predict` writes (test AUC in cv.json)
 
 A yardstick for the transformer: the same training rows (other folds and fold -1) and the same
 validation rows, so the two OOF AUCs compare directly. Printed side by side with models/<name>/cv.json
@@ -31,6 +32,8 @@ from pipeline.errors import PipelineError, run_stage
 from pipeline.files import file_record, read_json, write_csv, write_json
 from pipeline.inputs import tables
 from pipeline.scoring import metrics, report
+from pipeline.scoring.publish import publish
+from pipeline.scoring.submission import align, ensemble
 
 MODEL = fingerprint.TFIDF["model"]  # the `model` field of its done.json: what `make board` shows
 
@@ -50,7 +53,7 @@ def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path,
     train = table.iloc[tables.training_rows(table, fold)]  # the other folds, training-only and own pseudo rows
     valid = table[table["fold"] == fold]
     oof, on_test = fit_predict(train["text"], train["toxic"], [valid["text"], test["text"]], seed)
-    write_csv(fold_dir / layout.OOF, valid[["id", "lang", "toxic", "fold"]].assign(pred=oof))
+    write_csv(fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=oof))
     write_csv(fold_dir / layout.TEST_PREDS, pd.DataFrame({"id": test["id"], "toxic": on_test}))
     result = {
         "fold": fold,
@@ -104,9 +107,20 @@ def run(cfg) -> dict:
         print(f"tfidf fold {fold}: AUC {result['auc']:.4f} ({result['minutes']:.1f} min)")
     summary = report.cv_report(base, digest)
     print(report.fold_table(summary))
-    print(f"wrote {exp}/cv.json, cv.png, oof.csv and fold<k>/test.csv")
+    path = write_submission(base, digest, test, Path(meta["raw"]))
+    print(f"wrote {exp}/cv.json, cv.png, oof.csv, fold<k>/test.csv and {path}")
     compare(cfg, summary)
     return summary
+
+
+def write_submission(base, digest: str, test: pd.DataFrame, raw: Path) -> Path:
+    """The folds' test predictions ensembled into submissions/<name>-tfidf.csv, as `make predict` writes an
+    experiment's (on one scale across languages with predict.calibration), with its test AUC."""
+    dirs = layout.usable_folds(base, digest, what="baseline", needs=(layout.OOF, layout.TEST_PREDS))
+    frames = [pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for d in dirs]
+    preds = ensemble(align(frames), base.predict.ensemble)
+    oof = report.read_oof(dirs) if base.predict.calibration != "none" else None
+    return publish(base, raw, base.name, frames[0]["id"], preds, test, oof, dirs)[0]
 
 
 def main(argv=None) -> int:

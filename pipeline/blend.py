@@ -44,9 +44,8 @@ from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_dir, file_record, json_digest, write_csv, write_json
 from pipeline.scoring import metrics, report
 from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
+from pipeline.scoring.publish import publish
 from pipeline.scoring.submission import check_submission, ensemble
-
-OOF_COLUMNS = ["id", "lang", "toxic", "fold"]
 
 
 class BlendError(PipelineError):
@@ -99,8 +98,7 @@ def load_member(cfg: Config, name: str) -> Member:
         raise BlendError(f"blend member {e}") from None
     done = {k: layout.read_done(d) for k, d in dirs.items()}
     tests = {k: pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for k, d in dirs.items()}
-    read = [pd.read_csv(d / layout.OOF, dtype={"id": str, "lang": str}, keep_default_na=False) for d in dirs.values()]
-    oof = pd.concat(read, ignore_index=True)
+    oof = report.read_oof(list(dirs.values()))
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
         raise BlendError(f"blend member {name!r}: its OOF rows in {exp}/fold*/oof.csv repeat an id or hold NaN")
     return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done)
@@ -178,7 +176,7 @@ class Fit:
 
 
 def fit(members: list[Member], step: float) -> Fit:
-    oof = members[0].oof[OOF_COLUMNS].copy()
+    oof = members[0].oof[layout.OOF_COLUMNS].copy()
     y, folds = oof["toxic"].to_numpy(), oof["fold"].to_numpy()
     ranks = np.column_stack([rank01(m.oof["pred"]) for m in members])
     fold_weights = nested_weights(ranks, y, folds, step)
@@ -193,10 +191,10 @@ def read_sample_submission(cfg: Config) -> pd.DataFrame:
     return pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
 
 
-def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict, sub: pd.DataFrame) -> dict:
-    """The CV report of the blended OOF, with members, weights and the test score where labels are known."""
+def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict) -> dict:
+    """The CV report of the blended OOF, with members and weights (publish adds the test score)."""
     names, y = [m.name for m in members], f.oof["toxic"].to_numpy()
-    summary = report.cv_summary(f.oof, done)
+    summary = report.cv_summary(f.oof, done, metrics.test_mix(cfg))
     summary["blend"] = {
         "members": names,
         "weights": dict(zip(names, [round(float(w), 4) for w in f.weights])),
@@ -207,10 +205,6 @@ def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict, sub: p
         "step": cfg.blend.step,
         "members_minutes": round(sum(d.get("minutes", 0) for m in members for d in m.done.values()), 2),
     }
-    raw = layout.raw_dir(cfg)
-    if (raw / layout.TEST_LABELS).exists():  # the same test score `make predict` gives an experiment
-        test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
-        summary["test_auc"] = metrics.test_score(raw, test, sub)
     return summary
 
 
@@ -243,15 +237,22 @@ def run(cfg: Config) -> dict:
     sample = read_sample_submission(cfg)
     f = fit(members, cfg.blend.step)
     on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
-    sub = check_submission(pd.DataFrame({"id": ids, "toxic": mix(on_test, f.weights)}), sample)
+    preds = mix(on_test, f.weights)
+    check_submission(pd.DataFrame({"id": ids, "toxic": preds}), sample)  # before anything is written
     with atomic_dir(exp) as tmp:
         done = write_folds(tmp, members, f.oof, f.fold_weights, ids, cfg.blend.step)
-        summary = blend_summary(cfg, members, f, done, sub)
+        summary = blend_summary(cfg, members, f, done)
         write_csv(tmp / layout.OOF, f.oof)
         write_json(tmp / layout.CV_JSON, summary)
         report.plot_cv(f.oof, summary, tmp / layout.CV_PNG)
-    write_csv(layout.submission_path(cfg, name), sub)
-    paths = f"{exp}/cv.json, cv.png, {layout.submission_path(cfg, name)}"
+    raw = layout.raw_dir(cfg)
+    test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
+    dirs = [layout.fold_dir(cfg, k, name) for k in sorted(done)]
+    oof = f.oof if cfg.predict.calibration != "none" else None
+    path, score = publish(cfg, raw, name, ids, preds, test, oof, dirs)  # the blend's OOF scales it, if asked
+    if score is not None:
+        summary["test_auc"] = score
+    paths = f"{exp}/cv.json, cv.png, {path}"
     print_report(name, members, f, summary, time.perf_counter() - start, paths)
     return summary
 

@@ -15,7 +15,6 @@ import math
 import sys
 from pathlib import Path
 
-import pandas as pd
 import yaml
 
 from pipeline import config as config_mod
@@ -23,7 +22,7 @@ from pipeline import fingerprint, layout
 from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
-from pipeline.scoring import report
+from pipeline.scoring import metrics, report
 
 
 def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str]:
@@ -40,7 +39,7 @@ def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str]:
     return counted, stale
 
 
-def summary_of(exp: Path, counted: set[int]) -> dict:
+def summary_of(exp: Path, counted: set[int], mix: dict | None = None) -> dict:
     """The CV summary of the folds that count, computed from their OOF files (never copied from a cv.json
     that may describe other folds). cv.json adds the test score and a blend's weights only while it
     describes these very folds. Folds without OOF rows (a stage-1 model, fold -1) count as done, without AUC."""
@@ -49,8 +48,7 @@ def summary_of(exp: Path, counted: set[int]) -> dict:
     scored = [dirs[k] for k in done if k >= 0]
     if not scored:
         return {"oof_auc": math.nan, "per_lang": {}, "folds": {}, "fold_details": done}
-    oof = pd.concat([pd.read_csv(d / layout.OOF, dtype={"id": str}, keep_default_na=False) for d in scored])
-    summary = report.cv_summary(oof, done)
+    summary = report.cv_summary(report.read_oof(scored), done, mix)
     saved = report.read_cv(exp / layout.CV_JSON)
     details = saved.get("fold_details") if isinstance(saved.get("fold_details"), dict) else {}
     if {str(k): d["digest"] for k, d in done.items()} == {k: (v or {}).get("digest") for k, v in details.items()}:
@@ -96,17 +94,20 @@ def display_settings(exp: Path, summary: dict) -> dict:
     return {"model": fingerprint.TFIDF["model"], "epochs": first.get("epochs"), "folds_total": len(summary["folds"])}
 
 
-def row(cfg: Config, exp: Path) -> dict | None:
+def row(cfg: Config, exp: Path, mix: dict | None = None) -> dict | None:
     """The board's row of one experiment or blend folder (numbers from the folds that count only); None for
-    a folder with no folds."""
+    a folder with no folds. `mix`: the test's language mix, for the six-language OOF."""
     if not layout.done_dirs(exp):
         return None
     counted, stale = counted_folds(cfg, exp)
-    summary = summary_of(exp, counted)
+    summary = summary_of(exp, counted, mix)
     s = display_settings(exp, summary)
+    six = summary.get("six") or {}
     return {
         "name": exp.name,
         "oof": summary["oof_auc"],
+        # only where every test language has OOF rows: else it is not the six-language metric
+        "oof6": six.get("auc", math.nan) if six and not six.get("missing") else math.nan,
         "per_lang": summary["per_lang"],
         "folds": folds_done(summary, s.pop("folds_total")),
         "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
@@ -117,18 +118,37 @@ def row(cfg: Config, exp: Path) -> dict | None:
 
 
 def rows(cfg: Config) -> list[dict]:
-    """One row per experiment or blend folder, best OOF AUC first (NaN last); a folder that cannot be read is
-    named on stderr and left out."""
-    out = []
+    """One row per experiment or blend folder, ranked (see rank); a folder that cannot be read is named on
+    stderr and left out."""
+    out, mix = [], metrics.test_mix(cfg)
     for exp in sorted(p for p in layout.models_root(cfg).iterdir() if p.is_dir()):
         try:
-            found = row(cfg, exp)
+            found = row(cfg, exp, mix)
         except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as e:
             print(f"board: skipped {exp}: cannot read it ({type(e).__name__}: {e})", file=sys.stderr)
             continue
         if found is not None:
             out.append(found)
-    return sorted(out, key=lambda r: -r["oof"] if not math.isnan(r["oof"]) else math.inf)
+    return mark_disagreements(sorted(out, key=rank))
+
+
+def rank(r: dict) -> tuple:
+    """The six-language OOF first (it ranks experiments as the test does: docs/recipes.md measures it), then
+    the plain OOF of experiments without held-out translated rows; NaN last."""
+    for i, key in enumerate(("oof6", "oof")):
+        if not math.isnan(r[key]):
+            return (i, -r[key])
+    return (2, 0.0)
+
+
+def mark_disagreements(board: list[dict]) -> list[dict]:
+    """`below`: for an experiment whose OOF is above another's while its test AUC is below it, that other
+    one (the one with the best test AUC of those): its OOF rose where its test AUC fell."""
+    for r in board:
+        others = [q for q in board if q is not r and q["test"] is not None and r["test"] is not None
+                  and q["oof"] < r["oof"] and q["test"] > r["test"]]  # fmt: skip
+        r["below"] = max(others, key=lambda q: q["test"])["name"] if others else ""
+    return board
 
 
 def cell(value, fmt: str = "") -> str:
@@ -140,12 +160,13 @@ def cell(value, fmt: str = "") -> str:
 def board_table(board: list[dict]) -> str:
     """A Markdown table: readable printed, rendered on GitHub."""
     langs = sorted({lg for r in board for lg in r["per_lang"]})
-    head = ["experiment", "OOF AUC", *langs, "folds", "minutes", "test AUC"]
+    head = ["experiment", "6-lang OOF", "OOF AUC", *langs, "folds", "minutes", "test AUC"]
     head += ["model", "max_len", "epochs", "lr", "batch"]
     body = []
     for r in board:
         values = [
-            r["name"] + (" (stale)" if r.get("stale") else ""),
+            r["name"] + (" (stale)" if r.get("stale") else "") + (" (!)" if r.get("below") else ""),
+            cell(r.get("oof6"), ".4f"),
             cell(r["oof"], ".4f"),
             *(cell(r["per_lang"].get(lg), ".4f") for lg in langs),
             r["folds"],
@@ -166,8 +187,15 @@ def board_table(board: list[dict]) -> str:
 
 
 def stale_notes(board: list[dict]) -> str:
-    """Why each experiment marked stale is: its numbers describe folds that no longer match their inputs."""
-    return "\n".join(f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale"))
+    """Why each experiment marked stale or (!) is: its numbers describe folds that no longer match their
+    inputs; its OOF and test AUC disagree with another experiment's."""
+    notes = [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
+    for r in board:
+        if r.get("below"):
+            q = next(x for x in board if x["name"] == r["below"])
+            notes.append(f"- {r['name']} (!): OOF AUC {r['oof']:.4f} above {q['name']}'s {q['oof']:.4f}, test AUC "
+                         f"{r['test']:.4f} below its {q['test']:.4f}")  # fmt: skip
+    return "\n".join(notes)
 
 
 def run(cfg: Config) -> str:
@@ -179,7 +207,8 @@ def run(cfg: Config) -> str:
     text = board_table(board)
     notes = stale_notes(board)
     text += f"\n\n{notes}" if notes else ""
-    atomic_write_text(layout.board_path(cfg), f"# Board\n\nBest OOF AUC first.\n\n{text}\n")
+    head = "Best six-language OOF first (then the OOF AUC of experiments without held-out translated rows)."
+    atomic_write_text(layout.board_path(cfg), f"# Board\n\n{head}\n\n{text}\n")
     print(text)
     print(f"\nwrote {layout.board_path(cfg)}")
     return text

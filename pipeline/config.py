@@ -46,6 +46,9 @@ class DataConfig:
     pseudo_labels: str = "soft"  # soft: the teacher's probability; hard: 0/1 at the confident ends only
     pseudo_low: float = 0.1  # hard labels: at most this is 0 ...
     pseudo_high: float = 0.9  # ... at least this is 1; the middle is dropped
+    # a share of the translated rows' source comments made validation rows (grouped by source comment), so
+    # that the OOF covers every test language (see pipeline.inputs.groups); 0: every translated row trains
+    held_out: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,9 @@ class TrainConfig:
 @dataclass(frozen=True)
 class PredictConfig:
     ensemble: str = "mean"  # mean | rank
+    # none | lang: a Platt scaling per language fit on the OOF | lang+prior: and each language moved to its
+    # toxic rate in the test, estimated from the unlabelled test predictions (pipeline.scoring.calibration)
+    calibration: str = "none"
 
 
 @dataclass(frozen=True)
@@ -203,6 +209,7 @@ CHOICES = {
     "train.precision": ("fp32", "fp16", "bf16", "auto"),
     "train.optimizer": ("adamw", "adamw8bit"),
     "predict.ensemble": ("mean", "rank"),
+    "predict.calibration": ("none", "lang", "lang+prior"),
     "kaggle.kernel_type": ("script", "notebook"),
     "kaggle.docker_image_pinning": ("", "original", "latest"),  # kaggle 2.2.5's valid_push_pinning_types
 }
@@ -223,6 +230,7 @@ RANGES: tuple[tuple[str, typing.Callable[[typing.Any], bool], str], ...] = (
     ("data.english_negatives", lambda v: v >= 0, "an integer >= 0"),
     ("data.bias_rows", lambda v: v >= 0, "an integer >= 0"),
     ("data.sample_scale", lambda v: _finite(v) and v > 0, "a number > 0"),
+    ("data.held_out", lambda v: 0 <= v < 1, "a number in [0, 1) (0: no translated row held out)"),
     ("model.max_length", lambda v: v >= 8, "an integer >= 8"),
     ("model.dropout", lambda v: 0 <= v < 1, "a number in [0, 1)"),
     ("model.tiny.layers", lambda v: v >= 1, "an integer >= 1"),

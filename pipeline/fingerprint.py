@@ -51,27 +51,26 @@ def model_identity(cfg: Config, tokenizer: Path, init_digest: str | None) -> dic
 
 # settings added after folds were already trained: left out while at their default (which is what those
 # folds were trained with), so adding a setting never makes every trained fold stale
-LATER = {"train": {"eval_every_steps": 0, "patience": 0}}
+LATER = {"train": {"eval_every_steps": 0, "patience": 0}, "data": {"held_out": 0.0}}
 
 
 def settings(cfg: Config) -> dict:
     d = cfg.to_dict()
-    return {
-        section: {
-            k: v
-            for k, v in d[section].items()
-            if k not in NOT_WEIGHTS[section] and (k not in LATER.get(section, {}) or v != LATER[section][k])
-        }
-        for section in NOT_WEIGHTS
-    }
+    return {section: later_left_out(section, d[section], NOT_WEIGHTS[section]) for section in NOT_WEIGHTS}
+
+
+def later_left_out(section: str, values: dict, skip: set | tuple = ()) -> dict:
+    """`values` of a config section without the keys in `skip` and the LATER keys at their defaults."""
+    later = LATER.get(section, {})
+    return {k: v for k, v in values.items() if k not in skip and (k not in later or v != later[k])}
 
 
 def settings_differ(cfg: Config, saved: Config) -> str:
     """The weight-changing settings in which `cfg` differs from `saved`, as 'key (here, there)'."""
     ours, theirs = settings(cfg), settings(saved)
     for side in (ours, theirs):  # a later setting left out at its default is that default
-        for s, defaults in LATER.items():
-            side[s] = {**defaults, **side[s]}
+        for s in side:
+            side[s] = {**LATER.get(s, {}), **side[s]}
     keys = [(s, k) for s in ours for k in ours[s] if ours[s][k] != theirs[s].get(k)]
     return ", ".join(f"{s}.{k} ({ours[s][k]!r} here, {theirs[s].get(k)!r} there)" for s, k in keys)
 

@@ -52,6 +52,9 @@ PREPARED_CONFIG = "config.yaml"
 TOKENIZER = "tokenizer"  # the tiny model's tokenizer folder
 TOKENS_POINTER = "tokens.json"  # {"key": ...}: the token cache input/cache/<key>/ these tables use
 CACHE_META = "meta.json"  # in a token cache: key, sizes and digests of its arrays
+VALID_SOURCE = Path(VALID).stem  # the `source` of validation.csv's rows in the table and the OOF
+OOF_COLUMNS = ["id", "lang", "toxic", "fold", "source"]  # an oof.csv: these, then pred
+
 # the files of a fold folder
 DONE = "done.json"  # written last: the fold is complete
 WEIGHTS = "model.safetensors"
@@ -152,7 +155,7 @@ def teacher_files(cfg: Config) -> dict[int, Path]:
 def data_settings(cfg: Config) -> dict:
     """The data settings that decide what the tables hold: all but where the files are read from (data.source,
     data.dir), which the files' digests make irrelevant."""
-    return {k: v for k, v in cfg.to_dict()["data"].items() if k not in ("source", "dir")}
+    return fingerprint.later_left_out("data", cfg.to_dict()["data"], ("source", "dir"))
 
 
 def input_signature(cfg: Config, raw: Path | None = None) -> dict:
@@ -586,7 +589,7 @@ def preflight(cfg: Config, stage: str, name: str | None = None) -> None:
         files.check_readable(prepared_dir(cfg), "the prepared data")
     if stage in ("train", "cv", "baseline", "blend"):
         files.check_writable_dir(models, "the models folder (models_dir)")
-    if stage in ("predict", "blend"):
+    if stage in ("predict", "blend", "baseline"):
         files.check_writable_dir(Path(cfg.submissions_dir), "the submissions folder (submissions_dir)")
         targets = (submission_path(cfg), submission_csv(cfg)) if stage == "predict" else (submission_path(cfg, name),)
         for path in targets:

@@ -29,8 +29,8 @@ from pipeline.files import file_digest, file_record, read_json, write_csv, write
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.scoring import report
-from pipeline.scoring.metrics import test_score
-from pipeline.scoring.submission import align, check_submission, ensemble
+from pipeline.scoring.publish import publish
+from pipeline.scoring.submission import align, ensemble
 
 
 class PredictError(PipelineError):
@@ -96,16 +96,6 @@ def checked_weights(fold_dir: Path) -> str:
     return digest
 
 
-def record_test_score(cfg: Config, dirs: list[Path], score: dict) -> None:
-    """Print the test AUC and keep it in cv.json with the folds it belongs to."""
-    per = " ".join(f"{k} {v:.4f}" for k, v in score["per_lang"].items())
-    print(f"test AUC {score['auc']:.4f} ({per}) on {score['rows']:,} labelled rows")
-    path = layout.experiment_dir(cfg) / layout.CV_JSON
-    cv = report.read_cv(path)  # a damaged cv.json is rewritten by the next `make cv`
-    cv["test_auc"] = {**score, "folds": [d.name for d in dirs], "digests": layout.fold_digests(dirs)}
-    write_json(path, cv)
-
-
 def run(cfg: Config) -> Path | None:
     """Every usable fold on test, ensembled and checked into the submission. Under torchrun (the Kaggle notebook
     on two GPUs) each process predicts its share of the folds on its own GPU, and rank 0 ensembles them."""
@@ -133,23 +123,17 @@ def run(cfg: Config) -> Path | None:
 
 
 def write_submission(cfg: Config, dirs: list[Path], splits, test: pd.DataFrame, meta: dict, device) -> Path:
-    """The folds' test predictions (cached by now) ensembled, checked and written; the test AUC where known."""
+    """The folds' test predictions (cached by now) ensembled, put on one scale across languages
+    (predict.calibration, fit on the folds' OOF), checked and written; the test AUC where known."""
     frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
     preds = ensemble(align(frames), cfg.predict.ensemble)
-    raw = Path(meta["raw"])
-    sample = pd.read_csv(raw / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
-    sub = check_submission(pd.DataFrame({"id": frames[0]["id"], "toxic": preds}), sample)
-    mine, common = layout.submission_path(cfg), layout.submission_csv(cfg)
-    write_csv(mine, sub)
-    write_csv(common, sub)
+    oof = report.read_oof(dirs) if cfg.predict.calibration != "none" else None
+    path, _ = publish(cfg, Path(meta["raw"]), cfg.name, frames[0]["id"], preds, test, oof, dirs, common=True)
     print(
         f"predict: {len(dirs)} fold(s) ({', '.join(d.name for d in dirs)}), {cfg.predict.ensemble} ensemble, "
-        f"{len(sub):,} rows, mean {sub['toxic'].mean():.4f} -> {mine}, {common}"
+        f"{len(frames[0]):,} rows -> {path}, {layout.submission_csv(cfg)}"
     )
-    score = test_score(raw, test, sub)
-    if score is not None:
-        record_test_score(cfg, dirs, score)
-    return common
+    return layout.submission_csv(cfg)
 
 
 def main(argv=None) -> int:

@@ -12,6 +12,7 @@ from pipeline import baseline, blend, data
 from pipeline.errors import PipelineError
 from pipeline.files import read_json
 from pipeline.inputs import tables
+from pipeline.scoring import metrics
 from tests.helpers import make_cfg
 
 # the fields a trained fold's done.json has that mean something for a model fitted once
@@ -23,7 +24,8 @@ def quiet(*_args) -> None:
 
 
 def cfg_at(tmp_path: Path, *overrides: str):
-    return make_cfg(tmp_path, "data.english_negatives=60", f"models_dir={tmp_path / 'models'}", *overrides)
+    return make_cfg(tmp_path, "data.english_negatives=60", f"models_dir={tmp_path / 'models'}",
+                    f"submissions_dir={tmp_path / 'subs'}", *overrides)  # fmt: skip
 
 
 @pytest.fixture
@@ -51,6 +53,12 @@ def test_baseline_writes_folds_like_an_experiment(prepared: Path, capsys: pytest
         assert len(oof) == int((table["fold"] == k).sum())
     folds = [pd.read_csv(exp / f"fold{k}" / "test.csv")["toxic"] for k in range(cfg.data.folds)]
     assert not np.allclose(folds[0], folds[1])  # each fold's own model, not one copied
+
+    # a submission like every experiment's: the folds' mean, scored on the public test labels
+    sub = pd.read_csv(Path(cfg.submissions_dir) / f"{exp.name}.csv", dtype={"id": str}, keep_default_na=False)
+    assert np.allclose(sub.set_index("id").loc[test["id"], "toxic"], np.mean(folds, axis=0))
+    raw = Path(tables.load_table(cfg)[2]["raw"])
+    assert read_json(exp / "cv.json")["test_auc"]["auc"] == metrics.test_score(raw, test, sub)["auc"] > 0.5
 
     # a member of a blend: what the blend needs is there
     member = blend.load_member(cfg, exp.name)

@@ -92,6 +92,25 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert "\na " in out and "\nb " in out and "blend, nested (honest)" in out
 
 
+def test_a_calibrated_blend_writes_the_scaled_submission_and_reports_each_choice(tmp_path: Path) -> None:
+    comp, _ = two_members(tmp_path)
+    labels = pd.DataFrame({"id": ids_of_test(), "toxic": np.arange(90) % 2})
+    labels.to_csv(tmp_path / "raw" / "test_labels.csv", index=False)
+    plain = pd.read_csv(tmp_path / "subs" / "a+b.csv") if blend.run(comp.config("blend.members=[a,b]")) else None
+    blend.run(comp.config("blend.members=[a,b]", "blend.name=cal", "predict.calibration=lang+prior"))
+    cv = read_json(tmp_path / "models" / "cal" / "cv.json")
+    sub = pd.read_csv(tmp_path / "subs" / "cal.csv")
+    assert not np.allclose(sub["toxic"], plain["toxic"])  # scaled, not the plain blend
+    how = cv["calibration"]
+    assert how["how"] == "lang+prior" and set(how["test_rates"]) == {"es", "fr", "it", "pt", "ru", "tr"}
+    assert set(how["test_auc"]) == {"none", "lang", "lang+prior"}
+    assert how["test_auc"]["lang+prior"] == pytest.approx(cv["test_auc"]["auc"])  # the one written
+    assert how["test_auc"]["none"] == pytest.approx(
+        read_json(tmp_path / "models" / "a+b" / "cv.json")["test_auc"]["auc"]
+    )
+    assert how["oof_before"] == pytest.approx(cv["six"]["auc"])
+
+
 def test_blend_name_and_refusals(tmp_path: Path) -> None:
     comp, _ = two_members(tmp_path)
     rng = np.random.default_rng(0)

@@ -57,12 +57,12 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     lines = text.splitlines()[2:]
     names = [line.split("|")[1].strip() for line in lines]
     assert sorted(names) == ["partial", "stage1", "xlmr", "xlmr+xlmr-tfidf", "xlmr-tfidf"]  # bench is none
-    oof = [float(line.split("|")[2]) for line in lines[:-1]]
+    oof = [float(line.split("|")[3]) for line in lines[:-1]]
     assert oof == sorted(oof, reverse=True)  # best OOF first
     assert names[-2:] == ["partial", "stage1"]  # the noisiest, then the one without OOF
 
     head = [c.strip() for c in text.splitlines()[0].split("|")[1:-1]]
-    assert head[:6] == ["experiment", "OOF AUC", "es", "it", "tr", "folds"]
+    assert head[:7] == ["experiment", "6-lang OOF", "OOF AUC", "es", "it", "tr", "folds"]
     row = {n: dict(zip(head, [c.strip() for c in line.split("|")[1:-1]])) for n, line in zip(names, lines)}
     cv = read_json(models / "xlmr" / "cv.json")
     assert row["xlmr"]["OOF AUC"] == f"{cv['oof_auc']:.4f}" and row["xlmr"]["es"] == f"{cv['per_lang']['es']:.4f}"

@@ -173,6 +173,9 @@ class FoldRun:
         self.valid_idx = np.flatnonzero((table["fold"].to_numpy() == fold) & (not stage1))
         if not stage1 and table["toxic"].iloc[self.valid_idx].nunique() < 2:
             raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
+        # with held-out translated rows the fold is scored as the test is: six languages, weighted to its mix
+        held = not stage1 and (table["source"].iloc[self.valid_idx] != layout.VALID_SOURCE).any()
+        self.mix = metrics.test_mix(cfg) if held else None
         self.labels = table["toxic"].to_numpy(np.float32)
         self.pad_id = self.tokenizer.pad_token_id
 
@@ -341,12 +344,13 @@ class FoldRun:
         speed, memory, lr."""
         step, d = self.progress.step, self.d
         valid = self.table.iloc[self.valid_idx]
+        score, per_lang = (None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.mix)
         return {
             "epoch": epoch + 1,
             "step": self.step_count(),  # optimizer steps over the whole fold
             "loss": step.loss_sum / max(step.examples, 1),  # the epoch's so far
-            "auc": None if self.stage1 else metrics.auc(valid["toxic"], preds),
-            "auc_per_lang": {} if self.stage1 else metrics.auc_by_lang(valid["toxic"], preds, valid["lang"]),
+            "auc": score,
+            "auc_per_lang": per_lang,
             "seconds": round(step.seconds + seconds, 2),
             "samples_per_second": round(step.examples * d.world / max(step.seconds, 1e-9), 1),
             "peak_memory_mb": round(memory.peak_memory_mb(d.device), 1),
@@ -372,7 +376,7 @@ class FoldRun:
             if improved:
                 save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
                 if not self.stage1:
-                    valid = self.table.iloc[self.valid_idx][["id", "lang", "toxic", "fold"]]
+                    valid = self.table.iloc[self.valid_idx][layout.OOF_COLUMNS]
                     write_csv(self.fold_dir / layout.OOF, valid.assign(pred=preds))
         p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
         self.log.evaluation(record)

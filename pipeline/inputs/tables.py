@@ -2,7 +2,8 @@
 
 The training table has one row per comment: id, text, lang, toxic, source, fold (and pseudo_for with
 data.pseudo_from: see pipeline.inputs.pseudo). Validation rows get folds 0..k-1, stratified on
-language x label; rows used only for training (English, translated, pseudo-labelled) get fold -1. The
+language x label; rows used only for training (English, translated, pseudo-labelled) get fold -1, but
+for data.held_out of the translated rows, held out by source comment (pipeline.inputs.groups). The
 test table is id, text, lang. The same config and files give the same tables, byte for byte.
 
 `training_rows` decides which rows a fold trains on, in one place, so that the leak tests check what
@@ -21,7 +22,7 @@ from sklearn.model_selection import StratifiedKFold
 from pipeline import layout
 from pipeline.config import Config
 from pipeline.errors import DataError
-from pipeline.inputs import pseudo
+from pipeline.inputs import groups, pseudo
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
 
 TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
@@ -54,7 +55,9 @@ def read_extra(path: Path, lang: str) -> pd.DataFrame:
     elif "lang" not in frame.columns:
         frame["lang"] = lang_from_name(path)
     check_lang(frame, path)
-    return frame[["comment_text", "lang", "toxic"]]
+    # the competition's translated files carry the id of the English comment each row translates
+    frame["source_id"] = frame["id"].astype(str) if "id" in frame.columns else ""
+    return frame[["comment_text", "lang", "toxic", "source_id"]]
 
 
 # ---------------------------------------------------------------- build
@@ -99,11 +102,40 @@ def bias_part(cfg: Config, path) -> pd.DataFrame:
 
 
 def extra_part(path, lang: str) -> pd.DataFrame:
-    """A translated training file; its rows have no ids of their own, so they are named <file>-<row>."""
+    """A translated training file; its rows are named <file>-<row> (a source id is not unique across files)."""
     extra = read_extra(path, lang)
     ids = [f"{path.stem}-{i}" for i in range(len(extra))]
-    return source_rows(ids, extra["comment_text"].to_numpy(), extra["lang"].to_numpy(), extra["toxic"].to_numpy(),
-                path.stem, -1)  # fmt: skip
+    part = source_rows(ids, extra["comment_text"].to_numpy(), extra["lang"].to_numpy(), extra["toxic"].to_numpy(),
+                       path.stem, -1)  # fmt: skip
+    return part.assign(source_id=extra["source_id"].to_numpy())
+
+
+def hold_out(cfg: Config, extra: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """data.held_out of the translated rows' source comments made validation rows, each group in one fold;
+    returns the rows and how they were grouped, in words ('' when none are held out)."""
+    if cfg.data.held_out <= 0:
+        return extra, ""
+    keys, how = groups.source_groups(extra)
+    folds = groups.held_out_folds(keys, cfg.data.held_out, cfg.data.folds, cfg.data.seed)
+    held = folds >= 0
+    words = (f"{int(held.sum()):,} translated rows of {len(np.unique(keys[held])):,} source comments held out "
+             f"for validation, grouped {how}")  # fmt: skip
+    return extra.assign(fold=folds), words
+
+
+def with_originals(part: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
+    """English training rows (train.csv's, the bias file's) that are a held-out group's original, held out in
+    its fold: by the id the translations carry, else by the same text. Fold k must not train on them."""
+    held = extra[extra["fold"] >= 0]
+    if held.empty:
+        return part
+    by_id = dict(zip(held["source_id"], held["fold"]))
+    by_id.pop("", None)
+    english = held[held["lang"] == "en"]
+    by_text = dict(zip(english["text"].str.strip().str.lower(), english["fold"]))
+    fold = part["id"].astype(str).map(by_id)
+    fold = fold.fillna(part["text"].str.strip().str.lower().map(by_text)).fillna(part["fold"])
+    return part.assign(fold=fold.astype(np.int64))
 
 
 def validation_part(cfg: Config, path) -> pd.DataFrame:
@@ -143,7 +175,11 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     parts = [english_part(cfg, raw / layout.TRAIN)]
     if cfg.data.bias_rows > 0:
         parts.append(bias_part(cfg, raw / layout.BIAS))
-    parts += [extra_part(path, lang) for path, lang in layout.extra_files(cfg, raw)]
+    extras = [extra_part(path, lang) for path, lang in layout.extra_files(cfg, raw)]
+    held = ""
+    if extras:
+        extra, held = hold_out(cfg, pd.concat(extras, ignore_index=True))
+        parts = [with_originals(part, extra) for part in parts] + [extra]
     parts.append(validation_part(cfg, raw / layout.VALID))
     table = pd.concat(parts, ignore_index=True)
     # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
@@ -151,7 +187,9 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     table["fold"] = table["fold"].astype(np.int64)
     check_fold_classes(table, cfg.data.folds, raw / layout.VALID)
     test = test_table(raw)
-    return pseudo.add(cfg, table[TABLE_COLUMNS], test), test
+    table = pseudo.add(cfg, table[TABLE_COLUMNS], test)
+    table.attrs["held_out"] = held  # said by `make data`
+    return table, test
 
 
 def check_fold_classes(table: pd.DataFrame, k: int, valid_path) -> None:

@@ -1,6 +1,9 @@
 """ROC AUC overall and per language, on the validation rows and, where the labels are known, on test.
 
-The competition's metric is one ROC AUC over all test rows together, whatever their language.
+The competition's metric is one ROC AUC over all test rows together, whatever their language. The OOF
+that predicts it (`six_language`) pools the out-of-fold rows of every test language, each language
+weighted to its share of the test: validation.csv's rows where the language has them (es, it, tr), else
+the held-out translated rows (fr, pt, ru: data.held_out). The plain OOF AUC is validation.csv's rows only.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import roc_auc_score
 
+from pipeline import layout
+from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.inputs.csvfile import label_values, read_csv
-from pipeline.layout import TEST_LABELS
+from pipeline.layout import TEST_LABELS, VALID_SOURCE
 
 
 def auc(y, p) -> float:
@@ -27,6 +32,60 @@ def auc(y, p) -> float:
 def auc_by_lang(y, p, lang) -> dict[str, float]:
     y, p, lang = np.asarray(y), np.asarray(p), np.asarray(lang)
     return {str(g): auc(y[lang == g], p[lang == g]) for g in sorted(set(lang))}
+
+
+def language_mix(langs) -> dict[str, float]:
+    """Each language's share of the rows (of the test table: what the OOF is weighted to)."""
+    counts = pd.Series(np.asarray(langs)).value_counts()
+    return {str(k): float(v / counts.sum()) for k, v in counts.sort_index().items()}
+
+
+def stand_ins(oof: pd.DataFrame, mix: dict[str, float]) -> pd.DataFrame:
+    """The OOF rows that stand for each test language: its validation.csv rows if it has any, else its
+    held-out translated rows (and none for a language with neither)."""
+    source = oof["source"] if "source" in oof else pd.Series(VALID_SOURCE, index=oof.index)
+    keep = np.zeros(len(oof), dtype=bool)
+    for lang in mix:
+        own = (oof["lang"] == lang).to_numpy()
+        real = own & (source == VALID_SOURCE).to_numpy()
+        keep |= real if real.any() else own
+    return oof[keep]
+
+
+def six_language(oof: pd.DataFrame, mix: dict[str, float]) -> dict:
+    """One AUC over the stand-ins of every test language, each language weighted to its test share, and per
+    language; `missing`: test languages the OOF has no row of (their weight goes to the others)."""
+    rows = stand_ins(oof, mix)
+    counts = rows["lang"].value_counts()
+    weights = rows["lang"].map(lambda g: mix[g] / counts[g]).to_numpy()
+    y = rows["toxic"].to_numpy()
+    value = float(roc_auc_score(y, rows["pred"], sample_weight=weights)) if len(np.unique(y)) == 2 else float("nan")
+    return {
+        "auc": value,
+        "per_lang": auc_by_lang(y, rows["pred"], rows["lang"]),
+        "rows": len(rows),
+        "missing": sorted(set(mix) - set(counts.index)),
+    }
+
+
+def test_mix(cfg: Config) -> dict[str, float] | None:
+    """Each test language's share of the test table (prepared, else the raw test.csv); None without either."""
+    for path in (layout.prepared_dir(cfg) / layout.TEST_TABLE, layout.raw_dir(cfg) / layout.TEST):
+        try:
+            return language_mix(pd.read_csv(path, usecols=["lang"], dtype=str, keep_default_na=False)["lang"])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def fold_score(rows: pd.DataFrame, preds, mix: dict[str, float] | None) -> tuple[float, dict[str, float]]:
+    """A fold's AUC and AUC per language: on validation.csv's rows; with held-out translated rows among them
+    and the test's language mix, the six-language AUC (so the best step is chosen by what predicts the test)."""
+    rows = rows.assign(pred=np.asarray(preds))
+    if mix and "source" in rows and (rows["source"] != VALID_SOURCE).any():
+        six = six_language(rows, mix)
+        return six["auc"], six["per_lang"]
+    return auc(rows["toxic"], rows["pred"]), auc_by_lang(rows["toxic"], rows["pred"], rows["lang"])
 
 
 def test_score(raw: Path, test: pd.DataFrame, preds: pd.DataFrame) -> dict | None:
