@@ -53,12 +53,20 @@ def summary_of(exp: Path, counted: set[int], mix: dict | None = None) -> dict:
     details = saved.get("fold_details") if isinstance(saved.get("fold_details"), dict) else {}
     if {str(k): d["digest"] for k, d in done.items()} == {k: (v or {}).get("digest") for k, v in details.items()}:
         summary.update({key: saved[key] for key in ("blend",) if key in saved})  # the weights of these folds
-    test = saved.get("test_auc") if isinstance(saved.get("test_auc"), dict) else {}
-    names = test.get("folds") if isinstance(test.get("folds"), list) else []
-    used = [done.get(layout.fold_index(Path(str(n))), {}).get("digest") for n in names]
-    if names and test.get("digests") == used:  # predict's score of these very folds
-        summary["test_auc"] = test
+    if of_these_folds(saved.get("test_auc"), done):  # predict's score of these very folds
+        summary["test_auc"] = saved["test_auc"]
+    calibrated = saved.get("calibration")
+    if "six" in summary and of_these_folds(calibrated, done):  # the submission is calibrated: so is its OOF
+        summary["six"]["calibrated"] = calibrated.get("oof_after")
     return summary
+
+
+def of_these_folds(record, done: dict[int, dict]) -> bool:
+    """Whether a cv.json record (test_auc, calibration) names the folds it was made from and they are these."""
+    record = record if isinstance(record, dict) else {}
+    names = record.get("folds") if isinstance(record.get("folds"), list) else []
+    used = [done.get(layout.fold_index(Path(str(n))), {}).get("digest") for n in names]
+    return bool(names) and record.get("digests") == used
 
 
 def folds_done(summary: dict, total) -> str:
@@ -107,7 +115,7 @@ def row(cfg: Config, exp: Path, mix: dict | None = None) -> dict | None:
         "name": exp.name,
         "oof": summary["oof_auc"],
         # only where every test language has OOF rows: else it is not the six-language metric
-        "oof6": six.get("auc", math.nan) if six and not six.get("missing") else math.nan,
+        "oof6": six.get("calibrated", six.get("auc", math.nan)) if six and not six.get("missing") else math.nan,
         "per_lang": summary["per_lang"],
         "folds": folds_done(summary, s.pop("folds_total")),
         "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
@@ -141,12 +149,17 @@ def rank(r: dict) -> tuple:
     return (2, 0.0)
 
 
+def compared_by(r: dict, q: dict) -> str:
+    """The OOF two rows are ranked by: the six-language one where both have it."""
+    return "oof6" if not (math.isnan(r["oof6"]) or math.isnan(q["oof6"])) else "oof"
+
+
 def mark_disagreements(board: list[dict]) -> list[dict]:
     """`below`: for an experiment whose OOF is above another's while its test AUC is below it, that other
     one (the one with the best test AUC of those): its OOF rose where its test AUC fell."""
     for r in board:
         others = [q for q in board if q is not r and q["test"] is not None and r["test"] is not None
-                  and q["oof"] < r["oof"] and q["test"] > r["test"]]  # fmt: skip
+                  and q[compared_by(r, q)] < r[compared_by(r, q)] and q["test"] > r["test"]]  # fmt: skip
         r["below"] = max(others, key=lambda q: q["test"])["name"] if others else ""
     return board
 
@@ -193,7 +206,9 @@ def stale_notes(board: list[dict]) -> str:
     for r in board:
         if r.get("below"):
             q = next(x for x in board if x["name"] == r["below"])
-            notes.append(f"- {r['name']} (!): OOF AUC {r['oof']:.4f} above {q['name']}'s {q['oof']:.4f}, test AUC "
+            key = compared_by(r, q)
+            what = "six-language OOF" if key == "oof6" else "OOF AUC"
+            notes.append(f"- {r['name']} (!): {what} {r[key]:.4f} above {q['name']}'s {q[key]:.4f}, test AUC "
                          f"{r['test']:.4f} below its {q['test']:.4f}")  # fmt: skip
     return "\n".join(notes)
 

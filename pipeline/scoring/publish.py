@@ -86,7 +86,7 @@ def record(cfg: Config, name: str, dirs: list[Path], score: dict | None, how: di
         print(f"test AUC {score['auc']:.4f} ({per}) on {score['rows']:,} labelled rows")
         cv["test_auc"] = {**score, "folds": [d.name for d in dirs], "digests": layout.fold_digests(dirs)}
     if how is not None:
-        cv["calibration"] = how
+        cv["calibration"] = {**how, "folds": [d.name for d in dirs], "digests": layout.fold_digests(dirs)}
         if "test_auc" in how:
             print("test AUC by predict.calibration: " + ", ".join(f"{v} {a:.4f}" for v, a in how["test_auc"].items()))
     write_json(cv_path, cv)

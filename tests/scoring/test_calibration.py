@@ -93,6 +93,7 @@ def test_board_ranks_by_the_six_language_oof_and_marks_a_rise_that_fell() -> Non
     ranked = board.mark_disagreements(sorted(rows, key=board.rank))
     assert [r["name"] for r in ranked] == ["six-high", "six-low", "plain", "none"]
     marks = {r["name"]: r["below"] for r in ranked}
-    assert marks == {"six-high": "", "six-low": "", "plain": "six-low", "none": ""}
+    assert marks == {"six-high": "six-low", "six-low": "", "plain": "six-low", "none": ""}
     text = board.stale_notes(ranked)
     assert "- plain (!): OOF AUC 0.9500 above six-low's 0.9000, test AUC 0.8000 below its 0.8600" in text
+    assert "- six-high (!): six-language OOF 0.8700 above six-low's 0.8500, test AUC 0.8500 below its 0.8600" in text
