@@ -55,14 +55,15 @@ def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path,
     oof, on_test = fit_predict(train["text"], train["toxic"], [valid["text"], test["text"]], seed)
     write_csv(fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=oof))
     write_csv(fold_dir / layout.TEST_PREDS, pd.DataFrame({"id": test["id"], "toxic": on_test}))
+    score, per_lang = metrics.fold_score(valid, oof, metrics.language_mix(test["lang"]))  # as a trained fold's
     result = {
         "fold": fold,
         "digest": digest,
         "model": MODEL,
         "epochs": 1,
         "best_epoch": 1,
-        "auc": metrics.auc(valid["toxic"], oof),
-        "auc_per_lang": metrics.auc_by_lang(valid["toxic"], oof, valid["lang"]),
+        "auc": score,
+        "auc_per_lang": per_lang,
         "minutes": round((time.perf_counter() - start) / 60, 2),
         "files": {name: file_record(fold_dir / name) for name in (layout.OOF, layout.TEST_PREDS)},
     }

@@ -201,3 +201,25 @@ def test_a_later_setting_at_its_default_keeps_the_fingerprint(prepared) -> None:
     assert changed["train"]["eval_every_steps"] == 50 and changed["train"]["patience"] == 2
     logs_only = fingerprint.settings(with_train(prepared, log_every_steps=1, tensorboard=True))
     assert logs_only == base  # records change no weights
+
+
+def test_a_fold_with_held_out_translated_rows_is_scored_as_the_test_is(tmp_path) -> None:
+    """With data.held_out the fold's AUC (which chooses its best step) is the six-language one, not one AUC
+    over rows of which half are translations at a 50% toxic rate."""
+    from pipeline import data as data_mod
+    from pipeline.scoring import metrics
+    from tests.helpers import make_cfg, prepare_tokens
+
+    cfg = make_cfg(tmp_path, f"models_dir={tmp_path / 'models'}", "data.folds=2", "train.epochs=1",
+                   "train.precision=fp32", "model.tiny.hidden=32", "model.tiny.intermediate=64",
+                   "model.max_length=32", "data.held_out=0.3")  # fmt: skip
+    data_mod.prepare(cfg, log=lambda *a: None)
+    prepare_tokens(cfg, log=lambda *a: None)
+    fold_run(cfg, StopAt(10**9)).run()
+    folder = layout.experiment_dir(cfg) / "fold0"
+    oof = report.read_oof([folder])
+    assert {"fr", "pt", "ru"} <= set(oof.loc[oof["source"] != layout.VALID_SOURCE, "lang"])
+    done = json.loads((folder / layout.DONE).read_text())
+    six = metrics.six_language(oof, metrics.test_mix(cfg))
+    assert done["auc"] == pytest.approx(six["auc"]) and done["auc_per_lang"] == pytest.approx(six["per_lang"], nan_ok=True)
+    assert done["auc"] != pytest.approx(metrics.auc(oof["toxic"], oof["pred"]))
