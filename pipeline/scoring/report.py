@@ -18,7 +18,7 @@ from sklearn.metrics import roc_curve
 from pipeline import layout
 from pipeline.config import Config
 from pipeline.files import atomic_path, read_json, write_csv, write_json
-from pipeline.scoring.metrics import auc, auc_by_lang, six_language, test_mix
+from pipeline.scoring.metrics import auc, auc_by_lang, six_language, stand_ins, test_mix
 
 
 def read_oof(dirs: list[Path]) -> pd.DataFrame:
@@ -93,12 +93,17 @@ def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for lang, g in oof.groupby("lang"):
+    valid = oof[oof["source"] == layout.VALID_SOURCE] if "source" in oof else oof
+    # each test language's stand-ins where the OOF has held-out translated rows (dashed), else validation's
+    shown = stand_ins(oof, summary["six"]["mix"]) if "six" in summary else valid
+    for lang, g in shown.groupby("lang"):
         if g["toxic"].nunique() == 2:
+            held = "source" in g and (g["source"] != layout.VALID_SOURCE).all()
             fpr, tpr, _ = roc_curve(g["toxic"], g["pred"])
-            left.plot(fpr, tpr, label=f"{lang} (AUC {summary['per_lang'][lang]:.3f}, n={len(g)})")
-    fpr, tpr, _ = roc_curve(oof["toxic"], oof["pred"])
-    left.plot(fpr, tpr, color="black", lw=2, label=f"all (AUC {summary['oof_auc']:.3f})")
+            what = f"{lang}{' held-out translated' if held else ''} (AUC {auc(g['toxic'], g['pred']):.3f}, n={len(g)})"
+            left.plot(fpr, tpr, ls="--" if held else "-", label=what)
+    fpr, tpr, _ = roc_curve(valid["toxic"], valid["pred"])
+    left.plot(fpr, tpr, color="black", lw=2, label=f"validation.csv (AUC {summary['oof_auc']:.3f})")
     left.plot([0, 1], [0, 1], ls=":", color="grey")
     left.set(xlabel="false positive rate", ylabel="true positive rate", title="Out-of-fold ROC by language")
     left.legend(loc="lower right", fontsize=8)

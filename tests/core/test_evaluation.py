@@ -221,5 +221,11 @@ def test_a_fold_with_held_out_translated_rows_is_scored_as_the_test_is(tmp_path)
     assert {"fr", "pt", "ru"} <= set(oof.loc[oof["source"] != layout.VALID_SOURCE, "lang"])
     done = json.loads((folder / layout.DONE).read_text())
     six = metrics.six_language(oof, metrics.test_mix(cfg))
-    assert done["auc"] == pytest.approx(six["auc"]) and done["auc_per_lang"] == pytest.approx(six["per_lang"], nan_ok=True)
+    assert done["auc"] == pytest.approx(six["auc"])
+    assert done["auc_per_lang"] == pytest.approx(six["per_lang"], nan_ok=True)
     assert done["auc"] != pytest.approx(metrics.auc(oof["toxic"], oof["pred"]))
+    summary = report.cv_report(cfg)  # with OOF rows in languages validation.csv lacks
+    assert summary["six"]["held_out_rows"] == int((oof["source"] != layout.VALID_SOURCE).sum())
+    assert summary["rows"] == int((oof["source"] == layout.VALID_SOURCE).sum())
+    assert (layout.experiment_dir(cfg) / layout.CV_PNG).stat().st_size > 0
+    assert "six-language OOF" in report.fold_table(summary)
