@@ -152,7 +152,11 @@ def digest(members: list[Member], weights, step: float) -> str:
 
 
 def per_lang_table(rows: list[tuple[str, str, pd.Series]], oof: pd.DataFrame) -> str:
-    """Name, weight and OOF AUC overall and per language for each (name, weight, predictions)."""
+    """Name, weight and OOF AUC overall and per language for each (name, weight, predictions), on
+    validation.csv's rows (as the blend's OOF AUC is)."""
+    at = metrics.on_validation(oof)
+    rows = [(name, weight, pd.Series(np.asarray(p)[at])) for name, weight, p in rows]
+    oof = oof[at].reset_index(drop=True)
     langs = sorted(oof["lang"].unique())
     head = f"{'':<28} {'weight':>6} {'OOF AUC':>8} " + " ".join(f"{lg:>6}" for lg in langs)
     lines = [head, "-" * len(head)]
@@ -199,7 +203,8 @@ def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict) -> dic
         "members": names,
         "weights": dict(zip(names, [round(float(w), 4) for w in f.weights])),
         "fold_weights": {k: dict(zip(names, [round(float(x), 4) for x in w])) for k, w in f.fold_weights.items()},
-        "member_oof_auc": {m.name: metrics.auc(m.oof["toxic"], m.oof["pred"]) for m in members},
+        # on validation.csv's rows, as the blend's oof_auc; the weights are fit on every OOF row
+        "member_oof_auc": {m.name: report.cv_summary(m.oof, {})["oof_auc"] for m in members},
         "member_digests": {m.name: {k: d.get("digest") for k, d in m.done.items()} for m in members},
         "oof_auc_in_sample": metrics.auc(y, mix(f.ranks, f.weights)),  # optimistic: weights fit on the rows scored
         "step": cfg.blend.step,

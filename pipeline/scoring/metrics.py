@@ -40,14 +40,18 @@ def language_mix(langs) -> dict[str, float]:
     return {str(k): float(v / counts.sum()) for k, v in counts.sort_index().items()}
 
 
+def on_validation(oof: pd.DataFrame) -> np.ndarray:
+    """Which OOF rows are validation.csv's (all of them in a file written before held-out rows existed)."""
+    return (oof["source"] == VALID_SOURCE).to_numpy() if "source" in oof else np.ones(len(oof), dtype=bool)
+
+
 def stand_ins(oof: pd.DataFrame, mix: dict[str, float]) -> pd.DataFrame:
     """The OOF rows that stand for each test language: its validation.csv rows if it has any, else its
     held-out translated rows (and none for a language with neither)."""
-    source = oof["source"] if "source" in oof else pd.Series(VALID_SOURCE, index=oof.index)
-    keep = np.zeros(len(oof), dtype=bool)
+    keep, valid = np.zeros(len(oof), dtype=bool), on_validation(oof)
     for lang in mix:
         own = (oof["lang"] == lang).to_numpy()
-        real = own & (source == VALID_SOURCE).to_numpy()
+        real = own & valid
         keep |= real if real.any() else own
     return oof[keep]
 

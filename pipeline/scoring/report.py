@@ -18,7 +18,7 @@ from sklearn.metrics import roc_curve
 from pipeline import layout
 from pipeline.config import Config
 from pipeline.files import atomic_path, read_json, write_csv, write_json
-from pipeline.scoring.metrics import auc, auc_by_lang, six_language, stand_ins, test_mix
+from pipeline.scoring.metrics import auc, auc_by_lang, on_validation, six_language, stand_ins, test_mix
 
 
 def read_oof(dirs: list[Path]) -> pd.DataFrame:
@@ -36,8 +36,7 @@ def read_oof(dirs: list[Path]) -> pd.DataFrame:
 def cv_summary(oof: pd.DataFrame, done: dict[int, dict], mix: dict[str, float] | None = None) -> dict:
     """AUC per fold and the OOF AUC on validation.csv's rows (overall and per language), and with the test's
     language mix the six-language OOF (metrics.six_language) over validation and held-out translated rows."""
-    source = oof["source"] if "source" in oof else pd.Series(layout.VALID_SOURCE, index=oof.index)
-    valid = oof[source == layout.VALID_SOURCE]
+    valid = oof[on_validation(oof)]
     summary = {
         "oof_auc": auc(valid["toxic"], valid["pred"]),
         "per_lang": auc_by_lang(valid["toxic"], valid["pred"], valid["lang"]),
@@ -93,7 +92,7 @@ def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    valid = oof[oof["source"] == layout.VALID_SOURCE] if "source" in oof else oof
+    valid = oof[on_validation(oof)]
     # each test language's stand-ins where the OOF has held-out translated rows (dashed), else validation's
     shown = stand_ins(oof, summary["six"]["mix"]) if "six" in summary else valid
     for lang, g in shown.groupby("lang"):
