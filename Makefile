@@ -59,7 +59,7 @@ baseline: $(STAMP) ## TF-IDF + logistic regression on the same folds, side by si
 blend: $(STAMP) ## BLEND="exp1 exp2 ...": rank-average with weights fit on OOF (nested); submissions/<blend>.csv
 	$(STAGE) blend $(OPTS) --members "$$BLEND"
 
-board: $(STAMP) ## every experiment and blend under models/, best OOF first; models/board.md
+board: $(STAMP) ## every experiment and blend under models/, best six-language OOF first; models/board.md
 	$(STAGE) board $(OPTS)
 
 bench: $(STAMP) ## peak memory and speed of each memory technique, side by side with HF Trainer

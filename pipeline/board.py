@@ -1,4 +1,4 @@
-"""Stage `make board`: every experiment and blend under models/, side by side, best OOF first.
+"""Stage `make board`: every experiment and blend under models/, side by side, best six-language OOF first.
 
 Reads   models/*/cv.json (or, where it is missing, the completed folds' oof.csv and done.json),
         models/*/pipeline.yaml for a trained experiment's settings
