@@ -120,8 +120,7 @@ def write_submission(base, digest: str, test: pd.DataFrame, raw: Path) -> Path:
     dirs = layout.usable_folds(base, digest, what="baseline", needs=(layout.OOF, layout.TEST_PREDS))
     frames = [pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for d in dirs]
     preds = ensemble(align(frames), base.predict.ensemble)
-    oof = report.read_oof(dirs) if base.predict.calibration != "none" else None
-    return publish(base, raw, base.name, frames[0]["id"], preds, test, oof, dirs)[0]
+    return publish(base, raw, base.name, frames[0]["id"], preds, test, dirs)[0]
 
 
 def main(argv=None) -> int:

@@ -204,13 +204,18 @@ def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict) -> dic
         "weights": dict(zip(names, [round(float(w), 4) for w in f.weights])),
         "fold_weights": {k: dict(zip(names, [round(float(x), 4) for x in w])) for k, w in f.fold_weights.items()},
         # on validation.csv's rows, as the blend's oof_auc; the weights are fit on every OOF row
-        "member_oof_auc": {m.name: report.cv_summary(m.oof, {})["oof_auc"] for m in members},
+        "member_oof_auc": {m.name: validation_auc(m.oof) for m in members},
         "member_digests": {m.name: {k: d.get("digest") for k, d in m.done.items()} for m in members},
         "oof_auc_in_sample": metrics.auc(y, mix(f.ranks, f.weights)),  # optimistic: weights fit on the rows scored
         "step": cfg.blend.step,
         "members_minutes": round(sum(d.get("minutes", 0) for m in members for d in m.done.values()), 2),
     }
     return summary
+
+
+def validation_auc(oof: pd.DataFrame) -> float:
+    at = metrics.on_validation(oof)
+    return metrics.auc(oof["toxic"][at], oof["pred"][at])
 
 
 def print_report(name: str, members: list[Member], f: Fit, summary: dict, seconds: float, paths: str) -> None:
@@ -253,8 +258,7 @@ def run(cfg: Config) -> dict:
     raw = layout.raw_dir(cfg)
     test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
     dirs = [layout.fold_dir(cfg, k, name) for k in sorted(done)]
-    oof = f.oof if cfg.predict.calibration != "none" else None
-    path, score = publish(cfg, raw, name, ids, preds, test, oof, dirs)  # the blend's OOF scales it, if asked
+    path, score = publish(cfg, raw, name, ids, preds, test, dirs)  # the blend's own OOF scales it, if asked
     if score is not None:
         summary["test_auc"] = score
     paths = f"{exp}/cv.json, cv.png, {path}"

@@ -28,7 +28,6 @@ from pipeline.errors import PipelineError, run_stage
 from pipeline.files import file_digest, file_record, read_json, write_csv, write_json
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
-from pipeline.scoring import report
 from pipeline.scoring.publish import publish
 from pipeline.scoring.submission import align, ensemble
 
@@ -127,8 +126,7 @@ def write_submission(cfg: Config, dirs: list[Path], splits, test: pd.DataFrame, 
     (predict.calibration, fit on the folds' OOF), checked and written; the test AUC where known."""
     frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
     preds = ensemble(align(frames), cfg.predict.ensemble)
-    oof = report.read_oof(dirs) if cfg.predict.calibration != "none" else None
-    path, _ = publish(cfg, Path(meta["raw"]), cfg.name, frames[0]["id"], preds, test, oof, dirs, common=True)
+    path, _ = publish(cfg, Path(meta["raw"]), cfg.name, frames[0]["id"], preds, test, dirs, common=True)
     print(
         f"predict: {len(dirs)} fold(s) ({', '.join(d.name for d in dirs)}), {cfg.predict.ensemble} ensemble, "
         f"{len(frames[0]):,} rows -> {path}, {layout.submission_csv(cfg)}"

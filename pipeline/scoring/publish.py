@@ -11,20 +11,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline import config as config_mod
 from pipeline import layout
 from pipeline.config import Config
 from pipeline.files import write_csv, write_json
 from pipeline.scoring import calibration, metrics, report
 from pipeline.scoring.submission import check_submission
 
-CHOICES = ("lang", "lang+prior")  # predict.calibration's settings other than none
+# predict.calibration's settings other than none: each is reported where test labels are present
+CHOICES = tuple(c for c in config_mod.CHOICES["predict.calibration"] if c != "none")
 
 
-def on_one_scale(cfg: Config, preds: np.ndarray, test: pd.DataFrame, oof: pd.DataFrame | None) -> tuple:
-    """(the predictions after predict.calibration, what it did: None when `none` or without OOF rows, and the
-    predictions under each calibration, for the report)."""
+def on_one_scale(cfg: Config, preds: np.ndarray, test: pd.DataFrame, dirs: list[Path]) -> tuple:
+    """(the predictions after predict.calibration, fit on the OOF rows of the folds `dirs`; what it did: None
+    when `none` or without OOF rows; and the predictions under each calibration, for the report)."""
     how = cfg.predict.calibration
-    if how == "none" or oof is None or oof.empty:
+    oof = report.read_oof(dirs) if how != "none" and dirs else None  # read only when it is used
+    if oof is None or oof.empty:
         return preds, None, {}
     langs = sorted(test["lang"].unique())
     fitted = calibration.fit(oof, langs)
@@ -48,15 +51,14 @@ def publish(
     ids: pd.Series,
     preds: np.ndarray,
     test: pd.DataFrame,
-    oof: pd.DataFrame | None,
     dirs: list[Path],
     common: bool = False,
 ) -> tuple[Path, dict | None]:
     """Write submissions/<name>.csv (and submission.csv when `common`) from `preds` in the order of `ids`;
     `raw`: the competition's files (sample_submission.csv, test_labels.csv). The test score where labels are
-    present is kept in models/<name>/cv.json with `dirs`, the folds used."""
+    present is kept in models/<name>/cv.json with `dirs`, the folds used (whose OOF rows fit the calibration)."""
     order = test.set_index("id").loc[ids].reset_index()  # test rows in the order of the predictions
-    preds, how, each = on_one_scale(cfg, np.asarray(preds, dtype=np.float64), order, oof)
+    preds, how, each = on_one_scale(cfg, np.asarray(preds, dtype=np.float64), order, dirs)
     sample = pd.read_csv(raw / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
     sub = check_submission(pd.DataFrame({"id": ids.to_numpy(), "toxic": preds}), sample)
     path = layout.submission_path(cfg, name)
