@@ -18,24 +18,9 @@ from pipeline.inputs import sample
 from pipeline.scoring import report
 from tests.helpers import SCALE
 from tests.helpers.folds import StopAt, fold_run
+from tests.helpers.tinyrun import stage_argv
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
-
-SETTINGS = [
-    "data.source=dir",
-    "data.folds=2",
-    "train.epochs=1",
-    "train.precision=fp32",
-    "model.tiny.hidden=32",
-    "model.tiny.intermediate=64",
-    "model.tiny.vocab=600",
-    "model.max_length=32",
-]
-
-
-def args(root: Path, raw: Path, *more: str) -> list[str]:
-    paths = [f"input_dir={root / 'input'}", f"models_dir={root / 'models'}", f"submissions_dir={root / 'subs'}"]
-    return ["--config", "sample", *paths, f"data.dir={raw}", *SETTINGS, *more]
 
 
 def cfg_of(argv: list[str]):
@@ -47,7 +32,7 @@ def trained(tmp_path_factory, torch_one_thread) -> SimpleNamespace:
     root = tmp_path_factory.mktemp("fp")
     raw = root / "raw"
     sample.write(raw, seed=0, scale=SCALE)
-    argv = args(root, raw)
+    argv = stage_argv(root, raw)
     for stage in (data_mod, train, predict):
         assert stage.main(argv) == 0
     return SimpleNamespace(root=root, raw=raw, argv=argv, cfg=cfg_of(argv), exp=layout.experiment_dir(cfg_of(argv)))
@@ -81,7 +66,7 @@ def test_settings_that_do_not_change_weights_keep_the_fingerprint(trained, tmp_p
 def test_a_copy_of_the_data_elsewhere_uses_the_same_folds(trained, tmp_path, capsys) -> None:
     """A Kaggle run reads /kaggle/input/...; its downloaded folds count locally for the same files."""
     raw = copy_run(trained, tmp_path)
-    argv = args(tmp_path, raw)
+    argv = stage_argv(tmp_path, raw)
     assert data_mod.main(argv) == 0
     assert layout.current_fingerprint(cfg_of(argv)) == layout.current_fingerprint(trained.cfg)
     assert train.main(argv) == 0
@@ -92,7 +77,7 @@ def test_a_copy_of_the_data_elsewhere_uses_the_same_folds(trained, tmp_path, cap
 
 def test_changed_data_retrains_and_stale_folds_are_never_used(trained, tmp_path, capsys) -> None:
     raw = copy_run(trained, tmp_path)
-    argv = args(tmp_path, raw)
+    argv = stage_argv(tmp_path, raw)
     valid = pd.read_csv(raw / "validation.csv", dtype=str, keep_default_na=False)
     valid.loc[0, "comment_text"] = "an edited comment " + valid.loc[0, "comment_text"]
     valid.to_csv(raw / "validation.csv", index=False)
@@ -119,7 +104,7 @@ def test_fewer_folds_leave_the_old_ones_out(trained, tmp_path, capsys) -> None:
     use, left_out = layout.select_folds(exp, digest, 2)
     assert [p.name for p in use] == ["fold1"]
     assert left_out == {"fold0": "not complete", "fold2": "not a fold of data.folds=2"}
-    cfg = cfg_of(args(tmp_path, trained.raw))
+    cfg = cfg_of(stage_argv(tmp_path, trained.raw))
     cfg = config.from_dict({**cfg.to_dict(), "input_dir": str(trained.root / "input")})
     layout.usable_folds(cfg, digest, what="predict")
     err = capsys.readouterr().err
@@ -176,7 +161,7 @@ def test_model_path_is_where_not_what(tmp_path) -> None:
 
 def test_test_labels_give_a_test_auc_kept_in_cv_json(trained, tmp_path, capsys) -> None:
     raw = copy_run(trained, tmp_path)
-    argv = args(tmp_path, raw)
+    argv = stage_argv(tmp_path, raw)
     sub = pd.read_csv(trained.root / "subs" / "submission.csv", dtype={"id": str})
     labels = sub.assign(toxic=(sub["toxic"] > sub["toxic"].median()).astype(int))  # ranks like the predictions
     labels.loc[labels.index[:5], "toxic"] = -1  # rows the competition did not score

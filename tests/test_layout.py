@@ -28,24 +28,20 @@ from pipeline.files import read_json, write_json
 from pipeline.inputs import sample
 from pipeline.scoring import metrics
 from tests.helpers import SCALE
+from tests.helpers.tinyrun import stage_argv
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
 
-SETTINGS = [
-    "data.source=dir",
-    "data.folds=2",
-    "train.epochs=1",
-    "train.precision=fp32",
-    "model.tiny.hidden=32",
-    "model.tiny.intermediate=64",
-    "model.tiny.vocab=600",
-    "model.max_length=32",
-]
-
 
 def argv(root: Path, *more: str) -> list[str]:
-    paths = [f"input_dir={root / 'input'}", f"models_dir={root / 'models'}", f"submissions_dir={root / 'subs'}"]
-    return ["--config", "sample", *paths, f"data.dir={root / 'raw'}", *SETTINGS, *more]
+    return stage_argv(root, root / "raw", *more)
+
+
+def copy_of(made: SimpleNamespace, root: Path) -> Path:
+    """The made experiments' competition, tables, models and submissions copied under `root`, to damage."""
+    for top in ("raw", "input", "models", "subs"):
+        shutil.copytree(made.root / top, root / top)
+    return root
 
 
 def quiet(stage, args: list[str], capsys) -> tuple[int, str, str]:
@@ -171,9 +167,7 @@ def check_board(made, text: str) -> None:
 def test_no_stage_reports_a_number_made_from_a_damaged_artifact(made, tmp_path_factory, capsys, pick) -> None:
     rel = pick.draw(st.sampled_from(made.files), label="artifact")
     how = pick.draw(st.sampled_from(["truncate", "overwrite", "garbage", "delete", "copy", "swap"]), label="damage")
-    root = tmp_path_factory.mktemp("damaged")
-    for top in ("raw", "input", "models", "subs"):
-        shutil.copytree(made.root / top, root / top)
+    root = copy_of(made, tmp_path_factory.mktemp("damaged"))
     damage(root, rel, how, made.files, pick.draw)
     capsys.readouterr()
     args = argv(root, "name=x")
@@ -187,9 +181,7 @@ def test_no_stage_reports_a_number_made_from_a_damaged_artifact(made, tmp_path_f
 
 def test_a_done_json_that_makes_a_blend_its_own_member_is_refused(made, tmp_path: Path, capsys) -> None:
     """A blend's fold copied over one of its members' folds: followed, it would be a cycle of blends."""
-    root = tmp_path
-    for top in ("raw", "input", "models", "subs"):
-        shutil.copytree(made.root / top, root / top)
+    root = copy_of(made, tmp_path)
     shutil.rmtree(root / "models" / "x" / "fold0")
     shutil.copytree(root / "models" / "x+x-tfidf" / "fold0", root / "models" / "x" / "fold0")
     code, out, err = quiet(blend, [*argv(root, "name=x"), "blend.members=[x,x-tfidf]"], capsys)
@@ -236,9 +228,7 @@ def test_done_json_vouches_for_its_fold_and_files(made, tmp_path: Path) -> None:
 
 
 def test_prepared_tables_are_checked_against_their_inputs_by_content(made, tmp_path: Path, capsys) -> None:
-    root = tmp_path
-    for top in ("raw", "input", "models", "subs"):
-        shutil.copytree(made.root / top, root / top)
+    root = copy_of(made, tmp_path)
     args = argv(root, "name=x")
     valid = root / "raw" / layout.VALID
     before = valid.stat()
@@ -268,9 +258,7 @@ def test_cv_refuses_data_settings_the_tables_were_not_built_with(made, capsys) -
 
 
 def test_predict_recomputes_a_damaged_test_cache(made, tmp_path: Path, capsys) -> None:
-    root = tmp_path
-    for top in ("raw", "input", "models", "subs"):
-        shutil.copytree(made.root / top, root / top)
+    root = copy_of(made, tmp_path)
     cache = root / "models" / "x" / "fold0" / "test.csv"
     clean = pd.read_csv(cache, dtype={"id": str})
     cache.write_text(cache.read_text().splitlines()[0] + "\n" + "".join(f"{i},0.999\n" for i in clean["id"]))
@@ -292,9 +280,7 @@ def test_stage1_rerun_says_complete(tmp_path: Path, capsys) -> None:
 
 
 def test_a_teacher_is_checked_like_a_blend_member(made, tmp_path: Path, capsys) -> None:
-    root = tmp_path
-    for top in ("raw", "input", "models", "subs"):
-        shutil.copytree(made.root / top, root / top)
+    root = copy_of(made, tmp_path)
     done = root / "models" / "x" / "fold1" / "done.json"
     write_json(done, {**read_json(done), "digest": "other"})  # fold 1 of the teacher: other settings
     assert data_mod.main(argv(root, "name=student", "data.pseudo_from=x")) == 2
@@ -306,9 +292,7 @@ def test_a_teacher_is_checked_like_a_blend_member(made, tmp_path: Path, capsys) 
 def test_a_teacher_with_other_folds_is_refused(made, tmp_path: Path, capsys) -> None:
     """With data.seed=7 the student's folds are other than the teacher's: its fold-k test predictions would come
     from a model trained on some of the student's fold-k validation rows, so their labels would leak."""
-    root = tmp_path
-    for top in ("raw", "input", "models", "subs"):
-        shutil.copytree(made.root / top, root / top)
+    root = copy_of(made, tmp_path)
     assert data_mod.main(argv(root, "name=student", "data.pseudo_from=x", "data.seed=7")) == 2
     err = capsys.readouterr().err
     assert re.search(r"data.pseudo_from=x: only \d+% of the validation rows are in the same fold", err), err
