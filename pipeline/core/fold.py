@@ -174,7 +174,7 @@ class FoldRun:
         if not stage1 and table["toxic"].iloc[self.valid_idx].nunique() < 2:
             raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
         # with held-out translated rows the fold is scored as the test is: six languages, weighted to its mix
-        held = not stage1 and (table["source"].iloc[self.valid_idx] != layout.VALID_SOURCE).any()
+        held = not stage1 and not metrics.on_validation(table.iloc[self.valid_idx]).all()
         self.mix = metrics.test_mix(cfg) if held else None
         self.labels = table["toxic"].to_numpy(np.float32)
         self.pad_id = self.tokenizer.pad_token_id

@@ -86,7 +86,7 @@ def fold_score(rows: pd.DataFrame, preds, mix: dict[str, float] | None) -> tuple
     """A fold's AUC and AUC per language: on validation.csv's rows; with held-out translated rows among them
     and the test's language mix, the six-language AUC (so the best step is chosen by what predicts the test)."""
     rows = rows.assign(pred=np.asarray(preds))
-    if mix and "source" in rows and (rows["source"] != VALID_SOURCE).any():
+    if mix and not on_validation(rows).all():
         six = six_language(rows, mix)
         return six["auc"], six["per_lang"]
     return auc(rows["toxic"], rows["pred"]), auc_by_lang(rows["toxic"], rows["pred"], rows["lang"])

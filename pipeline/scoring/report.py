@@ -97,7 +97,7 @@ def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
     shown = stand_ins(oof, summary["six"]["mix"]) if "six" in summary else valid
     for lang, g in shown.groupby("lang"):
         if g["toxic"].nunique() == 2:
-            held = "source" in g and (g["source"] != layout.VALID_SOURCE).all()
+            held = not on_validation(g).any()
             fpr, tpr, _ = roc_curve(g["toxic"], g["pred"])
             what = f"{lang}{' held-out translated' if held else ''} (AUC {auc(g['toxic'], g['pred']):.3f}, n={len(g)})"
             left.plot(fpr, tpr, ls="--" if held else "-", label=what)
