@@ -175,6 +175,17 @@ def test_test_labels_give_a_test_auc_kept_in_cv_json(trained, tmp_path, capsys) 
     assert json.loads(cv_path.read_text())["test_auc"] == score
 
 
+def test_make_cv_keeps_what_calibration_recorded_for_the_same_folds(trained, tmp_path, capsys) -> None:
+    raw = copy_run(trained, tmp_path)
+    argv = stage_argv(tmp_path, raw, "predict.calibration=lang")
+    assert data_mod.main(argv) == 0 and predict.main(argv) == 0
+    cv_path = tmp_path / "models" / "sample" / "cv.json"
+    recorded = json.loads(cv_path.read_text())["calibration"]
+    assert recorded["how"] == "lang" and recorded["folds"] == ["fold0", "fold1"]
+    assert cv.main(argv) == 0  # the board ranks a calibrated submission by this record: it must stay
+    assert json.loads(cv_path.read_text())["calibration"] == recorded
+
+
 def sub_langs(raw: Path) -> set[str]:
     return set(pd.read_csv(raw / "test.csv", dtype=str, keep_default_na=False)["lang"])
 

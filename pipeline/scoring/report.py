@@ -211,10 +211,16 @@ def cv_report(cfg: Config, digest: str | None = None) -> dict:
     done = {layout.fold_index(d): layout.read_done(d) for d in dirs}
     summary = cv_summary(oof, done, test_mix(cfg))
     old = exp / layout.CV_JSON
-    if old.exists():  # the test score `make predict` measured stays while it belongs to the same folds
-        test = read_cv(old).get("test_auc")
-        if test and test.get("folds") == [d.name for d in dirs] and test.get("digests") == layout.fold_digests(dirs):
-            summary["test_auc"] = test
+    if old.exists():  # what `make predict` recorded (test score, calibration) stays while of the same folds
+        saved = read_cv(old)
+        for key in ("test_auc", "calibration"):
+            record = saved.get(key)
+            if (
+                record
+                and record.get("folds") == [d.name for d in dirs]
+                and record.get("digests") == layout.fold_digests(dirs)
+            ):
+                summary[key] = record
     write_csv(exp / layout.OOF, oof)
     write_json(exp / layout.CV_JSON, summary)
     plot_cv(oof, summary, exp / layout.CV_PNG)
