@@ -33,7 +33,7 @@ from pipeline.files import file_record, read_json, write_csv, write_json
 from pipeline.inputs import tables
 from pipeline.scoring import metrics, report
 from pipeline.scoring.publish import publish
-from pipeline.scoring.submission import align, ensemble
+from pipeline.scoring.submission import align
 
 MODEL = fingerprint.TFIDF["model"]  # the `model` field of its done.json: what `make board` shows
 
@@ -47,23 +47,27 @@ def fit_predict(train_text, train_y, predict_texts, seed: int) -> list[np.ndarra
     return [model.predict_proba(vectorizer.transform(texts))[:, 1] for texts in predict_texts]
 
 
-def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path, digest: str, seed: int) -> dict:
-    """Fit on every row outside `fold`; write the fold's OOF and test predictions, then done.json."""
+def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path, digest: str, seed: int,
+             profile: dict) -> dict:  # fmt: skip
+    """Fit on every row outside `fold`; write the fold's OOF and test predictions, then done.json (`profile`:
+    the test's, which the fold is scored by)."""
     start = time.perf_counter()
     train = table.iloc[tables.training_rows(table, fold)]  # the other folds, training-only and own pseudo rows
     valid = table[table["fold"] == fold]
     oof, on_test = fit_predict(train["text"], train["toxic"], [valid["text"], test["text"]], seed)
     write_csv(fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=oof))
     write_csv(fold_dir / layout.TEST_PREDS, pd.DataFrame({"id": test["id"], "toxic": on_test}))
-    score, per_lang = metrics.fold_score(valid, oof, metrics.language_mix(test["lang"]))  # as a trained fold's
+    score, per_lang = metrics.fold_score(valid, oof, profile)  # as a trained fold's
     result = {
         "fold": fold,
         "digest": digest,
         "model": MODEL,
+        "scale": layout.PROBABILITY,  # of oof.csv's pred and test.csv's toxic
         "epochs": 1,
         "best_epoch": 1,
         "auc": score,
         "auc_per_lang": per_lang,
+        "profile": profile,
         "minutes": round((time.perf_counter() - start) / 60, 2),
         "files": {name: file_record(fold_dir / name) for name in (layout.OOF, layout.TEST_PREDS)},
     }
@@ -96,6 +100,7 @@ def run(cfg) -> dict:
     if bad:
         raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k})")
     digest = fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
+    profile = metrics.test_profile(table[metrics.on_validation(table)], test["lang"])
     exp.mkdir(parents=True, exist_ok=True)
     config_mod.save(cfg, exp / layout.RUN_CONFIG)  # the prepared tables it was fit on: those of cfg.name
     for fold in folds:
@@ -104,23 +109,22 @@ def run(cfg) -> dict:
             auc = layout.read_done(fold_dir)["auc"]
             print(f"tfidf fold {fold}: complete with these settings (AUC {auc:.4f}); skipped")
             continue
-        result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed)
+        result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed, profile)
         print(f"tfidf fold {fold}: AUC {result['auc']:.4f} ({result['minutes']:.1f} min)")
     summary = report.cv_report(base, digest)
     print(report.fold_table(summary))
-    path = write_submission(base, digest, test, Path(meta["raw"]))
+    path = write_submission(base, digest, test, Path(meta["raw"]), profile)
     print(f"wrote {exp}/cv.json, cv.png, oof.csv, fold<k>/test.csv and {path}")
     compare(cfg, summary)
     return summary
 
 
-def write_submission(base, digest: str, test: pd.DataFrame, raw: Path) -> Path:
+def write_submission(base, digest: str, test: pd.DataFrame, raw: Path, profile: dict) -> Path:
     """The folds' test predictions ensembled into submissions/<name>-tfidf.csv, as `make predict` writes an
     experiment's (on one scale across languages with predict.calibration), with its test AUC."""
     dirs = layout.usable_folds(base, digest, what="baseline", needs=(layout.OOF, layout.TEST_PREDS))
     frames = [pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for d in dirs]
-    preds = ensemble(align(frames), base.predict.ensemble)
-    return publish(base, raw, base.name, frames[0]["id"], preds, test, dirs)[0]
+    return publish(base, raw, base.name, frames[0]["id"], align(frames), test, dirs, profile)[0]
 
 
 def main(argv=None) -> int:

@@ -20,6 +20,7 @@ import pytest
 from pipeline import config, cv, layout, predict, train
 from pipeline import data as data_mod
 from pipeline.inputs import tables
+from pipeline.scoring import publish
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
 
@@ -144,7 +145,7 @@ def test_changed_setting_makes_folds_incomplete(pipeline_run) -> None:
 
 def test_predict_with_failing_check_writes_no_file(pipeline_run, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     subs = pipeline_run.root / "submissions-bad"
-    monkeypatch.setattr(predict, "ensemble", lambda preds, how="mean": np.full(len(preds[0]), np.nan))
+    monkeypatch.setattr(publish, "ensemble", lambda preds, how="mean": np.full(len(preds[0]), np.nan))
     args = ["--config", "sample", *overrides(pipeline_run.root, f"submissions_dir={subs}")]
     assert predict.main(args) == 2
     assert "NaN" in capsys.readouterr().err
@@ -161,5 +162,5 @@ def test_metrics_cli_prints_table(pipeline_run) -> None:
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    assert "OOF" in r.stdout and "best AUC" in r.stdout
+    assert "OOF" in r.stdout and "estimate  valid AUC" in r.stdout
     assert all(f"{k:>4}  " in r.stdout for k in range(FOLDS))

@@ -2,8 +2,10 @@
 
 A fold is evaluated on its validation rows at every epoch's end and, with train.eval_every_steps = N, every N
 optimizer steps counted over the whole fold. The best evaluation by AUC keeps its weights and OOF
-predictions (a later, worse one leaves them); with train.patience = P the fold stops after P evaluations in a
-row without a better AUC. A stage-1 model has no validation rows: its last evaluation is its model.
+predictions (a later, worse one leaves them); with train.patience = P the fold stops once P evaluation intervals
+(train.eval_every_steps steps, else an epoch) have passed since its best evaluation without a better one:
+counted in steps, so that an epoch's end evaluated a few steps after an evaluation inside it counts for those
+few steps, not for a whole evaluation. A stage-1 model has no validation rows: its last evaluation is its model.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def judge(best: dict, record: dict, stage1: bool) -> tuple[dict, bool]:
     return {**best, "since": best["since"] + 1}, False
 
 
-def exhausted(best: dict, patience: int, stage1: bool) -> bool:
-    """train.patience evaluations in a row without a better AUC: the fold stops (never a stage-1 model)."""
-    return patience > 0 and not stage1 and best["since"] >= patience
+def exhausted(best: dict, last_step: int, patience: int, interval: int, stage1: bool) -> bool:
+    """train.patience evaluation intervals (`interval` optimizer steps) from the best evaluation to the last one
+    (at optimizer step `last_step`) without a better AUC: the fold stops (never a stage-1 model)."""
+    return patience > 0 and not stage1 and best["since"] > 0 and last_step - best["step"] >= patience * interval

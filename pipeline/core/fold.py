@@ -173,9 +173,8 @@ class FoldRun:
         self.valid_idx = np.flatnonzero((table["fold"].to_numpy() == fold) & (not stage1))
         if not stage1 and table["toxic"].iloc[self.valid_idx].nunique() < 2:
             raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
-        # with held-out translated rows the fold is scored as the test is: six languages, weighted to its mix
-        held = not stage1 and not metrics.on_validation(table.iloc[self.valid_idx]).all()
-        self.mix = metrics.test_mix(cfg) if held else None
+        # the fold is scored as the board ranks: its rows weighted to the test's languages and toxic rates
+        self.profile = None if stage1 else metrics.read_profile(cfg)
         self.labels = table["toxic"].to_numpy(np.float32)
         self.pad_id = self.tokenizer.pad_token_id
 
@@ -303,7 +302,9 @@ class FoldRun:
             raise Interrupted(f"{where}; `make train` again resumes from there")
 
     def exhausted(self) -> bool:
-        return evaluation.exhausted(self.progress.best, self.cfg.train.patience, self.stage1)
+        p, t = self.progress, self.cfg.train
+        last = p.history[-1].get("step", 0) if p.history else 0
+        return evaluation.exhausted(p.best, last, t.patience, t.eval_every_steps or self.windows, self.stage1)
 
     def time_up(self, why: str) -> None:
         """Stop for the deadline, saying so in time_up.json (the Kaggle notebook reads it) and in one line."""
@@ -344,7 +345,7 @@ class FoldRun:
         speed, memory, lr."""
         step, d = self.progress.step, self.d
         valid = self.table.iloc[self.valid_idx]
-        score, per_lang = (None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.mix)
+        score, per_lang = (None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.profile)
         return {
             "epoch": epoch + 1,
             "step": self.step_count(),  # optimizer steps over the whole fold
@@ -381,8 +382,9 @@ class FoldRun:
         p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
         self.log.evaluation(record)
         if d.is_main and self.exhausted():
-            print(f"fold {self.fold}: no better AUC for {t.patience} evaluations (train.patience); stopping at step "
-                  f"{record['step']}, keeping step {p.best['step']} (AUC {p.best['auc']:.4f})")  # fmt: skip
+            print(f"fold {self.fold}: no better AUC for {t.patience} evaluation intervals (train.patience); "
+                  f"stopping at step {record['step']}, keeping step {p.best['step']} "
+                  f"(AUC {p.best['auc']:.4f})")  # fmt: skip
 
     def eval_line(self, record: dict, improved: bool, since: int) -> str:
         """`fold 0 epoch 1: loss ... AUC ... (per language) ex/s, peak MB | ETA`, with the step when inside
@@ -390,7 +392,7 @@ class FoldRun:
         t, window = self.cfg.train, self.progress.step.window
         where = f"epoch {record['epoch']}" + (f" step {window}/{self.windows}" if window < self.windows else "")
         per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
-        auc = "stage 1" if self.stage1 else f"AUC {record['auc']:.4f} ({per})"
+        auc = "stage 1" if self.stage1 else f"six-language AUC {record['auc']:.4f} ({per})"
         mark = ""
         if not self.stage1 and (t.eval_every_steps or t.patience):
             mark = " | best" if improved else f" | no better ({since}" + (f" of {t.patience})" if t.patience else ")")
@@ -453,6 +455,8 @@ class FoldRun:
             "precision": self.precision,
             "world": self.d.world,
             "effective_batch": t.micro_batch * t.accumulation * self.d.world,
+            "scale": layout.PROBABILITY,  # of oof.csv's pred and test.csv's toxic
+            "profile": self.profile,  # the test's languages and toxic rates the fold was scored by
         }
         if self.d.is_main:
             result["files"] = layout.fold_records(self.fold_dir)

@@ -1,9 +1,13 @@
-"""ROC AUC overall and per language, on the validation rows and, where the labels are known, on test.
+"""ROC AUC overall and per language, on the validation rows and, where the labels are known, on test; and the
+one estimate of the test's pooled AUC that every choice is made by (`six_language`).
 
-The competition's metric is one ROC AUC over all test rows together, whatever their language. The OOF
-that predicts it (`six_language`) pools the out-of-fold rows of every test language, each language
-weighted to its share of the test: validation.csv's rows where the language has them (es, it, tr), else
-the held-out translated rows (fr, pt, ru: data.held_out). The plain OOF AUC is validation.csv's rows only.
+The competition's metric is one ROC AUC over all test rows together, whatever their language. A pooled AUC
+compares every toxic row with every clean one, so it depends on how many of each every language brings: the
+estimate (`six_language`) pools the out-of-fold rows that stand for each test language (validation.csv's
+where the language has them: es, it, tr; else the held-out translated rows: fr, pt, ru with data.held_out)
+and weights each language's toxic and clean rows to what the test is believed to hold of them: its share
+of the test's rows (known: test.csv has a lang column) times its toxic rate in the test (not known:
+`test_profile` estimates it without test labels). The plain OOF AUC is validation.csv's rows only.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ from pipeline.errors import PipelineError
 from pipeline.inputs.csvfile import label_values, read_csv
 from pipeline.layout import TEST_LABELS, VALID_SOURCE
 
+# where a test language's toxic rate comes from, as cv.json and `make cv` say it
+FROM_VALIDATION, FROM_PRIOR = "validation.csv", "prior"
 
-def auc(y, p) -> float:
-    """ROC AUC, or NaN where only one class is present."""
+
+def auc(y, p, weight=None) -> float:
+    """ROC AUC (weighted where `weight` is given), or NaN where only one class is present."""
     y = np.asarray(y)
     if len(np.unique(y)) < 2:
         return float("nan")
-    return float(roc_auc_score(y, p))
+    return float(roc_auc_score(y, p, sample_weight=weight))
 
 
 def auc_by_lang(y, p, lang) -> dict[str, float]:
@@ -35,9 +42,29 @@ def auc_by_lang(y, p, lang) -> dict[str, float]:
 
 
 def language_mix(langs) -> dict[str, float]:
-    """Each language's share of the rows (of the test table: what the OOF is weighted to)."""
+    """Each language's share of the rows (of the test table: what the estimate is weighted to)."""
     counts = pd.Series(np.asarray(langs)).value_counts()
     return {str(k): float(v / counts.sum()) for k, v in counts.sort_index().items()}
+
+
+def test_profile(valid: pd.DataFrame, test_langs) -> dict:
+    """What the test is believed to hold, per language: `mix` (its share of the test's rows, from test.csv's
+    lang column) and `rates` (its toxic rate), with `rate_from` saying where each rate comes from.
+
+    A rate is validation.csv's for a language it has: the competition drew validation.csv and test.csv from
+    the same comments and annotation. A language without validation rows gets the prior, validation.csv's
+    rate over all its rows: the translated rows that stand for it are toxic by design (about half), so their
+    own rate says nothing of the test's, and an EM estimate from the unlabelled test predictions needs
+    probabilities calibrated for that language, which only its labelled rows could give.
+    `valid`: validation.csv's rows (lang, toxic)."""
+    mix = language_mix(test_langs)
+    y = valid["toxic"].to_numpy(np.float64)
+    prior = float(y.mean()) if len(y) else float("nan")
+    rates, rate_from = {}, {}
+    for lang in mix:
+        own = y[(valid["lang"] == lang).to_numpy()]
+        rates[lang], rate_from[lang] = (float(own.mean()), FROM_VALIDATION) if len(own) else (prior, FROM_PRIOR)
+    return {"mix": mix, "rates": rates, "rate_from": rate_from}
 
 
 def on_validation(oof: pd.DataFrame) -> np.ndarray:
@@ -45,51 +72,76 @@ def on_validation(oof: pd.DataFrame) -> np.ndarray:
     return (oof["source"] == VALID_SOURCE).to_numpy() if "source" in oof else np.ones(len(oof), dtype=bool)
 
 
-def stand_ins(oof: pd.DataFrame, mix: dict[str, float]) -> pd.DataFrame:
+def stand_in_mask(oof: pd.DataFrame, langs) -> np.ndarray:
     """The OOF rows that stand for each test language: its validation.csv rows if it has any, else its
     held-out translated rows (and none for a language with neither)."""
     keep, valid = np.zeros(len(oof), dtype=bool), on_validation(oof)
-    for lang in mix:
+    for lang in langs:
         own = (oof["lang"] == lang).to_numpy()
         real = own & valid
         keep |= real if real.any() else own
-    return oof[keep]
+    return keep
 
 
-def six_language(oof: pd.DataFrame, mix: dict[str, float]) -> dict:
-    """One AUC over the stand-ins of every test language, each language weighted to its test share, and per
-    language; `missing`: test languages the OOF has no row of (their weight goes to the others)."""
-    rows = stand_ins(oof, mix)
-    counts = rows["lang"].value_counts()
-    weights = rows["lang"].map(lambda g: mix[g] / counts[g]).to_numpy()
-    y = rows["toxic"].to_numpy()
-    value = float(roc_auc_score(y, rows["pred"], sample_weight=weights)) if len(np.unique(y)) == 2 else float("nan")
+def stand_ins(oof: pd.DataFrame, langs) -> pd.DataFrame:
+    return oof[stand_in_mask(oof, langs)]
+
+
+def row_weights(oof: pd.DataFrame, profile: dict) -> np.ndarray:
+    """Each OOF row's weight in the estimate: a toxic row of language g gets mix[g] * rate[g] / (g's toxic
+    stand-ins), a clean one mix[g] * (1 - rate[g]) / (g's clean stand-ins), so that every language brings
+    the test's share of toxic and of clean rows whatever its stand-ins' own rate; 0 for a row that stands for
+    no test language (an English original held out with its translations, a translation of a language
+    validation.csv has)."""
+    weights = np.zeros(len(oof))
+    at = stand_in_mask(oof, profile["mix"])
+    langs, y = oof["lang"].to_numpy(), oof["toxic"].to_numpy() >= 0.5
+    for lang, share in profile["mix"].items():
+        rate = profile["rates"][lang]
+        for cls, mass in ((True, share * rate), (False, share * (1 - rate))):
+            rows = at & (langs == lang) & (y == cls)
+            if rows.any():
+                weights[rows] = mass / rows.sum()
+    return weights
+
+
+def six_language(oof: pd.DataFrame, profile: dict) -> dict:
+    """The estimate of the test's pooled AUC (see the module's docstring), and per language; `missing`: test
+    languages the OOF has no row of, or rows of one class only (their weight goes to the others)."""
+    weights = row_weights(oof, profile)
+    rows = oof[weights > 0]
+    both = rows.groupby("lang")["toxic"].nunique()
     return {
-        "auc": value,
-        "per_lang": auc_by_lang(y, rows["pred"], rows["lang"]),
+        "auc": auc(oof["toxic"], oof["pred"], weights) if weights.any() else float("nan"),
+        "per_lang": auc_by_lang(rows["toxic"], rows["pred"], rows["lang"]),
         "rows": len(rows),
-        "missing": sorted(set(mix) - set(counts.index)),
+        "missing": sorted(set(profile["mix"]) - set(both[both == 2].index)),
     }
 
 
-def test_mix(cfg: Config) -> dict[str, float] | None:
-    """Each test language's share of the test table (prepared, else the raw test.csv); None without either."""
-    for path in (layout.prepared_dir(cfg) / layout.TEST_TABLE, layout.raw_dir(cfg) / layout.TEST):
-        try:
-            return language_mix(pd.read_csv(path, usecols=["lang"], dtype=str, keep_default_na=False)["lang"])
-        except (OSError, ValueError):
-            continue
-    return None
+def read_profile(cfg: Config) -> dict | None:
+    """The test profile of cfg's prepared tables (validation rows of folds.csv, langs of test.csv); None
+    without them."""
+    folder = layout.prepared_dir(cfg)
+    try:
+        table = pd.read_csv(folder / layout.TABLE, usecols=["lang", "toxic", "source"], dtype={"lang": str,
+                            "source": str}, keep_default_na=False)  # fmt: skip
+        test = pd.read_csv(folder / layout.TEST_TABLE, usecols=["lang"], dtype=str, keep_default_na=False)
+    except (OSError, ValueError):
+        return None
+    return test_profile(table[table["source"] == VALID_SOURCE], test["lang"])
 
 
-def fold_score(rows: pd.DataFrame, preds, mix: dict[str, float] | None) -> tuple[float, dict[str, float]]:
-    """A fold's AUC and AUC per language: on validation.csv's rows; with held-out translated rows among them
-    and the test's language mix, the six-language AUC (so the best step is chosen by what predicts the test)."""
+def fold_score(rows: pd.DataFrame, preds, profile: dict | None) -> tuple[float, dict[str, float]]:
+    """A fold's AUC and AUC per language: with the test profile, the estimate of the pooled test AUC over the
+    rows that stand for the test's languages (the best step is chosen by what the board ranks by); without
+    it (a stage without prepared test rows), the AUC on validation.csv's rows."""
     rows = rows.assign(pred=np.asarray(preds))
-    if mix and not on_validation(rows).all():
-        six = six_language(rows, mix)
+    if profile:
+        six = six_language(rows, profile)
         return six["auc"], six["per_lang"]
-    return auc(rows["toxic"], rows["pred"]), auc_by_lang(rows["toxic"], rows["pred"], rows["lang"])
+    valid = rows[on_validation(rows)]
+    return auc(valid["toxic"], valid["pred"]), auc_by_lang(valid["toxic"], valid["pred"], valid["lang"])
 
 
 def test_score(raw: Path, test: pd.DataFrame, preds: pd.DataFrame) -> dict | None:

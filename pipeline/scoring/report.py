@@ -18,7 +18,7 @@ from sklearn.metrics import roc_curve
 from pipeline import layout
 from pipeline.config import Config
 from pipeline.files import atomic_path, read_json, write_csv, write_json
-from pipeline.scoring.metrics import auc, auc_by_lang, on_validation, six_language, stand_ins, test_mix
+from pipeline.scoring.metrics import FROM_PRIOR, auc, auc_by_lang, on_validation, read_profile, six_language, stand_ins
 
 
 def read_oof(dirs: list[Path]) -> pd.DataFrame:
@@ -33,9 +33,10 @@ def read_oof(dirs: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def cv_summary(oof: pd.DataFrame, done: dict[int, dict], mix: dict[str, float] | None = None) -> dict:
+def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = None) -> dict:
     """AUC per fold and the OOF AUC on validation.csv's rows (overall and per language), and with the test's
-    language mix the six-language OOF (metrics.six_language) over validation and held-out translated rows."""
+    profile the estimate of the pooled test AUC (metrics.six_language) over the OOF and over each fold's rows:
+    what each fold's best step was chosen by."""
     valid = oof[on_validation(oof)]
     summary = {
         "oof_auc": auc(valid["toxic"], valid["pred"]),
@@ -45,30 +46,37 @@ def cv_summary(oof: pd.DataFrame, done: dict[int, dict], mix: dict[str, float] |
         "rows": len(valid),
         "fold_details": done,
     }
-    if mix:
-        summary["six"] = {**six_language(oof, mix), "mix": mix, "held_out_rows": int(len(oof) - len(valid))}
+    if profile:
+        six = six_language(oof, profile)
+        summary["six"] = {**six, "profile": profile, "held_out_rows": int(len(oof) - len(valid))}
+        summary["fold_six"] = {int(k): six_language(g, profile)["auc"] for k, g in oof.groupby("fold")}
     return summary
 
 
 def fold_table(summary: dict) -> str:
-    """The fold AUC table `make train` and `make cv` print: one line per fold, then the OOF."""
+    """The fold table `make train` and `make cv` print: a line per fold, then the OOF. `estimate`: the
+    estimate of the pooled test AUC on the fold's rows (what its best step was chosen by); `valid AUC` and
+    the languages: on validation.csv's rows only."""
     langs = list(summary["per_lang"])
+    six = summary.get("fold_six", {})
     head = (
-        f"{'fold':>4}  {'epochs':>6}  {'best AUC':>8}  " + "  ".join(f"{lg:>6}" for lg in langs) + f"  {'minutes':>7}"
-    )
+        f"{'fold':>4}  {'epochs':>6}  {'estimate':>8}  {'valid AUC':>9}  " + "  ".join(f"{lg:>6}" for lg in langs)
+        + f"  {'minutes':>7}"
+    )  # fmt: skip
     lines = [head, "-" * len(head)]
     for k, a in summary["folds"].items():
         d = summary["fold_details"].get(k, {})
         per = summary["fold_per_lang"][k]
         lines.append(
-            f"{k:>4}  {d.get('epochs', 0):>6}  {a:>8.4f}  "
+            f"{k:>4}  {d.get('epochs', 0):>6}  {six.get(k, float('nan')):>8.4f}  {a:>9.4f}  "
             + "  ".join(f"{per.get(lg, float('nan')):>6.4f}" for lg in langs)
             + f"  {d.get('minutes', float('nan')):>7.1f}"
         )
     lines.append("-" * len(head))
     minutes = sum(d.get("minutes", 0) for d in summary["fold_details"].values())
+    pooled = summary["six"]["auc"] if "six" in summary else float("nan")
     lines.append(
-        f"{'OOF':>4}  {'':>6}  {summary['oof_auc']:>8.4f}  "
+        f"{'OOF':>4}  {'':>6}  {pooled:>8.4f}  {summary['oof_auc']:>9.4f}  "
         + "  ".join(f"{summary['per_lang'][lg]:>6.4f}" for lg in langs)
         + f"  {minutes:>7.1f}"
     )
@@ -78,10 +86,18 @@ def fold_table(summary: dict) -> str:
 
 
 def six_line(six: dict) -> str:
-    """`six-language OOF 0.8812 (es 0.87 fr 0.84 ...), weighted to the test's language mix`."""
+    """`estimate of the test AUC 0.8812 (es 0.87 fr 0.84 ...), ...`: the OOF's languages and what they are
+    weighted to."""
     per = " ".join(f"{lg} {v:.4f}" for lg, v in six["per_lang"].items())
-    gone = f"; no OOF rows of {', '.join(six['missing'])} (data.held_out=0?)" if six["missing"] else ""
-    return f"six-language OOF {six['auc']:.4f} ({per}), weighted to the test's language mix{gone}"
+    profile = six["profile"]
+    priors = [lg for lg, how in profile["rate_from"].items() if how == FROM_PRIOR]
+    said = f"; {', '.join(priors)} at the prior {profile['rates'][priors[0]]:.3f}" if priors else ""
+    gone = ""
+    if six["missing"]:
+        gone = (f"; no OOF rows of both classes stand for {', '.join(six['missing'])} (data.held_out holds "
+                "translated rows of data.extra_files out for them)")  # fmt: skip
+    return (f"six-language OOF {six['auc']:.4f} ({per}): the estimate of the test AUC, each language weighted "
+            f"to its share of the test and its toxic rate there{said}{gone}")  # fmt: skip
 
 
 def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
@@ -94,7 +110,7 @@ def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     valid = oof[on_validation(oof)]
     # each test language's stand-ins where the OOF has held-out translated rows (dashed), else validation's
-    shown = stand_ins(oof, summary["six"]["mix"]) if "six" in summary else valid
+    shown = stand_ins(oof, summary["six"]["profile"]["mix"]) if "six" in summary else valid
     for lang, g in shown.groupby("lang"):
         if g["toxic"].nunique() == 2:
             held = not on_validation(g).any()
@@ -202,6 +218,11 @@ def read_cv(path: Path) -> dict:
     return cv if isinstance(cv, dict) else {}
 
 
+def profile_of(done: dict[int, dict]) -> dict | None:
+    """The test profile the folds were scored by, as their done.json records it (None for folds that do not)."""
+    return next((d["profile"] for d in done.values() if isinstance((d or {}).get("profile"), dict)), None)
+
+
 def cv_report(cfg: Config, digest: str | None = None) -> dict:
     """Gather the usable folds' OOF predictions; write oof.csv, cv.json and cv.png."""
     exp = layout.experiment_dir(cfg)
@@ -209,7 +230,7 @@ def cv_report(cfg: Config, digest: str | None = None) -> dict:
     dirs = layout.usable_folds(cfg, digest, needs=(layout.OOF,))
     oof = read_oof(dirs)
     done = {layout.fold_index(d): layout.read_done(d) for d in dirs}
-    summary = cv_summary(oof, done, test_mix(cfg))
+    summary = cv_summary(oof, done, profile_of(done) or read_profile(cfg))
     old = exp / layout.CV_JSON
     if old.exists():  # what `make predict` recorded (test score, calibration) stays while of the same folds
         saved = read_cv(old)

@@ -88,8 +88,25 @@ def test_patience_stops_a_fold_whose_auc_stopped_improving(prepared, monkeypatch
     assert done["best_step"] == 6 and done["auc"] == 0.70
     assert done["steps"] == 15 < 2 * run.windows  # training stopped at the fifth evaluation
     out = capsys.readouterr().out
-    assert "fold 0: no better AUC for 3 evaluations (train.patience); stopping at step 15, keeping step 6" in out
+    assert (
+        "fold 0: no better AUC for 3 evaluation intervals (train.patience); stopping at step 15, keeping step 6" in out
+    )
     assert "| no better (3 of 3)" in out
+
+
+def test_patience_counts_an_epoch_end_just_after_an_evaluation_by_its_steps(prepared, monkeypatch) -> None:
+    """Evaluations every W-1 steps (W an epoch's steps) fall one step before each epoch's end: the end's
+    evaluation adds one step to patience, not a whole evaluation."""
+    windows = fold_run(prepared, StopAt(10**9)).windows
+    cfg = with_train(prepared, eval_every_steps=windows - 1, epochs=3, patience=2)
+    seen = scripted(monkeypatch, [0.70, 0.60, 0.65, 0.64, 0.63, 0.62, 0.61])
+    done = fold_run(cfg, StopAt(10**9)).run()
+    steps = [s["step"] for s in seen]
+    assert steps[:3] == [windows - 1, windows, 2 * windows - 2]  # best, the epoch's end a step later, the next
+    assert done["best_step"] == windows - 1
+    # counted by evaluations, the third would have stopped the fold; by steps it goes on to two intervals
+    stop = next(s for s in steps if s - (windows - 1) >= 2 * (windows - 1))
+    assert done["stopped_early"] and done["steps"] == stop and len(seen) > 3
 
 
 def test_patience_and_best_survive_a_resume(prepared, monkeypatch, tmp_path) -> None:
@@ -220,7 +237,8 @@ def test_a_fold_with_held_out_translated_rows_is_scored_as_the_test_is(tmp_path)
     oof = report.read_oof([folder])
     assert {"fr", "pt", "ru"} <= set(oof.loc[oof["source"] != layout.VALID_SOURCE, "lang"])
     done = json.loads((folder / layout.DONE).read_text())
-    six = metrics.six_language(oof, metrics.test_mix(cfg))
+    six = metrics.six_language(oof, metrics.read_profile(cfg))
+    assert done["profile"] == metrics.read_profile(cfg)  # what it was scored by travels with it
     assert done["auc"] == pytest.approx(six["auc"])
     assert done["auc_per_lang"] == pytest.approx(six["per_lang"], nan_ok=True)
     assert done["auc"] != pytest.approx(metrics.auc(oof["toxic"], oof["pred"]))

@@ -1,4 +1,4 @@
-"""The six-language OOF (metrics.six_language) and scores on one scale across languages
+"""The estimate of the pooled test AUC (metrics.six_language) and scores on one scale across languages
 (pipeline.scoring.calibration): what each is measured on, and that each does what it says on rows whose
 answer is known."""
 
@@ -9,15 +9,18 @@ import pandas as pd
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from pipeline import board
-from pipeline.scoring import calibration, metrics
+from pipeline import board, layout
+from pipeline.errors import PipelineError
+from pipeline.scoring import calibration, metrics, publish
+from pipeline.scoring.submission import ensemble
 
 MIX = {"es": 0.2, "fr": 0.3, "it": 0.5}
+PROFILE = {"mix": MIX, "rates": {"es": 0.1, "fr": 0.2, "it": 0.3}, "rate_from": dict.fromkeys(MIX, "validation.csv")}
 
 
 def oof_rows(seed: int = 0, offsets: dict | None = None, n: int = 400) -> pd.DataFrame:
-    """es and it validation rows and fr held-out translated rows, 5 folds; scores rank well inside each
-    language but sit on a scale of their own (`offsets` added to the logit)."""
+    """es and it validation rows and fr held-out translated rows (half toxic, as translations are), 5 folds;
+    scores rank well inside each language but sit on a scale of their own (`offsets` added to the logit)."""
     offsets = offsets or {"es": 2.0, "fr": -2.0, "it": 0.0}
     rng = np.random.default_rng(seed)
     frames = []
@@ -30,31 +33,70 @@ def oof_rows(seed: int = 0, offsets: dict | None = None, n: int = 400) -> pd.Dat
     return pd.concat(frames, ignore_index=True)
 
 
-def test_six_language_weights_each_language_to_its_test_share() -> None:
+# six languages: (share of the test, toxic rate in the test, offset of the language's scores)
+SIX = {"es": (0.13, 0.17, 0.8), "fr": (0.17, 0.15, -0.6), "it": (0.13, 0.20, 0.3), "pt": (0.18, 0.15, -0.3),
+       "ru": (0.17, 0.15, -1.0), "tr": (0.22, 0.11, 0.6)}  # fmt: skip
+TRANSLATED_RATES = {"fr": 0.60, "pt": 0.61, "ru": 0.72}  # the held-out translations' rates on the slice
+
+
+def draw(rng, lang: str, n: int, rate: float) -> tuple[np.ndarray, np.ndarray]:
+    y = (rng.random(n) < rate).astype(int)
+    return y, SIX[lang][2] + 1.5 * y + rng.normal(0, 1, n)
+
+
+def test_the_estimate_is_the_pooled_test_auc_whatever_the_stand_ins_toxic_rates() -> None:
+    """A test of six languages whose pooled AUC is known (400k rows drawn), and OOF stand-ins of the same
+    score distributions: validation rows at the test's rates, translations at 60-72% toxic. Weighting each
+    language to its test share alone (ignoring its classes) said 0.70 here; the estimate must say 0.81."""
+    rng = np.random.default_rng(0)
+    test = [draw(rng, lang, int(400_000 * share), rate) for lang, (share, rate, _) in SIX.items()]
+    truth = roc_auc_score(np.concatenate([y for y, _ in test]), np.concatenate([p for _, p in test]))
+    frames = []
+    for lang, (_, rate, _) in SIX.items():
+        y, p = draw(rng, lang, 3000, TRANSLATED_RATES.get(lang, rate))
+        source = "translated-train" if lang in TRANSLATED_RATES else "validation"
+        frames.append(pd.DataFrame({"lang": lang, "toxic": y, "source": source, "pred": p}))
+    oof = pd.concat(frames, ignore_index=True)
+    langs = np.repeat(list(SIX), [int(1000 * share) for share, _, _ in SIX.values()])
+    profile = metrics.test_profile(oof[oof["source"] == "validation"], langs)
+    assert profile["rate_from"] == {g: "prior" if g in TRANSLATED_RATES else "validation.csv" for g in SIX}
+    assert profile["rates"]["fr"] == pytest.approx(oof.loc[oof["source"] == "validation", "toxic"].mean())
+    estimate = metrics.six_language(oof, profile)
+    assert estimate["auc"] == pytest.approx(truth, abs=0.01) and estimate["missing"] == []
+    rates = {**profile, "rates": {g: rate for g, (_, rate, _) in SIX.items()}}  # with the true rates: closer
+    assert metrics.six_language(oof, rates)["auc"] == pytest.approx(truth, abs=0.004)
+
+
+def test_each_language_brings_its_test_share_of_toxic_and_clean_rows() -> None:
     oof = oof_rows()
     extra = oof[oof["lang"] == "es"].assign(source="translated-train", pred=0.99, id=lambda f: "x" + f["id"])
-    six = metrics.six_language(pd.concat([oof, extra]), {**MIX, "pt": 0.0})
-    # es has validation rows: its translated rows are not its stand-ins
-    counts = oof["lang"].value_counts()
-    weights = oof["lang"].map(lambda g: MIX[g] / counts[g])
-    assert six["auc"] == pytest.approx(roc_auc_score(oof["toxic"], oof["pred"], sample_weight=weights))
-    assert six["rows"] == len(oof) and six["missing"] == ["pt"]
-    assert set(six["per_lang"]) == {"es", "fr", "it"}
+    both = pd.concat([oof, extra], ignore_index=True)
+    with_pt = {**PROFILE, "mix": {**MIX, "pt": 0.0}, "rates": {**PROFILE["rates"], "pt": 0.2}}
+    w = metrics.row_weights(both, with_pt)
+    assert (w[len(oof) :] == 0).all()  # es has validation rows: its translated rows stand for nothing
+    frame = both.assign(w=w)[: len(oof)]
+    for lang in MIX:
+        own = frame[frame["lang"] == lang]
+        assert own["w"].sum() == pytest.approx(MIX[lang])  # its share of the test
+        assert own.loc[own["toxic"] == 1, "w"].sum() == pytest.approx(MIX[lang] * PROFILE["rates"][lang])
+    six = metrics.six_language(both, with_pt)
+    assert six["auc"] == pytest.approx(roc_auc_score(oof["toxic"], oof["pred"], sample_weight=frame["w"]))
+    assert six["missing"] == ["pt"] and set(six["per_lang"]) == {"es", "fr", "it"}
 
 
-def test_fold_score_is_the_six_language_auc_only_with_held_out_rows() -> None:
+def test_fold_score_is_the_estimate_given_the_profile() -> None:
     oof = oof_rows()
-    assert metrics.fold_score(oof, oof["pred"], MIX)[0] == pytest.approx(metrics.six_language(oof, MIX)["auc"])
+    assert metrics.fold_score(oof, oof["pred"], PROFILE)[0] == pytest.approx(metrics.six_language(oof, PROFILE)["auc"])
     valid = oof[oof["source"] == "validation"]
-    assert metrics.fold_score(valid, valid["pred"], MIX)[0] == pytest.approx(metrics.auc(valid["toxic"], valid["pred"]))
+    assert metrics.fold_score(oof, oof["pred"], None)[0] == pytest.approx(metrics.auc(valid["toxic"], valid["pred"]))
 
 
 def test_calibration_puts_languages_on_one_scale() -> None:
     oof, test = oof_rows(0), oof_rows(1)  # the same languages, new rows
-    before = metrics.six_language(test, MIX)["auc"]
-    fitted = calibration.fit(oof, sorted(MIX))
+    before = metrics.six_language(test, PROFILE)["auc"]
+    fitted = calibration.fit(oof, PROFILE, 1.0)
     scaled, _ = calibration.apply(test["pred"].to_numpy(), test["lang"].to_numpy(), fitted, prior=False)
-    after = metrics.six_language(test.assign(pred=scaled), MIX)["auc"]
+    after = metrics.six_language(test.assign(pred=scaled), PROFILE)["auc"]
     assert after > before + 0.03  # the offsets cost pooled AUC; the scaling gives it back
     for lang in MIX:  # inside a language the order is kept: a monotone map
         at = (test["lang"] == lang).to_numpy()
@@ -63,13 +105,56 @@ def test_calibration_puts_languages_on_one_scale() -> None:
         )
 
 
+def test_a_language_is_moved_from_its_stand_ins_toxic_rate_to_the_tests() -> None:
+    oof = oof_rows()
+    fitted = calibration.fit(oof, PROFILE, 1.0)
+    fr = oof[oof["lang"] == "fr"]
+    scaled, rates = calibration.apply(fr["pred"].to_numpy(), fr["lang"].to_numpy(), fitted, prior=False)
+    assert fitted["fr"]["prior"] == pytest.approx(fr["toxic"].mean()) and rates["fr"]["rate"] == 0.2
+    y = fr["toxic"].to_numpy() == 1  # over rows toxic at the test's 20%, the probabilities average 20%
+    assert 0.2 * scaled[y].mean() + 0.8 * scaled[~y].mean() == pytest.approx(0.2, abs=0.03)
+
+
+def test_a_language_with_few_positives_or_a_reversed_fit_gets_the_pooled_scaling() -> None:
+    oof = oof_rows(n=300)
+    at = (oof["lang"] == "es").to_numpy()
+    oof.loc[at, "toxic"] = 0
+    oof.loc[np.flatnonzero(at)[:3], "toxic"] = 1  # 3 positives in 300 rows
+    fitted = calibration.fit(oof, PROFILE, 1e4)
+    assert not fitted["es"]["own_fit"] and fitted["fr"]["own_fit"]
+    reversed_ = oof.copy()
+    it = (oof["lang"] == "it").to_numpy()
+    reversed_.loc[it, "pred"] = 1 - oof.loc[it, "pred"]  # higher scores less toxic: a negative slope
+    fitted = calibration.fit(reversed_, PROFILE, 1e4)
+    assert not fitted["it"]["own_fit"] and fitted["it"]["ab"][0] > 0  # never a fit that reverses its order
+
+
+def test_the_regularisation_is_chosen_by_the_nested_estimate() -> None:
+    oof = oof_rows()
+    c, tried = calibration.choose_c(oof, PROFILE)
+    assert set(tried) == set(calibration.C_GRID) and tried[c] == max(tried.values())
+
+
 def test_the_test_toxic_rate_is_estimated_without_labels() -> None:
     rng = np.random.default_rng(2)
     for rate in (0.1, 0.3):
         y = rng.random(20000) < rate
         x = np.where(y, 1.5, -1.5) + rng.normal(0, 1.5, len(y))
         p = 1 / (1 + np.exp(-x * 3 / 1.5**2))  # the log-likelihood ratio: calibrated where the rate is 0.5
-        assert calibration.test_prior(p, 0.5) == pytest.approx(rate, abs=0.02)
+        found, converged = calibration.test_prior(p, 0.5)
+        assert converged and found == pytest.approx(rate, abs=0.02)
+
+
+def test_an_em_rate_at_a_boundary_is_not_used() -> None:
+    """A language whose scaled probabilities all sit near 1: EM runs to a toxic rate of 1, which is no
+    estimate; the language keeps the profile's rate and the run says why."""
+    fitted = {"fr": {"ab": (1.0, 0.0), "prior": 0.5, "target": 0.2, "own_fit": True, "rows": 100}}
+    p = np.full(200, 0.999)
+    out, rates = calibration.apply(p, np.array(["fr"] * 200), fitted, prior=True)
+    assert rates["fr"]["em"] > 0.99 and not rates["fr"]["used"] and rates["fr"]["rate"] == 0.2
+    expect, _ = calibration.apply(p, np.array(["fr"] * 200), fitted, prior=False)
+    np.testing.assert_allclose(out, expect)
+    assert "EM's 1.000 is at a boundary: not used" in publish.calibration_words(fitted, rates)
 
 
 def test_nested_calibration_never_uses_a_folds_own_labels() -> None:
@@ -77,9 +162,34 @@ def test_nested_calibration_never_uses_a_folds_own_labels() -> None:
     flipped = oof.copy()
     at = (oof["fold"] == 0).to_numpy()
     flipped.loc[at, "toxic"] = 1 - flipped.loc[at, "toxic"]
-    a, b = calibration.nested(oof, sorted(MIX)), calibration.nested(flipped, sorted(MIX))
+    a, b = calibration.nested(oof, PROFILE, 1.0), calibration.nested(flipped, PROFILE, 1.0)
     assert np.allclose(a.loc[at, "pred"], b.loc[at, "pred"])  # fold 0 scaled by the other folds alone
     assert not np.allclose(a.loc[~at, "pred"], b.loc[~at, "pred"])
+
+
+def test_calibration_is_applied_to_each_folds_probabilities_before_a_rank_ensemble(monkeypatch) -> None:
+    """predict.ensemble=rank with a calibration: each fold's probabilities are calibrated, then ranked; a
+    calibration fit on probabilities and applied to ranks would give another submission."""
+    from pipeline import config
+
+    oof, test = oof_rows(0), oof_rows(1)
+    folds = [test["pred"].to_numpy(), np.clip(test["pred"].to_numpy() * 0.9 + 0.05, 0, 1)]
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof)
+    cfg = config.load("sample", ["predict.ensemble=rank", "predict.calibration=lang"])
+    out, info, each = publish.on_one_scale(cfg, folds, test, ["fold0"], PROFILE, layout.PROBABILITY)
+    fitted = calibration.fit(oof, PROFILE, info["c"])
+    langs = test["lang"].to_numpy()
+    want = ensemble([calibration.apply(p, langs, fitted, False)[0] for p in folds], "rank")
+    np.testing.assert_allclose(out, want)
+    wrong = calibration.apply(ensemble(folds, "rank"), langs, fitted, False)[0]
+    assert metrics.six_language(test.assign(pred=out), PROFILE)["auc"] != pytest.approx(
+        metrics.six_language(test.assign(pred=wrong), PROFILE)["auc"]
+    )
+    np.testing.assert_allclose(each["none"], ensemble(folds, "rank"))
+    with pytest.raises(
+        PipelineError, match="predict.calibration=lang maps probabilities and these predictions are ranks"
+    ):
+        publish.on_one_scale(cfg, folds[:1], test, ["fold0"], PROFILE, layout.RANK)
 
 
 def entry(name: str, oof: float, oof6: float, test: float | None) -> dict:
