@@ -3,7 +3,9 @@
 Reads   models/<member>/fold<k>/oof.csv, test.csv and done.json of every member (blend.members),
         and the competition's sample_submission.csv for the ids and their order
 Writes  models/<blend>/fold<k>/oof.csv    fold k's rows, blended with weights fit on the other folds only
-        models/<blend>/fold<k>/test.csv   the members' fold-k test predictions, blended with those weights
+        models/<blend>/fold<k>/test.csv   the members' fold-k test predictions, blended with those weights:
+                                          `toxic` their ranks' weighted mean, `prob` their probabilities'
+                                          (what a pseudo-labelling student reads)
         models/<blend>/fold<k>/done.json  members, weights and a digest of the members' digests
         models/<blend>/oof.csv, cv.json, cv.png   the report of `make cv`, plus members and weights
         submissions/<blend>.csv           weights fit on all OOF, on each member's test predictions
@@ -12,7 +14,9 @@ Writes  models/<blend>/fold<k>/oof.csv    fold k's rows, blended with weights fi
 
 Each member's predictions are rank-normalised to [0, 1] (AUC only sees order, and members on other
 scales then count alike); the blend is a weighted mean of those ranks, weights non-negative and summing
-to one, chosen by a coordinate search on the simplex that maximises the OOF AUC.
+to one, chosen by a coordinate search on the simplex that maximises the estimate of the test AUC on the
+OOF (metrics.six_language: the rows that stand for the test's languages, weighted to its languages and
+toxic rates), the figure `make board` ranks by.
 
 Honest OOF: the weights applied to fold k's rows are fit on the other folds' OOF rows only (nested), so
 the blend's OOF AUC is an out-of-fold estimate like a member's. The same fold-k weights blend the
@@ -129,8 +133,15 @@ def check_aligned(members: list[Member]) -> pd.Series:
     return ids
 
 
-def fold_test(m: Member, k: int, ids: pd.Series) -> np.ndarray:
-    return m.tests[k].set_index("id").loc[ids, "toxic"].to_numpy()
+def fold_test(m: Member, k: int, ids: pd.Series, column: str = "toxic") -> np.ndarray:
+    return m.tests[k].set_index("id").loc[ids, column].to_numpy()
+
+
+def fold_prob(m: Member, k: int, ids: pd.Series) -> np.ndarray | None:
+    """A member's fold-k test probabilities: a model's predictions, a blend's `prob`; None where it has none."""
+    if layout.pred_scale(m.done[k]) == layout.PROBABILITY:
+        return fold_test(m, k, ids)
+    return fold_test(m, k, ids, "prob") if "prob" in m.tests[k] else None
 
 
 def member_test(m: Member, ids: pd.Series, how: str) -> np.ndarray:
@@ -151,19 +162,20 @@ def digest(members: list[Member], weights, step: float) -> str:
     return json_digest(blob)
 
 
-def per_lang_table(rows: list[tuple[str, str, pd.Series]], oof: pd.DataFrame) -> str:
-    """Name, weight and OOF AUC overall and per language for each (name, weight, predictions), on
-    validation.csv's rows (as the blend's OOF AUC is)."""
+def per_lang_table(rows: list[tuple[str, str, pd.Series]], oof: pd.DataFrame, profile: dict) -> str:
+    """Name, weight, the estimate of the test AUC (six-language OOF: what the weights maximise) and the OOF
+    AUC overall and per language on validation.csv's rows, for each (name, weight, predictions)."""
     at = metrics.on_validation(oof)
-    rows = [(name, weight, pd.Series(np.asarray(p)[at])) for name, weight, p in rows]
-    oof = oof[at].reset_index(drop=True)
-    langs = sorted(oof["lang"].unique())
-    head = f"{'':<28} {'weight':>6} {'OOF AUC':>8} " + " ".join(f"{lg:>6}" for lg in langs)
+    valid = oof[at].reset_index(drop=True)
+    langs = sorted(valid["lang"].unique())
+    head = f"{'':<28} {'weight':>6} {'6-lang OOF':>10} {'OOF AUC':>8} " + " ".join(f"{lg:>6}" for lg in langs)
     lines = [head, "-" * len(head)]
     for name, weight, p in rows:
-        per = metrics.auc_by_lang(oof["toxic"], p, oof["lang"])
+        p = np.asarray(p)
+        six = metrics.six_language(oof.assign(pred=p), profile)["auc"]
+        per = metrics.auc_by_lang(valid["toxic"], p[at], valid["lang"])
         lines.append(
-            f"{name:<28} {weight:>6} {metrics.auc(oof['toxic'], p):>8.4f} "
+            f"{name:<28} {weight:>6} {six:>10.4f} {metrics.auc(valid['toxic'], p[at]):>8.4f} "
             + " ".join(f"{per[lg]:>6.4f}" for lg in langs)
         )
     return "\n".join(lines)
@@ -179,13 +191,23 @@ class Fit:
     fold_weights: dict[int, np.ndarray]
 
 
-def fit(members: list[Member], step: float) -> Fit:
+def fit(members: list[Member], step: float, profile: dict) -> Fit:
+    """The weights that maximise the estimate of the test AUC (metrics.six_language, a weighted AUC) on the
+    OOF, each fold's fit without its rows."""
     oof = members[0].oof[layout.OOF_COLUMNS].copy()
     y, folds = oof["toxic"].to_numpy(), oof["fold"].to_numpy()
     ranks = np.column_stack([rank01(m.oof["pred"]) for m in members])
-    fold_weights = nested_weights(ranks, y, folds, step)
+    fold_weights = nested_weights(ranks, y, folds, step, lambda rows: metrics.row_weights(oof[rows], profile))
     oof["pred"] = apply_weights(ranks, folds, fold_weights)
-    return Fit(oof, ranks, fit_weights(ranks, y, step), fold_weights)
+    return Fit(oof, ranks, fit_weights(ranks, y, step, metrics.row_weights(oof, profile)), fold_weights)
+
+
+def blend_profile(members: list[Member], test: pd.DataFrame) -> dict:
+    """The test profile the members' folds were scored by (their done.json), else the one of their OOF's
+    validation rows and the test's languages (every fold is there: every validation row)."""
+    recorded = report.profile_of(members[0].done)
+    oof = members[0].oof
+    return recorded or metrics.test_profile(oof[metrics.on_validation(oof)], test["lang"])
 
 
 def read_sample_submission(cfg: Config) -> pd.DataFrame:
@@ -195,18 +217,22 @@ def read_sample_submission(cfg: Config) -> pd.DataFrame:
     return pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
 
 
-def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict) -> dict:
+def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict, profile: dict) -> dict:
     """The CV report of the blended OOF, with members and weights (publish adds the test score)."""
     names, y = [m.name for m in members], f.oof["toxic"].to_numpy()
-    summary = report.cv_summary(f.oof, done, metrics.test_mix(cfg))
+    summary = report.cv_summary(f.oof, done, profile)
+    in_sample = f.oof.assign(pred=mix(f.ranks, f.weights))
     summary["blend"] = {
         "members": names,
         "weights": dict(zip(names, [round(float(w), 4) for w in f.weights])),
         "fold_weights": {k: dict(zip(names, [round(float(x), 4) for x in w])) for k, w in f.fold_weights.items()},
         # on validation.csv's rows, as the blend's oof_auc; the weights are fit on every OOF row
         "member_oof_auc": {m.name: validation_auc(m.oof) for m in members},
+        "member_six": {m.name: metrics.six_language(m.oof, profile)["auc"] for m in members},
+        "objective": "six-language OOF",  # what the weights maximise: the estimate the board ranks by
         "member_digests": {m.name: {k: d.get("digest") for k, d in m.done.items()} for m in members},
-        "oof_auc_in_sample": metrics.auc(y, mix(f.ranks, f.weights)),  # optimistic: weights fit on the rows scored
+        "oof_auc_in_sample": metrics.auc(y, in_sample["pred"]),  # optimistic: weights fit on the rows scored
+        "six_in_sample": metrics.six_language(in_sample, profile)["auc"],
         "step": cfg.blend.step,
         "members_minutes": round(sum(d.get("minutes", 0) for m in members for d in m.done.values()), 2),
     }
@@ -218,18 +244,19 @@ def validation_auc(oof: pd.DataFrame) -> float:
     return metrics.auc(oof["toxic"][at], oof["pred"][at])
 
 
-def print_report(name: str, members: list[Member], f: Fit, summary: dict, seconds: float, paths: str) -> None:
+def print_report(name: str, members: list[Member], f: Fit, summary: dict, seconds: float, paths: str,
+                 profile: dict) -> None:  # fmt: skip
     rows = [(m.name, f"{w:.2f}", m.oof["pred"]) for m, w in zip(members, f.weights)]
     rows += [
         ("blend, nested (honest)", "", f.oof["pred"]),
         ("blend, all-OOF weights", "", pd.Series(mix(f.ranks, f.weights))),
     ]
-    print(per_lang_table(rows, f.oof))
+    print(per_lang_table(rows, f.oof, profile))
     per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in f.fold_weights.items())
     print(f"weights fit without each fold (fold: {' '.join(m.name for m in members)}): {per_fold}")
     print(
-        f"blend {name}: OOF AUC {summary['oof_auc']:.4f} (best member "
-        f"{max(summary['blend']['member_oof_auc'].values()):.4f})"
+        f"blend {name}: six-language OOF {summary['six']['auc']:.4f} (best member "
+        f"{max(summary['blend']['member_six'].values()):.4f}), OOF AUC {summary['oof_auc']:.4f}"
         + (f", test AUC {summary['test_auc']['auc']:.4f}" if "test_auc" in summary else "")
         + f", {seconds:.1f} s -> {paths}"
     )
@@ -241,54 +268,71 @@ def run(cfg: Config) -> dict:
     name = blend_name(cfg, names)
     exp = layout.experiment_dir(cfg, name)
     layout.preflight(cfg, "blend", name)
+    if cfg.predict.calibration != "none":  # before any work: publish would refuse it at the end
+        raise BlendError(
+            f"predict.calibration={cfg.predict.calibration}: a blend's predictions are ranks, which a calibration "
+            "fit on probabilities cannot map; blend with predict.calibration=none"
+        )
     check_replaceable(exp)
     members = [load_member(cfg, n) for n in names]
     ids = check_aligned(members)
     sample = read_sample_submission(cfg)
-    f = fit(members, cfg.blend.step)
+    raw = layout.raw_dir(cfg)
+    test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
+    profile = blend_profile(members, test)
+    f = fit(members, cfg.blend.step, profile)
     on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
     preds = mix(on_test, f.weights)
     check_submission(pd.DataFrame({"id": ids, "toxic": preds}), sample)  # before anything is written
     with atomic_dir(exp) as tmp:
-        done = write_folds(tmp, members, f.oof, f.fold_weights, ids, cfg.blend.step)
-        summary = blend_summary(cfg, members, f, done)
+        done = write_folds(tmp, members, f, ids, cfg.blend.step, profile)
+        summary = blend_summary(cfg, members, f, done, profile)
         write_csv(tmp / layout.OOF, f.oof)
         write_json(tmp / layout.CV_JSON, summary)
         report.plot_cv(f.oof, summary, tmp / layout.CV_PNG)
-    raw = layout.raw_dir(cfg)
-    test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
     dirs = [layout.fold_dir(cfg, k, name) for k in sorted(done)]
-    path, score = publish(cfg, raw, name, ids, preds, test, dirs)  # the blend's own OOF scales it, if asked
+    path, score = publish(cfg, raw, name, ids, [preds], test, dirs, profile, scale=layout.RANK)
     if score is not None:
         summary["test_auc"] = score
     paths = f"{exp}/cv.json, cv.png, {path}"
-    print_report(name, members, f, summary, time.perf_counter() - start, paths)
+    print_report(name, members, f, summary, time.perf_counter() - start, paths, profile)
     return summary
 
 
+def fold_files(members: list[Member], k: int, w: np.ndarray, ids: pd.Series) -> pd.DataFrame:
+    """Fold k's blended test predictions: `toxic`, the weighted mean of the members' ranks; `prob`, of their
+    probabilities, where every member has them (a teacher's labels must be probabilities, not ranks)."""
+    frame = pd.DataFrame({"id": ids, "toxic": mix(np.column_stack([rank01(fold_test(m, k, ids)) for m in members]), w)})
+    probs = [fold_prob(m, k, ids) for m in members]
+    if all(p is not None for p in probs):
+        frame["prob"] = np.column_stack(probs) @ w
+    return frame
+
+
 def write_folds(
-    out: Path, members: list[Member], oof: pd.DataFrame, fold_weights: dict, ids: pd.Series, step: float
+    out: Path, members: list[Member], f: Fit, ids: pd.Series, step: float, profile: dict
 ) -> dict[int, dict]:
     """Each fold's blended OOF rows, blended test predictions (the fold-k weights) and done.json."""
     done = {}
-    for k, w in fold_weights.items():
-        rows = oof[oof["fold"] == k]
-        on_test = np.column_stack([rank01(fold_test(m, k, ids)) for m in members])
+    for k, w in f.fold_weights.items():
+        rows = f.oof[f.oof["fold"] == k]
         folder = out / layout.fold_name(k)
         write_csv(folder / layout.OOF, rows)
-        write_csv(folder / layout.TEST_PREDS, pd.DataFrame({"id": ids, "toxic": mix(on_test, w)}))
-        # what the fold was blended from: checked again whenever the blend is read (layout.experiment_folds)
-        member_digests = {m.name: m.done[k]["digest"] for m in members}
+        write_csv(folder / layout.TEST_PREDS, fold_files(members, k, w, ids))
+        score, per_lang = metrics.fold_score(rows, rows["pred"], profile)  # as a trained fold's
         done[k] = {
             "fold": k,
             "digest": digest(members, w, step),
             "model": "blend",
+            "scale": layout.RANK,  # of oof.csv's pred and test.csv's toxic; test.csv's prob is a probability
             "members": [m.name for m in members],
             "weights": [round(float(x), 4) for x in w],
-            "auc": metrics.auc(rows["toxic"], rows["pred"]),
-            "auc_per_lang": metrics.auc_by_lang(rows["toxic"], rows["pred"], rows["lang"]),
+            "auc": score,
+            "auc_per_lang": per_lang,
+            "profile": profile,
             "minutes": round(sum(m.done[k].get("minutes", 0) for m in members), 2),
-            "member_digests": member_digests,
+            # what the fold was blended from: checked again whenever the blend is read (layout.experiment_folds)
+            "member_digests": {m.name: m.done[k]["digest"] for m in members},
             "files": {name: file_record(folder / name) for name in (layout.OOF, layout.TEST_PREDS)},
         }
         write_json(folder / layout.DONE, done[k])

@@ -52,8 +52,13 @@ PREPARED_CONFIG = "config.yaml"
 TOKENIZER = "tokenizer"  # the tiny model's tokenizer folder
 TOKENS_POINTER = "tokens.json"  # {"key": ...}: the token cache input/cache/<key>/ these tables use
 CACHE_META = "meta.json"  # in a token cache: key, sizes and digests of its arrays
+# how data.held_out groups translated rows (pipeline.inputs.groups); a new way rebuilds the tables held out before
+HELD_OUT_GROUPING = 2
 VALID_SOURCE = Path(VALID).stem  # the `source` of validation.csv's rows in the table and the OOF
 OOF_COLUMNS = ["id", "lang", "toxic", "fold", "source"]  # an oof.csv: these, then pred
+# the scale of an oof.csv's pred and a fold test.csv's toxic, recorded in the fold's done.json (`scale`): a
+# model's and the baseline's are probabilities; a blend's are weighted means of ranks, which only order rows
+PROBABILITY, RANK = "probability", "rank"
 
 # the files of a fold folder
 DONE = "done.json"  # written last: the fold is complete
@@ -168,12 +173,15 @@ def input_signature(cfg: Config, raw: Path | None = None) -> dict:
     if missing:
         raise DataError(f"{missing[0]}: missing file (the folder needs {', '.join(needed_files(cfg))})")
     teacher = teacher_files(cfg) if cfg.data.pseudo_from else {}
-    return {
+    signature = {
         "data": data_settings(cfg),
         "files": [[p.name, file_digest(p)] for p in read],
         # a retrained teacher relabels the test rows
         "pseudo": {str(k): file_digest(p) for k, p in teacher.items() if p.is_file()},
     }
+    if cfg.data.held_out > 0:  # tables held out by an earlier way of grouping are built again
+        signature["grouping"] = HELD_OUT_GROUPING
+    return signature
 
 
 def prepared_root(cfg: Config) -> Path:
@@ -188,6 +196,11 @@ def prepared_dir(cfg: Config, name: str | None = None) -> Path:
 
 def cache_root(cfg: Config) -> Path:
     return input_dir(cfg) / "cache"
+
+
+def vectors_cache(cfg: Config, key: str) -> Path:
+    """The sentence vectors data.group_encoder made of some texts (pipeline.inputs.encoder), by their key."""
+    return cache_root(cfg) / "vectors" / f"{key}.npy"
 
 
 def lock_path(cfg: Config) -> Path:
@@ -384,7 +397,8 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     if done.get("fold", fold_index(folder)) != fold_index(folder):
         return f"its done.json is fold {done.get('fold')}'s (a copied folder?); retrain it"
     if digest is not None and done["digest"] != digest:
-        return "trained on other data or settings (retrain it with `make train`)"
+        remake = "make baseline" if done.get("model") == fingerprint.TFIDF["model"] else "make train"
+        return f"trained on other data or settings (retrain it with `{remake}`)"
     recorded = done.get("files") or {}
     if ALL in needs:  # every recorded file, the weights first
         needs = tuple(dict.fromkeys([n for n in needs if n != ALL] + sorted(recorded, key=lambda n: n != WEIGHTS)))
@@ -487,6 +501,12 @@ def experiment_config(cfg: Config, name: str) -> Config:
         return config_mod.load_file(path)
     except ConfigError as e:
         raise PipelineError(f"{path}: not a config this version reads ({e}); make the experiment again") from None
+
+
+def pred_scale(done: dict) -> str:
+    """The scale of a fold's predictions: what its done.json records, else what made it (a fold written before
+    the scale was recorded: a blend's are ranks, every other one's probabilities)."""
+    return done.get("scale") or (RANK if done.get("model") == "blend" else PROBABILITY)
 
 
 def experiment_kind(exp: Path) -> str:

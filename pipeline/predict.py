@@ -28,8 +28,9 @@ from pipeline.errors import PipelineError, run_stage
 from pipeline.files import file_digest, file_record, read_json, write_csv, write_json
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
+from pipeline.scoring import metrics
 from pipeline.scoring.publish import publish
-from pipeline.scoring.submission import align, ensemble
+from pipeline.scoring.submission import align
 
 
 class PredictError(PipelineError):
@@ -125,8 +126,10 @@ def write_submission(cfg: Config, dirs: list[Path], splits, test: pd.DataFrame, 
     """The folds' test predictions (cached by now) ensembled, put on one scale across languages
     (predict.calibration, fit on the folds' OOF), checked and written; the test AUC where known."""
     frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
-    preds = ensemble(align(frames), cfg.predict.ensemble)
-    path, _ = publish(cfg, Path(meta["raw"]), cfg.name, frames[0]["id"], preds, test, dirs, common=True)
+    profile = metrics.read_profile(cfg)
+    path, _ = publish(
+        cfg, Path(meta["raw"]), cfg.name, frames[0]["id"], align(frames), test, dirs, profile, common=True
+    )
     print(
         f"predict: {len(dirs)} fold(s) ({', '.join(d.name for d in dirs)}), {cfg.predict.ensemble} ensemble, "
         f"{len(frames[0]):,} rows -> {path}, {layout.submission_csv(cfg)}"

@@ -15,6 +15,7 @@ import pytest
 from pipeline import baseline, blend, data, layout
 from pipeline.blend import BlendError
 from pipeline.config import ConfigError
+from pipeline.errors import PipelineError
 from pipeline.files import read_json
 from pipeline.inputs import tables
 from pipeline.scoring import blending, metrics
@@ -92,23 +93,13 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert "\na " in out and "\nb " in out and "blend, nested (honest)" in out
 
 
-def test_a_calibrated_blend_writes_the_scaled_submission_and_reports_each_choice(tmp_path: Path) -> None:
+def test_a_blend_refuses_a_calibration_before_any_work(tmp_path: Path) -> None:
+    """A blend's predictions are ranks: a calibration fit on probabilities cannot map them, so it is refused
+    in one line and nothing is written."""
     comp, _ = two_members(tmp_path)
-    labels = pd.DataFrame({"id": ids_of_test(), "toxic": np.arange(90) % 2})
-    labels.to_csv(tmp_path / "raw" / "test_labels.csv", index=False)
-    plain = pd.read_csv(tmp_path / "subs" / "a+b.csv") if blend.run(comp.config("blend.members=[a,b]")) else None
-    blend.run(comp.config("blend.members=[a,b]", "blend.name=cal", "predict.calibration=lang+prior"))
-    cv = read_json(tmp_path / "models" / "cal" / "cv.json")
-    sub = pd.read_csv(tmp_path / "subs" / "cal.csv")
-    assert not np.allclose(sub["toxic"], plain["toxic"])  # scaled, not the plain blend
-    how = cv["calibration"]
-    assert how["how"] == "lang+prior" and set(how["test_rates"]) == {"es", "fr", "it", "pt", "ru", "tr"}
-    assert set(how["test_auc"]) == {"none", "lang", "lang+prior"}
-    assert how["test_auc"]["lang+prior"] == pytest.approx(cv["test_auc"]["auc"])  # the one written
-    assert how["test_auc"]["none"] == pytest.approx(
-        read_json(tmp_path / "models" / "a+b" / "cv.json")["test_auc"]["auc"]
-    )
-    assert how["oof_before"] == pytest.approx(cv["six"]["auc"])
+    with pytest.raises(BlendError, match="predict.calibration=lang\\+prior: a blend's predictions are ranks"):
+        blend.run(comp.config("blend.members=[a,b]", "blend.name=cal", "predict.calibration=lang+prior"))
+    assert not (tmp_path / "models" / "cal").exists() and not (tmp_path / "subs" / "cal.csv").exists()
 
 
 def test_blend_name_and_refusals(tmp_path: Path) -> None:
@@ -227,3 +218,62 @@ def test_blend_of_two_baselines_on_the_sample(tmp_path: Path, capsys: pytest.Cap
     assert list(sub["id"]) == list(sample["id"]) and sub["toxic"].between(0, 1).all()
     cv = read_json(tmp_path / "models" / "wide-tfidf+narrow-tfidf" / "cv.json")
     assert cv["rows"] == len(tables.load_table(cfg)[0].query("fold >= 0"))
+
+
+def test_a_blend_teaches_with_its_members_probabilities_not_its_ranks(tmp_path: Path) -> None:
+    """A blend as a pseudo-labelling teacher: its fold-k `prob` (the fold-k weights on the members'
+    probabilities) is what labels the test rows, never its ranks, whose mean is 0.5 whatever the rate."""
+    from pipeline.inputs import pseudo
+
+    comp = Competition(tmp_path, 600)
+    y, rng = comp.rows["toxic"].to_numpy(), np.random.default_rng(3)
+    for name in ("a", "b"):  # members whose test probabilities say about 10% toxic
+        pred = 1 / (1 + np.exp(-(2 * y - 1 + rng.normal(0, 1.3, len(y)))))
+        comp.experiment(name, pred, {k: rng.random(90) * 0.2 for k in range(5)})
+    blend.run(comp.config("blend.members=[a,b]"))
+    exp = tmp_path / "models" / "a+b"
+    cfg = comp.config("data.pseudo_from=a+b")
+    test = pd.DataFrame({"id": ids_of_test(), "text": "x", "lang": "es"})
+    folds = pseudo.teacher_folds(cfg)
+    rows = pseudo.pseudo_rows(cfg, test, folds)
+    for k in range(5):
+        fold_test = pd.read_csv(exp / f"fold{k}" / "test.csv", dtype={"id": str}).set_index("id")
+        w = read_json(exp / f"fold{k}" / "done.json")["weights"]
+        members = [pd.read_csv(tmp_path / "models" / n / f"fold{k}" / "test.csv", dtype={"id": str}).set_index("id")
+                   for n in ("a", "b")]  # fmt: skip
+        want = w[0] * members[0]["toxic"] + w[1] * members[1]["toxic"]
+        np.testing.assert_allclose(fold_test.loc[test["id"], "prob"], want.loc[test["id"]], atol=1e-4)
+        got = rows[rows["pseudo_for"] == k]["toxic"].to_numpy()
+        np.testing.assert_allclose(got, fold_test.loc[test["id"], "prob"].to_numpy())
+    assert rows["toxic"].mean() < 0.15  # the members' rate, not the ranks' 0.5
+    assert layout.read_done(exp / "fold0")["scale"] == "rank"
+
+    fold0 = exp / "fold0" / "test.csv"  # a blend made before blends wrote probabilities: ranks only
+    pd.read_csv(fold0, dtype={"id": str})[["id", "toxic"]].to_csv(fold0, index=False)
+    with pytest.raises(PipelineError, match="holds ranks, not probabilities"):
+        pseudo.pseudo_rows(cfg, test, folds)
+
+
+def test_the_blend_weights_maximise_the_estimate_it_reports() -> None:
+    """Held-out English originals stand for no test language: they weigh nothing in the estimate, so the
+    weights must not be chosen on them. Member a ranks the es rows, member b the English ones."""
+    rng = np.random.default_rng(0)
+    n = 400
+    y = (np.arange(2 * n) % 3 == 0).astype(int)
+    lang = np.array(["es"] * n + ["en"] * n)
+    source = np.array(["validation"] * n + ["translated-train"] * n)
+    good, noise = y + rng.normal(0, 0.8, 2 * n), rng.random(2 * n)
+    a = np.where(lang == "es", good, noise)
+    b = np.where(lang == "en", y + rng.normal(0, 0.3, 2 * n), noise * 0.5 + good * 0.5)
+    oof = pd.DataFrame({"id": [f"r{i}" for i in range(2 * n)], "lang": lang, "toxic": y, "fold": np.arange(2 * n) % 5,
+                        "source": source})  # fmt: skip
+    members = [blend.Member(m, oof.assign(pred=p), {}, {}) for m, p in (("a", a), ("b", b))]
+    profile = {"mix": {"es": 1.0}, "rates": {"es": float(y[:n].mean())}, "rate_from": {"es": "validation.csv"}}
+    f = blend.fit(members, 0.05, profile)
+    ranks = np.column_stack([blending.rank01(a), blending.rank01(b)])
+    weighted = blending.fit_weights(ranks, y, 0.05, metrics.row_weights(oof, profile))
+    plain = blending.fit_weights(ranks, y, 0.05)
+    np.testing.assert_allclose(f.weights, weighted)
+    assert f.weights[0] > plain[0] + 0.2  # on every row, b's English rows would pull the weights its way
+    est = metrics.six_language(oof.assign(pred=blending.mix(ranks, f.weights)), profile)["auc"]
+    assert est >= metrics.six_language(oof.assign(pred=blending.mix(ranks, plain)), profile)["auc"]

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline import config, predict
 from pipeline.errors import PipelineError
+from pipeline.scoring import publish
 from pipeline.scoring.submission import SubmissionError
 from tests.helpers import one_line_error, stage_args
 
@@ -49,7 +50,7 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
 
     subs = tmp_path / "subs2"
     cfg = config.load("sample", [f"models_dir={tmp_path / 'models'}", f"submissions_dir={subs}"])
-    monkeypatch.setattr(predict, "ensemble", lambda preds, how="mean": np.full(len(preds[0]), np.nan))
+    monkeypatch.setattr(publish, "ensemble", lambda preds, how="mean": np.full(len(preds[0]), np.nan))
     with pytest.raises(SubmissionError, match="NaN"):
         predict.run(cfg)
     assert not subs.exists() or list(subs.glob("*.csv")) == []

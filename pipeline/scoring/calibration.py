@@ -1,17 +1,22 @@
 """Each language's predictions brought to one scale, learned without test labels (predict.calibration).
 
 The competition's metric is one AUC over every test row: a model whose scores rank well inside each language
-can still rank badly overall when one language's scores sit higher than another's. Two steps, each learned
-without a test label:
+can still rank badly overall when one language's scores sit higher than another's. Calibration maps a
+model's probabilities to probabilities, so it is fit on a model's OOF probabilities and applied to its test
+probabilities, fold by fold, before the folds are ensembled (a blend's predictions are ranks: it is refused
+there). Two settings, each learned without a test label:
 
 - `lang`: a Platt scaling per language, fit on the OOF rows that stand for it (metrics.stand_ins:
-  validation.csv's es, it, tr rows; the held-out translated fr, pt, ru rows), turns scores into
-  probabilities of toxic on that language's OOF rows. A test language with no OOF rows gets the scaling
-  fit on all of them.
-- `lang+prior`: then each language's probabilities are moved from its OOF toxic rate to its toxic rate in
-  the test, which is estimated from the unlabelled test predictions themselves by expectation-maximisation
-  (Saerens, Latinne and Decaestecker, 2002): the translated rows are about half toxic, the test's
-  languages between 10% and 45%.
+  validation.csv's es, it, tr rows; the held-out translated fr, pt, ru rows), then moved by Bayes' rule
+  from the stand-ins' toxic rate to the test's, as the test profile estimates it (metrics.test_profile):
+  translated rows are about half toxic, the test's languages far less. A language with fewer than
+  MIN_CLASS rows of either class among its stand-ins, or whose own fit would reverse its order (a slope
+  that is not positive), gets the fit on all stand-ins instead. The regularisation is the one of C_GRID
+  whose nested scaling gives the best estimate of the test AUC.
+- `lang+prior`: then each language is moved once more, to the toxic rate that EM finds in its unlabelled
+  test predictions (Saerens, Latinne and Decaestecker, 2002). An EM answer at a boundary (below
+  RATE_FLOOR or above 1 - RATE_FLOOR) or one that does not converge is not used: the language keeps the
+  profile's rate, and the run says so.
 
 Its effect on the OOF is measured nested: fold k's rows scaled by what the other folds' rows fit.
 """
@@ -22,9 +27,13 @@ import numpy as np
 import pandas as pd
 from sklearn.linear_model import LogisticRegression
 
-from pipeline.scoring.metrics import stand_ins
+from pipeline.scoring import metrics
 
 EPS = 1e-6
+MIN_CLASS = 10  # a language's own Platt scaling needs this many toxic and this many clean stand-in rows
+C_GRID = (0.01, 0.1, 1.0, 10.0)  # inverse regularisation strengths tried, chosen by the nested estimate
+RATE_FLOOR = 0.005  # an EM toxic rate closer than this to 0 or 1 is a boundary answer, not an estimate
+EM_STEPS = 2000
 
 
 def logit(p) -> np.ndarray:
@@ -32,12 +41,12 @@ def logit(p) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
-def platt(scores, labels) -> tuple[float, float]:
-    """(a, b) of p = sigmoid(a * logit(score) + b), fit by logistic regression (nearly unregularised)."""
+def platt(scores, labels, c: float) -> tuple[float, float]:
+    """(a, b) of p = sigmoid(a * logit(score) + b), fit by logistic regression with inverse strength `c`."""
     y = np.asarray(labels)
     if len(np.unique(y)) < 2:
         return 1.0, 0.0
-    model = LogisticRegression(C=1e4, max_iter=1000).fit(logit(scores)[:, None], y)
+    model = LogisticRegression(C=c, max_iter=1000).fit(logit(scores)[:, None], y)
     return float(model.coef_[0, 0]), float(model.intercept_[0])
 
 
@@ -45,18 +54,24 @@ def scale(scores, ab: tuple[float, float]) -> np.ndarray:
     return 1 / (1 + np.exp(-(ab[0] * logit(scores) + ab[1])))
 
 
-def fit(oof: pd.DataFrame, langs: list[str]) -> dict[str, dict]:
-    """Per test language: its Platt scaling and its OOF toxic rate (`prior`), from its stand-in rows; a
-    language without rows gets the fit on all of them."""
-    rows = stand_ins(oof, dict.fromkeys(langs, 1.0))
-    pooled = {"ab": platt(rows["pred"], rows["toxic"]), "prior": float(rows["toxic"].mean()), "rows": 0}
+def fit(oof: pd.DataFrame, profile: dict, c: float) -> dict[str, dict]:
+    """Per test language: its Platt scaling (`ab`), its stand-ins' toxic rate (`prior`, what the scaled
+    probabilities are made under), the profile's rate (`target`) and whether it had its own fit."""
+    rows = metrics.stand_ins(oof, profile["mix"])
+    pooled_ab = platt(rows["pred"], rows["toxic"], c)
+    if pooled_ab[0] <= 0:  # even all languages together reverse the order: no scaling at all
+        pooled_ab = (1.0, 0.0)
     out = {}
-    for lang in langs:
+    for lang in profile["mix"]:
         own = rows[rows["lang"] == lang]
-        if own.empty or own["toxic"].nunique() < 2:
-            out[lang] = pooled
-        else:
-            out[lang] = {"ab": platt(own["pred"], own["toxic"]), "prior": float(own["toxic"].mean()), "rows": len(own)}
+        y = own["toxic"].to_numpy()
+        ab, mine = pooled_ab, False
+        if min(int(y.sum()), int(len(y) - y.sum())) >= MIN_CLASS:
+            found = platt(own["pred"], y, c)
+            if found[0] > 0:  # a slope that is not positive would reverse the language's order
+                ab, mine = found, True
+        prior = float(y.mean()) if len(y) else float(rows["toxic"].mean())
+        out[lang] = {"ab": ab, "prior": prior, "target": profile["rates"][lang], "own_fit": mine, "rows": len(own)}
     return out
 
 
@@ -66,37 +81,54 @@ def shift_prior(p: np.ndarray, old: float, new: float) -> np.ndarray:
     return up * p / (up * p + down * (1 - p))
 
 
-def test_prior(p: np.ndarray, prior: float, steps: int = 100) -> float:
-    """The toxic rate of unlabelled rows whose probabilities `p` were made under rate `prior`: the rate that
-    the rows' own probabilities, moved to it, average to (EM)."""
+def test_prior(p: np.ndarray, prior: float, steps: int = EM_STEPS) -> tuple[float, bool]:
+    """(the toxic rate of unlabelled rows whose probabilities `p` were made under rate `prior`, whether EM
+    converged to it): the rate that the rows' own probabilities, moved to it, average to."""
     rate = prior
     for _ in range(steps):
         new = float(shift_prior(p, prior, rate).mean())
-        if abs(new - rate) < 1e-7:
-            break
+        if abs(new - rate) < 1e-8:
+            return new, True
         rate = new
-    return min(max(rate, EPS), 1 - EPS)
+    return rate, False
+
+
+def usable_rate(rate: float, converged: bool) -> bool:
+    """An EM answer that is an estimate: converged, and not at a boundary."""
+    return converged and RATE_FLOOR <= rate <= 1 - RATE_FLOOR
 
 
 def apply(preds: np.ndarray, langs: np.ndarray, fitted: dict[str, dict], prior: bool) -> tuple[np.ndarray, dict]:
-    """The test predictions on one scale; and per language the toxic rate used (estimated where `prior`)."""
+    """The test predictions on one scale; and per language the toxic rate used and, where `prior` asked for
+    EM, what EM found (`em`) and whether it was used."""
     out, rates = np.asarray(preds, dtype=np.float64).copy(), {}
     for lang in sorted(set(langs)):
         at = langs == lang
         f = fitted.get(lang) or next(iter(fitted.values()))
-        p = scale(out[at], f["ab"])
+        p = shift_prior(scale(out[at], f["ab"]), f["prior"], f["target"])
+        rates[lang] = {"rate": f["target"]}
         if prior:
-            rates[lang] = test_prior(p, f["prior"])
-            p = shift_prior(p, f["prior"], rates[lang])
+            found, converged = test_prior(p, f["target"])
+            used = usable_rate(found, converged)
+            rates[lang] = {"rate": found if used else f["target"], "em": found, "converged": converged, "used": used}
+            if used:
+                p = shift_prior(p, f["target"], found)
         out[at] = p
     return out, rates
 
 
-def nested(oof: pd.DataFrame, langs: list[str]) -> pd.DataFrame:
+def nested(oof: pd.DataFrame, profile: dict, c: float) -> pd.DataFrame:
     """The OOF with each fold's rows scaled by the fit on the other folds' rows (what the OOF says of it)."""
     out = oof.copy()
     for k in sorted(oof["fold"].unique()):
         at = (oof["fold"] == k).to_numpy()
-        fitted = fit(oof[~at], langs)
+        fitted = fit(oof[~at], profile, c)
         out.loc[at, "pred"], _ = apply(oof.loc[at, "pred"].to_numpy(), oof.loc[at, "lang"].to_numpy(), fitted, False)
     return out
+
+
+def choose_c(oof: pd.DataFrame, profile: dict) -> tuple[float, dict[float, float]]:
+    """The C of C_GRID whose nested scaling gives the best estimate of the test AUC, and each one's estimate
+    (the first of equals: the strongest regularisation)."""
+    scores = {c: metrics.six_language(nested(oof, profile, c), profile)["auc"] for c in C_GRID}
+    return max(C_GRID, key=lambda c: (np.nan_to_num(scores[c], nan=-1.0), -c)), scores

@@ -14,34 +14,64 @@ import pandas as pd
 from pipeline import config as config_mod
 from pipeline import layout
 from pipeline.config import Config
+from pipeline.errors import PipelineError
 from pipeline.files import write_csv, write_json
 from pipeline.scoring import calibration, metrics, report
-from pipeline.scoring.submission import check_submission
+from pipeline.scoring.submission import check_submission, ensemble
 
 # predict.calibration's settings other than none: each is reported where test labels are present
 CHOICES = tuple(c for c in config_mod.CHOICES["predict.calibration"] if c != "none")
 
 
-def on_one_scale(cfg: Config, preds: np.ndarray, test: pd.DataFrame, dirs: list[Path]) -> tuple:
-    """(the predictions after predict.calibration, fit on the OOF rows of the folds `dirs`; what it did: None
-    when `none` or without OOF rows; and the predictions under each calibration, for the report)."""
+class PublishError(PipelineError):
+    pass
+
+
+def combine(cfg: Config, preds: list[np.ndarray]) -> np.ndarray:
+    """The folds' test predictions ensembled by predict.ensemble (one array: itself, as it is)."""
+    return preds[0] if len(preds) == 1 else ensemble(preds, cfg.predict.ensemble)
+
+
+def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs: list[Path], profile: dict,
+                 scale: str) -> tuple:  # fmt: skip
+    """(the submission's predictions: each fold's test probabilities calibrated by predict.calibration, fit on
+    the OOF probabilities of the folds `dirs`, then ensembled; what calibration did: None when `none` or
+    without OOF rows; and the predictions under each calibration, for the report). `scale`: of `preds`."""
     how = cfg.predict.calibration
+    if how != "none" and scale != layout.PROBABILITY:
+        raise PublishError(
+            f"predict.calibration={how} maps probabilities and these predictions are {scale}s (a blend's are "
+            "weighted means of its members' ranks); make them with predict.calibration=none"
+        )
     oof = report.read_oof(dirs) if how != "none" and dirs else None  # read only when it is used
     if oof is None or oof.empty:
-        return preds, None, {}
-    langs = sorted(test["lang"].unique())
-    fitted = calibration.fit(oof, langs)
-    each = {v: calibration.apply(preds, test["lang"].to_numpy(), fitted, prior=v == "lang+prior") for v in CHOICES}
-    mix = metrics.language_mix(test["lang"])
-    before = metrics.six_language(oof, mix)["auc"]
-    after = metrics.six_language(calibration.nested(oof, langs), mix)["auc"]
-    rates = each["lang+prior"][1]
-    info = {"how": how, "oof_before": before, "oof_after": after, "test_rates": rates,
+        return combine(cfg, preds), None, {}
+    c, tried = calibration.choose_c(oof, profile)
+    fitted, langs = calibration.fit(oof, profile, c), test["lang"].to_numpy()
+    each, rates = {}, {}
+    for v in CHOICES:
+        scaled = [calibration.apply(p, langs, fitted, prior=v == "lang+prior") for p in preds]
+        each[v], rates[v] = combine(cfg, [p for p, _ in scaled]), scaled[0][1]
+    before = metrics.six_language(oof, profile)["auc"]
+    after = metrics.six_language(calibration.nested(oof, profile, c), profile)["auc"]
+    info = {"how": how, "oof_before": before, "oof_after": after, "c": c, "c_tried": tried,
+            "own_fit": {g: f["own_fit"] for g, f in fitted.items()}, "test_rates": rates["lang+prior"],
             "oof_rates": {g: f["prior"] for g, f in fitted.items()}}  # fmt: skip
-    said = " ".join(f"{g} {r:.2f} (OOF {info['oof_rates'][g]:.2f})" for g, r in rates.items())
-    print(f"calibration {how}: six-language OOF {before:.4f} -> {after:.4f} (nested); test toxic rates "
-          f"estimated {said}")  # fmt: skip
-    return each[how][0], info, {"none": preds, **{v: p for v, (p, _) in each.items()}}
+    print(f"calibration {how}: six-language OOF {before:.4f} -> {after:.4f} (nested, C={c:g}); "
+          + calibration_words(fitted, rates[how]))  # fmt: skip
+    return each[how], info, {"none": combine(cfg, preds), **each}
+
+
+def calibration_words(fitted: dict, rates: dict) -> str:
+    """Per language: the toxic rate it was moved to, and what stood in the way (no fit of its own, EM refused)."""
+    words = []
+    for g, r in rates.items():
+        note = "" if fitted[g]["own_fit"] else ", the pooled fit"
+        if "em" in r and not r["used"]:
+            why = "did not converge" if not r["converged"] else "is at a boundary"
+            note += f", EM's {r['em']:.3f} {why}: not used"
+        words.append(f"{g} {r['rate']:.3f} (OOF {fitted[g]['prior']:.2f}{note})")
+    return "test toxic rates " + " ".join(words)
 
 
 def publish(
@@ -49,26 +79,31 @@ def publish(
     raw: Path,
     name: str,
     ids: pd.Series,
-    preds: np.ndarray,
+    preds: list[np.ndarray],
     test: pd.DataFrame,
     dirs: list[Path],
+    profile: dict,
     common: bool = False,
+    scale: str = layout.PROBABILITY,
 ) -> tuple[Path, dict | None]:
-    """Write submissions/<name>.csv (and submission.csv when `common`) from `preds` in the order of `ids`;
-    `raw`: the competition's files (sample_submission.csv, test_labels.csv). The test score where labels are
-    present is kept in models/<name>/cv.json with `dirs`, the folds used (whose OOF rows fit the calibration)."""
+    """Write submissions/<name>.csv (and submission.csv when `common`) from the folds' test predictions `preds`
+    (each in the order of `ids`, on `scale`), calibrated and ensembled; `raw`: the competition's files
+    (sample_submission.csv, test_labels.csv). Every check (the ids, the test labels' ids) passes before a file
+    is written. The test score where labels are present is kept in models/<name>/cv.json with `dirs`, the
+    folds used (whose OOF rows fit the calibration)."""
     order = test.set_index("id").loc[ids].reset_index()  # test rows in the order of the predictions
-    preds, how, each = on_one_scale(cfg, np.asarray(preds, dtype=np.float64), order, dirs)
+    arrays = [np.asarray(p, dtype=np.float64) for p in preds]
+    final, how, each = on_one_scale(cfg, arrays, order, dirs, profile, scale)
     sample = pd.read_csv(raw / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
-    sub = check_submission(pd.DataFrame({"id": ids.to_numpy(), "toxic": preds}), sample)
-    path = layout.submission_path(cfg, name)
-    write_csv(path, sub)
-    if common:
-        write_csv(layout.submission_csv(cfg), sub)
+    sub = check_submission(pd.DataFrame({"id": ids.to_numpy(), "toxic": final}), sample)
     score = metrics.test_score(raw, test, sub)
     if score is not None and how is not None:  # reported beside each other, never chosen by
         how["test_auc"] = {v: metrics.test_score(raw, test, sub.assign(toxic=aligned(sub, ids, p)))["auc"]
                            for v, p in each.items()}  # fmt: skip
+    path = layout.submission_path(cfg, name)
+    write_csv(path, sub)
+    if common:
+        write_csv(layout.submission_csv(cfg), sub)
     if score is not None or how is not None:
         record(cfg, name, dirs, score, how)
     return path, score
