@@ -89,8 +89,9 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
         return layout.current_meta(cfg)
     log(f"data: building the tables from {raw}")
     table, test = tables.build_tables(cfg, raw)
-    if table.attrs.get("held_out"):
-        log(f"data: {table.attrs['held_out']}")
+    for said in ("held_out", "pseudo"):
+        if table.attrs.get(said):
+            log(f"data: {table.attrs[said]}")
     # the frames in memory (text plus per-value overhead) bound the CSVs they become
     need = int(table.memory_usage(deep=True).sum() + test.memory_usage(deep=True).sum())
     check_free_space(out.parent, need, "the prepared tables")

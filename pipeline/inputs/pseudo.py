@@ -5,8 +5,11 @@ row once per fold k, labelled by the teacher's fold-k predictions and marked `ps
 student's fold k trains on it (pipeline.inputs.tables.training_rows). The teacher's fold-k model never saw fold
 k's validation rows, so no fold's own labels reach its training through the test predictions.
 
-Labels are the teacher's probabilities (`data.pseudo_labels=soft`), or 0/1 (`hard`) for predictions at
-most `data.pseudo_low` or at least `data.pseudo_high`, the uncertain middle dropped.
+Labels are the teacher's probabilities (`data.pseudo_labels=soft`), or 0/1 (`hard`) for probabilities at
+most `data.pseudo_low` or at least `data.pseudo_high`, the uncertain middle dropped. A label must be a
+probability: a model's test predictions are; a blend's `toxic` is a weighted mean of ranks, so its `prob`
+column (the same weights on its members' probabilities) is read instead, and a teacher with neither is
+refused.
 """
 
 from __future__ import annotations
@@ -58,6 +61,31 @@ def check_same_folds(cfg: Config, table: pd.DataFrame, folds: dict[int, Path]) -
         )
 
 
+def teacher_probabilities(cfg: Config, folder: Path, test: pd.DataFrame) -> np.ndarray:
+    """A teacher fold's test probabilities in the order of the test table: a model's `toxic`, a blend's
+    `prob`; else one line saying that its predictions are ranks."""
+    path = folder / layout.TEST_PREDS
+    preds = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
+    if preds["id"].duplicated().any() or set(preds["id"]) != set(test["id"]):
+        raise DataError(f"{path}: its ids are not this test table's; predict again with the current data")
+    column = "toxic" if layout.pred_scale(layout.read_done(folder) or {}) == layout.PROBABILITY else "prob"
+    if column not in preds:
+        raise DataError(
+            f"data.pseudo_from={cfg.data.pseudo_from}: {path} holds ranks, not probabilities (a blend made by an "
+            "older version); make the blend again, which writes its members' probabilities beside its ranks"
+        )
+    return preds.set_index("id").loc[test["id"], column].to_numpy(np.float64)
+
+
+def describe(rows: pd.DataFrame, test: pd.DataFrame, cfg: Config) -> str:
+    """`make data`'s line on the pseudo-labels: how many rows a fold and what their labels hold."""
+    per_fold = len(rows) / max(rows["pseudo_for"].nunique(), 1)
+    return (
+        f"{per_fold:,.0f} of {len(test):,} test rows a fold pseudo-labelled by {cfg.data.pseudo_from} "
+        f"({cfg.data.pseudo_labels}; mean label {rows['toxic'].mean():.3f})"
+    )
+
+
 def labels(pred: np.ndarray, mode: str, low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
     """(kept rows, their labels): soft keeps every probability; hard keeps the confident ends as 0/1."""
     if mode == "soft":
@@ -71,11 +99,7 @@ def pseudo_rows(cfg: Config, test: pd.DataFrame, folds: dict[int, Path]) -> pd.D
     d = cfg.data
     blocks = []
     for k, folder in folds.items():
-        path = folder / layout.TEST_PREDS
-        preds = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
-        if preds["id"].duplicated().any() or set(preds["id"]) != set(test["id"]):
-            raise DataError(f"{path}: its ids are not this test table's; predict again with the current data")
-        pred = preds.set_index("id").loc[test["id"], "toxic"].to_numpy(np.float64)
+        pred = teacher_probabilities(cfg, folder, test)
         keep, y = labels(pred, d.pseudo_labels, d.pseudo_low, d.pseudo_high)
         if not keep.any():
             raise DataError(
@@ -106,4 +130,7 @@ def add(cfg: Config, table: pd.DataFrame, test: pd.DataFrame, folds: dict[int, P
         return table
     folds = teacher_folds(cfg) if folds is None else folds
     check_same_folds(cfg, table, folds)
-    return pd.concat([table.assign(pseudo_for=-1), pseudo_rows(cfg, test, folds)], ignore_index=True)
+    rows = pseudo_rows(cfg, test, folds)
+    out = pd.concat([table.assign(pseudo_for=-1), rows], ignore_index=True)
+    out.attrs["pseudo"] = describe(rows, test, cfg)  # said by `make data`
+    return out
