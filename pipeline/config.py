@@ -49,6 +49,9 @@ class DataConfig:
     # a share of the translated rows' source comments made validation rows (grouped by source comment), so
     # that the OOF covers every test language (see pipeline.inputs.groups); 0: every translated row trains
     held_out: float = 0.0
+    # a sentence encoder folder (Hugging Face) that finds the translations of one comment in translated files
+    # without the English comment's id, for data.held_out; empty: matched by what translation keeps (rough)
+    group_encoder: str = ""
 
 
 @dataclass(frozen=True)

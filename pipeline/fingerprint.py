@@ -51,7 +51,7 @@ def model_identity(cfg: Config, tokenizer: Path, init_digest: str | None) -> dic
 
 # settings added after folds were already trained: left out while at their default (which is what those
 # folds were trained with), so adding a setting never makes every trained fold stale
-LATER = {"train": {"eval_every_steps": 0, "patience": 0}, "data": {"held_out": 0.0}}
+LATER = {"train": {"eval_every_steps": 0, "patience": 0}, "data": {"held_out": 0.0, "group_encoder": ""}}
 
 
 def settings(cfg: Config) -> dict:

@@ -1,18 +1,27 @@
-"""Which English comment a translated training row is a translation of: the groups held out together.
+"""Which rows are versions of one comment (its translations, its English original, its duplicates): the
+groups data.held_out holds out together, and the folds they are held out in.
 
 The translated training rows are the only labelled fr, pt and ru rows, so `data.held_out` makes a share of
 them validation rows (pipeline.inputs.tables), and the OOF then covers every test language. A fold that
-validates on a translation must not train on the English original or on another translation of it: the
-rows of one source comment form a group, and a group is held out whole.
+validates on a translation must not train on its English original or on another translation of it: the
+versions of one comment form a group, and a group is held out whole, in one fold.
 
-The competition's translated files carry the id of the English comment each row translates: the group is
-that id. A file without ids (the real slice's combined file) is grouped by matching each translation to
-the English originals in the same files, by what a translation keeps: numbers, Latin-script words (names,
-wiki markup, URLs), runs of punctuation, line breaks, length and the share of capitals, weighted TF-IDF
-style and compared by cosine, a row matching only an original of its own label. Measured on the real slice
-against rows whose IPs or URLs tie them to exactly one original: 89% of translations go to the right one.
-The rest may leave a translation's original in training: the six-language OOF is then slightly
-optimistic for those rows, never wrong by construction.
+- The competition's translated files carry the id of the English comment each row translates: the group
+  is that id, exactly.
+- A file without ids (the real slice's combined file: runs of other comments in each language, most of
+  whose English source is absent) is grouped by content with a multilingual sentence encoder
+  (data.group_encoder): two rows are versions of one comment when each is the other's nearest row of its
+  language (cosine at least TWIN_COSINE; SAME_LANGUAGE_COSINE within one language) and both carry the same
+  label, or when their texts are equal once case, spaces and punctuation are set aside; a group is every
+  row linked to another, through any chain of links. The English training rows (train.csv's, the bias
+  file's) take part, so an original found by content is held out with its translations.
+- Without ids and without an encoder, rows are matched to the English originals in the same files by what
+  a translation keeps (numbers, Latin-script words, punctuation runs): a rough grouping that `make data`
+  says is one, and that may leave a held-out row's original in training.
+
+Held-out groups are spread over the folds so that each fold holds about as many rows of each language;
+a group larger than MAX_GROUP rows (a chain of near-duplicates, a spammed phrase) is never held out, so
+that one fold does not get it all.
 """
 
 from __future__ import annotations
@@ -22,9 +31,87 @@ import re
 import numpy as np
 import pandas as pd
 
+TWIN_COSINE = 0.84  # translations of one comment: mutual nearest rows of their languages at least this close
+SAME_LANGUAGE_COSINE = 0.95  # two rows of one language: a duplicate, only this close (similar insults are not)
+MAX_GROUP = 50
+
 _NUMBER = re.compile(r"\d+")
 _LATIN = re.compile(r"[A-Za-z][A-Za-z'\-]{2,}")
 _MARKS = re.compile(r"[!?]{2,}|\.{3,}|={2,}|\[\[|\]\]|\{\{|\}\}|~{3,}|'{2,}|\*+|#+|:\)|:\(|;\)|<3")
+_NOT_WORD = re.compile(r"\W+")
+SIGNATURE_FLOOR = 0.5  # rough matching: a translation less like any original than this is its own group
+
+
+# ---------------------------------------------------------------- by content, with a sentence encoder
+
+
+def normalised(text: str) -> str:
+    """A text without case, spaces or punctuation: equal for duplicates that differ only in those."""
+    return _NOT_WORD.sub(" ", str(text).lower()).strip()
+
+
+def duplicate_links(texts: list[str]) -> list[tuple[int, int]]:
+    """(first, other) for every row whose normalised text (10 characters or more) an earlier row has."""
+    first: dict[str, int] = {}
+    links = []
+    for i, t in enumerate(map(normalised, texts)):
+        if len(t) >= 10:
+            j = first.setdefault(t, i)
+            if j != i:
+                links.append((j, i))
+    return links
+
+
+def twin_links(vectors: np.ndarray, langs: np.ndarray, labels: np.ndarray) -> list[tuple[int, int]]:
+    """(i, j) for rows of one label that are each other's nearest row of that label in the other's language,
+    close enough for their languages (TWIN_COSINE, or SAME_LANGUAGE_COSINE within one): the bitext-mining
+    rule (mutual nearest neighbours), which links a translation to one row a language, not to every row that
+    says something alike. A translation keeps its label, so rows of the other label are never candidates."""
+    links = []
+    for label in np.unique(labels):
+        order = sorted(set(langs[labels == label]))
+        for a_i, a in enumerate(order):
+            rows_a = np.flatnonzero((langs == a) & (labels == label))
+            for b in order[a_i:]:
+                rows_b = np.flatnonzero((langs == b) & (labels == label))
+                links += mutual_nearest(vectors, rows_a, rows_b, SAME_LANGUAGE_COSINE if a == b else TWIN_COSINE)
+    return links
+
+
+def mutual_nearest(vectors: np.ndarray, rows_a: np.ndarray, rows_b: np.ndarray, floor: float) -> list[tuple[int, int]]:
+    """(i, j) for i of rows_a and j of rows_b that are each other's nearest, at least `floor` apart in cosine
+    (the same rows on both sides: one language with itself, each pair once)."""
+    sim = vectors[rows_a] @ vectors[rows_b].T
+    same = rows_a is rows_b or np.array_equal(rows_a, rows_b)
+    if same:
+        np.fill_diagonal(sim, -1.0)  # a row is not its own twin
+    if sim.size == 0:
+        return []
+    best_b, best_a = sim.argmax(axis=1), sim.argmax(axis=0)
+    return [(int(rows_a[x]), int(rows_b[y])) for x, y in enumerate(best_b)
+            if best_a[y] == x and sim[x, y] >= floor and (not same or x < y)]  # fmt: skip
+
+
+def components(n: int, links: list[tuple[int, int]]) -> np.ndarray:
+    """The connected component of each of n rows under `links` (a number per row)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    if not links:
+        return np.arange(n)
+    i, j = np.array(links).T
+    graph = coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
+
+
+def content_groups(rows: pd.DataFrame, vectors: np.ndarray) -> np.ndarray:
+    """A group key for each row (columns text, lang, toxic): the versions of one comment share one."""
+    langs, labels = rows["lang"].to_numpy(), (rows["toxic"].to_numpy() >= 0.5)
+    links = twin_links(vectors, langs, labels) + duplicate_links(rows["text"].tolist())
+    return np.array([f"c{c}" for c in components(len(rows), links)], dtype=object)
+
+
+# ---------------------------------------------------------------- rough: by what translation keeps
 
 
 def signature(text: str) -> str:
@@ -40,7 +127,8 @@ def signature(text: str) -> str:
 
 
 def match_originals(texts: list[str], labels: np.ndarray, originals: list[str], original_labels: np.ndarray):
-    """For each text, the position of the original (among `originals`) it most resembles, of the same label."""
+    """For each text, the position of the original (among `originals`) it most resembles, of the same label,
+    or -1 where none resembles it at least SIGNATURE_FLOOR."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.preprocessing import normalize
 
@@ -52,32 +140,62 @@ def match_originals(texts: list[str], labels: np.ndarray, originals: list[str], 
         sim = (texts_m[start : start + 2048] @ originals_m.T).toarray()
         other = labels[start : start + 2048, None] != original_labels[None, :]
         sim[other] -= 2.0  # never an original of the other label
-        out[start : start + 2048] = sim.argmax(axis=1)
+        found = sim.argmax(axis=1)
+        out[start : start + 2048] = np.where(sim.max(axis=1) >= SIGNATURE_FLOOR, found, -1)
     return out
 
 
-def source_groups(extra: pd.DataFrame) -> tuple[np.ndarray, str]:
-    """A group key for each extra row (columns id, source_id (may be empty), text, lang, toxic), and how the
-    groups were found, in words."""
-    given = extra["source_id"].astype(str)
+def signature_groups(rows: pd.DataFrame) -> np.ndarray:
+    """Each translation with the English original it most resembles (see match_originals), else alone."""
+    keys = np.array([f"r{i}" for i in range(len(rows))], dtype=object)
+    english = np.flatnonzero(rows["lang"].to_numpy() == "en")
+    others = np.flatnonzero(rows["lang"].to_numpy() != "en")
+    if len(english) == 0 or len(others) == 0:
+        return keys
+    texts, labels = rows["text"].tolist(), rows["toxic"].to_numpy() >= 0.5
+    found = match_originals([texts[i] for i in others], labels[others], [texts[i] for i in english], labels[english])
+    matched = found >= 0
+    keys[others[matched]] = keys[english[found[matched]]]
+    return keys
+
+
+# ---------------------------------------------------------------- the groups and their folds
+
+
+def source_groups(rows: pd.DataFrame, vectors: np.ndarray | None = None) -> tuple[np.ndarray, str]:
+    """A group key for each row (columns source_id (may be empty), text, lang, toxic; the English training
+    rows among them), and how the groups were found, in words. `vectors`: the rows' sentence vectors
+    (data.group_encoder), where there is one."""
+    given = rows["source_id"].astype(str)
     if (given != "").all():
         return ("id:" + given).to_numpy(), "by the English comment ids the files carry"
-    english = np.flatnonzero(extra["lang"].to_numpy() == "en")
-    keys = extra["id"].astype(str).to_numpy().copy()  # an English original is its own group
-    if len(english) == 0:
-        return keys, "one row a group (no ids, no English originals to match): a held-out row's original may train"
-    others = np.flatnonzero(extra["lang"].to_numpy() != "en")
-    texts, labels = extra["text"].tolist(), extra["toxic"].to_numpy()
-    found = match_originals([texts[i] for i in others], labels[others], [texts[i] for i in english], labels[english])
-    keys[others] = keys[english[found]]
-    return keys, f"by matching {len(others):,} translations to {len(english):,} English originals"
+    if vectors is not None:
+        keys = content_groups(rows, vectors)
+        return keys, f"by content ({len(rows):,} rows: translations and duplicates found by the sentence encoder)"
+    keys = signature_groups(rows)
+    return keys, ("roughly, by matching translations to English originals by what translation keeps "
+                  "(data.group_encoder finds translations by content)")  # fmt: skip
 
 
-def held_out_folds(keys: np.ndarray, share: float, k: int, seed: int) -> np.ndarray:
-    """Fold 0..k-1 for the rows of a seeded `share` of the groups (each group whole, the folds as even as
-    whole groups allow), -1 for the others."""
-    groups = np.unique(keys)
+def held_out_folds(keys: np.ndarray, langs: np.ndarray, eligible: np.ndarray, share: float, k: int,
+                   seed: int) -> np.ndarray:  # fmt: skip
+    """Fold 0..k-1 for the rows of a seeded `share` of the groups that hold an `eligible` row and at most
+    MAX_GROUP rows, -1 for the others. Each group is whole in one fold; the largest groups are placed
+    first, each in the fold that holds the fewest rows of its languages so far."""
+    frame = pd.DataFrame({"key": keys, "lang": langs, "eligible": eligible})
+    sizes = frame.groupby("key").size()
+    can = frame[frame["eligible"]].groupby("key").size().index
+    can = [g for g in sorted(can) if sizes[g] <= MAX_GROUP]
     rng = np.random.default_rng(seed)
-    chosen = rng.permutation(groups)[: int(round(share * len(groups)))]
-    fold_of = {g: i % k for i, g in enumerate(chosen)}
+    chosen = [can[i] for i in rng.permutation(len(can))[: int(round(share * len(can)))]]
+    order = sorted(set(langs))
+    counts = frame[frame["key"].isin(chosen)].groupby(["key", "lang"]).size().unstack(fill_value=0)
+    counts = counts.reindex(columns=order, fill_value=0)
+    load = np.zeros((k, len(order)))
+    fold_of = {}
+    for g in sorted(chosen, key=lambda g: (-sizes[g], str(g))):
+        vec = counts.loc[g].to_numpy()
+        k_best = int(np.argmin((load * (vec > 0)).sum(axis=1) + 1e-6 * load.sum(axis=1)))
+        load[k_best] += vec
+        fold_of[g] = k_best
     return np.array([fold_of.get(g, -1) for g in keys], dtype=np.int64)

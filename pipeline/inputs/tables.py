@@ -22,7 +22,7 @@ from sklearn.model_selection import StratifiedKFold
 from pipeline import layout
 from pipeline.config import Config
 from pipeline.errors import DataError
-from pipeline.inputs import groups, pseudo
+from pipeline.inputs import encoder, groups, pseudo
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
 
 TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
@@ -110,32 +110,34 @@ def extra_part(path, lang: str) -> pd.DataFrame:
     return part.assign(source_id=extra["source_id"].to_numpy())
 
 
-def hold_out(cfg: Config, extra: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """data.held_out of the translated rows' source comments made validation rows, each group in one fold;
-    returns the rows and how they were grouped, in words ('' when none are held out)."""
+def hold_out(cfg: Config, extra: pd.DataFrame, english: list[pd.DataFrame]) -> tuple[pd.DataFrame, list, str]:
+    """data.held_out of the groups that hold a translated row made validation rows, each group whole in one
+    fold (pipeline.inputs.groups): the translated rows and the English training rows (`english`: train.csv's,
+    the bias file's) of those groups. Returns both, with their folds, and how they were grouped, in words
+    ('' when none are held out)."""
     if cfg.data.held_out <= 0:
-        return extra, ""
-    keys, how = groups.source_groups(extra)
-    folds = groups.held_out_folds(keys, cfg.data.held_out, cfg.data.folds, cfg.data.seed)
+        return extra, english, ""
+    cols = ["source_id", "text", "lang", "toxic"]
+    # an English training row's id is the source id its translations carry
+    rows = pd.concat([extra[cols], *[part.assign(source_id=part["id"].astype(str))[cols] for part in english]],
+                     ignore_index=True)  # fmt: skip
+    vectors = None
+    if cfg.data.group_encoder and not (rows["source_id"].astype(str) != "").all():
+        vectors = encoder.vectors(cfg, rows["text"].astype(str).tolist())
+    keys, how = groups.source_groups(rows, vectors)
+    eligible = np.zeros(len(rows), dtype=bool)
+    eligible[: len(extra)] = extra["lang"].to_numpy() != "en"  # a group is held out for its translations
+    folds = groups.held_out_folds(keys, rows["lang"].to_numpy(), eligible, cfg.data.held_out, cfg.data.folds,
+                                  cfg.data.seed)  # fmt: skip
     held = folds >= 0
-    words = (f"{int(held.sum()):,} translated rows of {len(np.unique(keys[held])):,} source comments held out "
-             f"for validation, grouped {how}")  # fmt: skip
-    return extra.assign(fold=folds), words
-
-
-def with_originals(part: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
-    """English training rows (train.csv's, the bias file's) that are a held-out group's original, held out in
-    its fold: by the id the translations carry, else by the same text. Fold k must not train on them."""
-    held = extra[extra["fold"] >= 0]
-    if held.empty:
-        return part
-    by_id = dict(zip(held["source_id"], held["fold"]))
-    by_id.pop("", None)
-    english = held[held["lang"] == "en"]
-    by_text = dict(zip(english["text"].str.strip().str.lower(), english["fold"]))
-    fold = part["id"].astype(str).map(by_id)
-    fold = fold.fillna(part["text"].str.strip().str.lower().map(by_text)).fillna(part["fold"])
-    return part.assign(fold=fold.astype(np.int64))
+    n_extra, n_english = int(held[: len(extra)].sum()), int(held[len(extra) :].sum())
+    words = (f"{n_extra:,} translated and {n_english:,} English training rows of {len(np.unique(keys[held])):,} "
+             f"source comments held out for validation, grouped {how}")  # fmt: skip
+    out, at = [], len(extra)
+    for part in english:
+        out.append(part.assign(fold=folds[at : at + len(part)]))
+        at += len(part)
+    return extra.assign(fold=folds[: len(extra)]), out, words
 
 
 def validation_part(cfg: Config, path) -> pd.DataFrame:
@@ -178,8 +180,8 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     extras = [extra_part(path, lang) for path, lang in layout.extra_files(cfg, raw)]
     held = ""
     if extras:
-        extra, held = hold_out(cfg, pd.concat(extras, ignore_index=True))
-        parts = [with_originals(part, extra) for part in parts] + [extra]
+        extra, parts, held = hold_out(cfg, pd.concat(extras, ignore_index=True), parts)
+        parts = [*parts, extra]
     parts.append(validation_part(cfg, raw / layout.VALID))
     table = pd.concat(parts, ignore_index=True)
     # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
@@ -188,7 +190,7 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     check_fold_classes(table, cfg.data.folds, raw / layout.VALID)
     test = test_table(raw)
     table = pseudo.add(cfg, table[TABLE_COLUMNS], test)
-    table.attrs["held_out"] = held  # said by `make data`
+    table.attrs["held_out"] = held  # said by `make data`, with attrs["pseudo"]
     return table, test
 
 
