@@ -1,12 +1,17 @@
 """Stage `make board`: every experiment and blend under models/, side by side, best six-language OOF first.
 
-Reads   models/*/cv.json (or, where it is missing, the completed folds' oof.csv and done.json),
+Reads   models/*/fold<k>/oof.csv and done.json of the folds that count (every figure is computed from them,
+        with the test profile their done.json records: each experiment is scored by its own inputs),
+        models/*/cv.json for the test AUC and a blend's weights while they describe those very folds,
         models/*/pipeline.yaml for a trained experiment's settings
 Writes  models/board.md   the table that is printed
 
-Columns: OOF AUC overall and per language, folds done (of data.folds), minutes (a blend: its members'),
-test AUC where the experiment's cv.json has `test_auc` (written when the competition's test labels are
-known), and the settings that matter: model, max_length, epochs, lr, effective batch.
+Columns: the six-language OOF (the estimate of the test AUC, metrics.six_language) where the OOF covers
+every test language, OOF AUC overall and per language on validation.csv's rows, folds done (of
+data.folds), minutes (a blend: its members'), test AUC where the experiment's cv.json has `test_auc`
+(written when the competition's test labels are known), and the settings that matter: model, max_length,
+epochs, lr, effective batch. An experiment with folds still to train is marked (incomplete); one with
+folds that no longer match their inputs, (stale).
 """
 
 from __future__ import annotations
@@ -24,31 +29,56 @@ from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
 from pipeline.scoring import metrics, report
 
+NOT_YET = ("not trained", "not made", "not complete")  # why a fold does not count yet, not why it no longer does
 
-def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str]:
-    """(the folds that count, by number, a stage-1 model's included; why others that are there do not)."""
+
+def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str]:
+    """(the folds that count, by number, a stage-1 model's included; why others that are there no longer do:
+    stale; which are still to make: incomplete)."""
     try:
         use, left_out = layout.experiment_check(cfg, exp.name, needs=(layout.OOF,))
     except PipelineError as e:  # its config or prepared data is gone or changed: nothing can be vouched for
-        return set(), str(e)
-    stale = layout.describe({f: why for f, why in left_out.items() if why not in ("not trained", "not made")})
+        return set(), str(e), ""
+    stale = layout.describe({f: why for f, why in left_out.items() if why not in NOT_YET})
+    incomplete = layout.describe({f: why for f, why in left_out.items() if why in NOT_YET})
     counted = {layout.fold_index(d) for d in use}
     stage1 = layout.done_dirs(exp).get(layout.STAGE1)
     if stage1 is not None and not layout.fold_status(stage1):
         counted.add(layout.STAGE1)  # a stage-1 model: no OOF to score, only complete
-    return counted, stale
+        if not any(k >= 0 for k in layout.fold_dirs(exp)):
+            incomplete = ""  # a stage-1 experiment: its one model is all it makes
+    return counted, stale, incomplete
 
 
-def summary_of(exp: Path, counted: set[int], mix: dict | None = None) -> dict:
+def experiment_profile(cfg: Config, exp: Path, depth: int = 0) -> dict | None:
+    """The test profile of an experiment whose folds do not record one (made by an older version): its own
+    prepared tables', a blend's first member's; None where they cannot be read."""
+    try:
+        if layout.experiment_kind(exp) != "blend":
+            return metrics.read_profile(layout.experiment_as_prepared(cfg, exp.name))
+        members = next((d.get("members") for d in map(layout.read_done, layout.done_dirs(exp).values()) if d), None)
+        return (
+            experiment_profile(cfg, layout.experiment_dir(cfg, members[0]), depth + 1)
+            if members and depth < 8
+            else None
+        )
+    except (PipelineError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def summary_of(exp: Path, counted: set[int], profile=None) -> dict:
     """The CV summary of the folds that count, computed from their OOF files (never copied from a cv.json
-    that may describe other folds). cv.json adds the test score and a blend's weights only while it
-    describes these very folds. Folds without OOF rows (a stage-1 model, fold -1) count as done, without AUC."""
+    that may describe other folds) and scored by the test profile their done.json records (`profile`: a
+    function giving one for folds made before it was recorded). cv.json adds the test score and a blend's
+    weights only while it describes these very folds. Folds without OOF rows (a stage-1 model, fold -1)
+    count as done, without AUC."""
     dirs = {k: d for k, d in layout.done_dirs(exp).items() if k in counted}
     done = {k: layout.read_done(d) for k, d in dirs.items()}
     scored = [dirs[k] for k in done if k >= 0]
     if not scored:
         return {"oof_auc": math.nan, "per_lang": {}, "folds": {}, "fold_details": done}
-    summary = report.cv_summary(report.read_oof(scored), done, mix)
+    recorded = report.profile_of(done)
+    summary = report.cv_summary(report.read_oof(scored), done, recorded or (profile() if profile else None))
     saved = report.read_cv(exp / layout.CV_JSON)
     details = saved.get("fold_details") if isinstance(saved.get("fold_details"), dict) else {}
     if {str(k): d["digest"] for k, d in done.items()} == {k: (v or {}).get("digest") for k, v in details.items()}:
@@ -81,11 +111,14 @@ def display_settings(exp: Path, summary: dict) -> dict:
     """model, max_length, epochs, lr, effective batch and the number of folds the experiment has."""
     details = list(summary.get("fold_details", {}).values())
     first = details[0] if details else {}
-    if "blend" in summary:
-        b = summary["blend"]
-        members = " + ".join(f"{n} {b['weights'][n]:.2f}" for n in b["members"])
-        return {"model": f"blend: {members}", "folds_total": len(summary["folds"])}
-    if (exp / layout.RUN_CONFIG).exists() and layout.experiment_kind(exp) != fingerprint.TFIDF["model"]:
+    kind = layout.experiment_kind(exp)
+    if kind == "blend":
+        b = summary.get("blend")
+        dones = [d for d in map(layout.read_done, layout.done_dirs(exp).values()) if d]
+        names = b["members"] if b else (dones[0].get("members") or []) if dones else []
+        members = " + ".join(f"{n} {b['weights'][n]:.2f}" for n in names) if b else " + ".join(map(str, names))
+        return {"model": f"blend: {members or '?'}", "folds_total": len(layout.done_dirs(exp))}
+    if (exp / layout.RUN_CONFIG).exists() and kind != fingerprint.TFIDF["model"]:
         # read as plain YAML, not as a Config: an experiment from an older version still gets its row
         saved = yaml.safe_load((exp / layout.RUN_CONFIG).read_text()) or {}
         model, train = saved.get("model", {}), saved.get("train", {})
@@ -98,17 +131,18 @@ def display_settings(exp: Path, summary: dict) -> dict:
             "batch": batch,
             "folds_total": saved.get("data", {}).get("folds", len(summary["folds"])),
         }
-    # the TF-IDF baseline: what its done.json says
-    return {"model": fingerprint.TFIDF["model"], "epochs": first.get("epochs"), "folds_total": len(summary["folds"])}
+    if kind == fingerprint.TFIDF["model"]:  # the TF-IDF baseline: what its done.json says
+        return {"model": kind, "epochs": first.get("epochs"), "folds_total": len(layout.done_dirs(exp))}
+    return {"model": "?", "folds_total": len(layout.done_dirs(exp))}  # folds, but no config: made by hand?
 
 
-def row(cfg: Config, exp: Path, mix: dict | None = None) -> dict | None:
-    """The board's row of one experiment or blend folder (numbers from the folds that count only); None for
-    a folder with no folds. `mix`: the test's language mix, for the six-language OOF."""
+def row(cfg: Config, exp: Path) -> dict | None:
+    """The board's row of one experiment or blend folder (numbers from the folds that count only, scored by
+    the experiment's own test profile); None for a folder with no folds."""
     if not layout.done_dirs(exp):
         return None
-    counted, stale = counted_folds(cfg, exp)
-    summary = summary_of(exp, counted, mix)
+    counted, stale, incomplete = counted_folds(cfg, exp)
+    summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp))
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
     return {
@@ -121,6 +155,7 @@ def row(cfg: Config, exp: Path, mix: dict | None = None) -> dict | None:
         "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
         "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
+        "incomplete": incomplete,  # folds still to train (or being trained)
         **s,
     }
 
@@ -128,10 +163,10 @@ def row(cfg: Config, exp: Path, mix: dict | None = None) -> dict | None:
 def rows(cfg: Config) -> list[dict]:
     """One row per experiment or blend folder, ranked (see rank); a folder that cannot be read is named on
     stderr and left out."""
-    out, mix = [], metrics.test_mix(cfg)
+    out = []
     for exp in sorted(p for p in layout.models_root(cfg).iterdir() if p.is_dir()):
         try:
-            found = row(cfg, exp, mix)
+            found = row(cfg, exp)
         except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as e:
             print(f"board: skipped {exp}: cannot read it ({type(e).__name__}: {e})", file=sys.stderr)
             continue
@@ -178,7 +213,10 @@ def board_table(board: list[dict]) -> str:
     body = []
     for r in board:
         values = [
-            r["name"] + (" (stale)" if r.get("stale") else "") + (" (!)" if r.get("below") else ""),
+            r["name"]
+            + (" (stale)" if r.get("stale") else "")
+            + (" (incomplete)" if r.get("incomplete") else "")
+            + (" (!)" if r.get("below") else ""),
             cell(r.get("oof6"), ".4f"),
             cell(r["oof"], ".4f"),
             *(cell(r["per_lang"].get(lg), ".4f") for lg in langs),
@@ -203,6 +241,7 @@ def stale_notes(board: list[dict]) -> str:
     """Why each experiment marked stale or (!) is: its numbers describe folds that no longer match their
     inputs; its OOF and test AUC disagree with another experiment's."""
     notes = [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
+    notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
     for r in board:
         if r.get("below"):
             q = next(x for x in board if x["name"] == r["below"])
@@ -222,7 +261,8 @@ def run(cfg: Config) -> str:
     text = board_table(board)
     notes = stale_notes(board)
     text += f"\n\n{notes}" if notes else ""
-    head = "Best six-language OOF first (then the OOF AUC of experiments without held-out translated rows)."
+    head = ("Ranked by the six-language OOF (the estimate of the test AUC) where an experiment's OOF covers every "
+            "test language, then by the OOF AUC on validation.csv's rows.")  # fmt: skip
     atomic_write_text(layout.board_path(cfg), f"# Board\n\n{head}\n\n{text}\n")
     print(text)
     print(f"\nwrote {layout.board_path(cfg)}")

@@ -11,6 +11,7 @@ from pipeline import blend, board, config
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
 from pipeline.scoring import report
+from tests.helpers import board_rows
 from tests.helpers.experiments import Competition
 
 
@@ -54,16 +55,14 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     out = capsys.readouterr().out
     assert text in out and (models / "board.md").read_text().count(text) == 1
 
-    lines = text.splitlines()[2:]
-    names = [line.split("|")[1].strip() for line in lines]
-    assert sorted(names) == ["partial", "stage1", "xlmr", "xlmr+xlmr-tfidf", "xlmr-tfidf"]  # bench is none
-    oof = [float(line.split("|")[3]) for line in lines[:-1]]
+    rows = board_rows(text)
+    names = [r["experiment"] for r in rows]
+    assert sorted(names) == ["partial (incomplete)", "stage1", "xlmr", "xlmr+xlmr-tfidf", "xlmr-tfidf"]  # bench: none
+    oof = [float(r["OOF AUC"]) for r in rows[:-1]]
     assert oof == sorted(oof, reverse=True)  # best OOF first
-    assert names[-2:] == ["partial", "stage1"]  # the noisiest, then the one without OOF
-
-    head = [c.strip() for c in text.splitlines()[0].split("|")[1:-1]]
-    assert head[:7] == ["experiment", "6-lang OOF", "OOF AUC", "es", "it", "tr", "folds"]
-    row = {n: dict(zip(head, [c.strip() for c in line.split("|")[1:-1]])) for n, line in zip(names, lines)}
+    assert names[-2:] == ["partial (incomplete)", "stage1"]  # the noisiest, then the one without OOF
+    assert list(rows[0])[:7] == ["experiment", "6-lang OOF", "OOF AUC", "es", "it", "tr", "folds"]
+    row = {r["experiment"].split(" (")[0]: r for r in rows}
     cv = read_json(models / "xlmr" / "cv.json")
     assert row["xlmr"]["OOF AUC"] == f"{cv['oof_auc']:.4f}" and row["xlmr"]["es"] == f"{cv['per_lang']['es']:.4f}"
     assert row["xlmr"]["test AUC"] == "0.8765" and row["xlmr-tfidf"]["test AUC"] == "-"
@@ -83,7 +82,7 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     assert row["stage1"]["folds"] == "stage 1" and row["stage1"]["OOF AUC"] == "-"
     assert row["stage1"]["minutes"] == "4.0"
     assert not (models / "partial" / "cv.json").exists()  # the board reads, it does not write experiments
-    assert "(stale)" not in text
+    assert "(stale)" not in text and "- partial (incomplete): fold2, fold3, fold4: not trained" in text
 
 
 def test_board_with_nothing_to_list(tmp_path: Path) -> None:
@@ -101,7 +100,7 @@ def test_board_marks_stale_experiments_and_skips_broken_folders(tmp_path: Path, 
     text = board.run(board_config(models))
     err = capsys.readouterr().err
     assert f"board: skipped {models / 'partial'}: cannot read it" in err
-    names = [line.split("|")[1].strip() for line in text.split("\n\n")[0].splitlines()[2:]]
+    names = [r["experiment"] for r in board_rows(text)]
     assert sorted(names) == ["stage1", "xlmr (stale)", "xlmr+xlmr-tfidf (stale)", "xlmr-tfidf"]
     assert "- xlmr (stale): fold0, fold1, fold2, fold3, fold4: trained on other data or settings" in text
     assert "- xlmr+xlmr-tfidf (stale): " in text  # its member no longer counts

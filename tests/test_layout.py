@@ -27,7 +27,7 @@ from pipeline import data as data_mod
 from pipeline.files import read_json, write_json
 from pipeline.inputs import sample
 from pipeline.scoring import metrics
-from tests.helpers import SCALE
+from tests.helpers import SCALE, board_rows
 from tests.helpers.tinyrun import stage_argv
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
@@ -150,16 +150,24 @@ def check_blend(made, root: Path, code: int, out: str, err: str) -> None:
     assert (root / "subs" / "x+x-tfidf.csv").read_bytes() == made.clean.blend_sub
 
 
-def check_board(made, text: str) -> None:
-    """A row not marked stale and counting both folds shows the undamaged OOF AUC."""
-    for line in text.splitlines()[2:]:
-        cells = [c.strip() for c in line.split("|")[1:-1]]
-        if len(cells) < 2 or "(stale)" in cells[0] or cells[1] == "-":
-            continue
-        name = cells[0]
+def check_board(made, text: str) -> int:
+    """A row marked neither stale nor incomplete that counts both folds shows the undamaged OOF AUC; returns
+    how many rows it checked."""
+    checked = 0
+    for row in board_rows(text.split("\nwrote ")[0]):
+        name, *marks = row["experiment"].split(" (")  # (!) is a note on the test AUC, not on the folds
         want = {"x": made.clean.cv, "x+x-tfidf": made.clean.blend}.get(name)
-        if want is not None and "2/2" in cells:
-            assert cells[1] == f"{want['oof_auc']:.4f}", (name, cells)
+        if want is not None and row["folds"] == "2/2" and not {"stale)", "incomplete)"} & set(marks):
+            assert row["OOF AUC"] == f"{want['oof_auc']:.4f}", row
+            checked += 1
+    return checked
+
+
+def test_the_board_check_checks_the_undamaged_board(made, tmp_path: Path, capsys) -> None:
+    root = copy_of(made, tmp_path)
+    code, out, err = quiet(board, argv(root, "name=x"), capsys)
+    assert code == 0, err
+    assert check_board(made, out) == 2  # the experiment and its blend, both folds
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)

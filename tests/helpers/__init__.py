@@ -54,3 +54,10 @@ def one_line_error(capsys) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and lines[-1].startswith("error: "), err
     return lines[-1]
+
+
+def board_rows(text: str) -> list[dict[str, str]]:
+    """The rows of a printed board (a Markdown table, notes below it), each as {column name: cell}, in order."""
+    lines = [line for line in text.split("\n\n")[0].splitlines() if line.startswith("|")]
+    head = [c.strip() for c in lines[0].split("|")[1:-1]]
+    return [dict(zip(head, [c.strip() for c in line.split("|")[1:-1]], strict=True)) for line in lines[2:]]
