@@ -21,7 +21,7 @@ endif
 CHECK_GPUS = case "$$GPUS" in ''|*[!0-9]*|0*) echo "error: GPUS=$$GPUS: the number of processes, a whole number from 1 (GPUS=2: two GPUs)" >&2; exit 2;; esac
 
 .DEFAULT_GOAL := help
-.PHONY: help data stage1 train predict cv baseline blend board bench bench-gpu kernel kernel-output kernel-status submit submissions test lint clean venv
+.PHONY: help data stage1 train predict cv baseline blend board leaks bench bench-gpu kernel kernel-output kernel-status submit submissions test lint clean venv
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ blend: $(STAMP) ## BLEND="exp1 exp2 ...": rank-average with weights fit on OOF (
 
 board: $(STAMP) ## every experiment and blend under models/, best six-language OOF first; models/board.md
 	$(STAGE) board $(OPTS)
+
+leaks: $(STAMP) ## held-out translated rows checked by content for twins among their folds' training rows
+	$(STAGE) leaks $(OPTS)
 
 bench: $(STAMP) ## peak memory and speed of each memory technique, side by side with HF Trainer
 	$(STAGE) bench $(OPTS)

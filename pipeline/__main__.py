@@ -10,7 +10,20 @@ import importlib
 import os
 import sys
 
-STAGES = ("data", "stage1", "train", "predict", "cv", "baseline", "blend", "board", "bench", "kernel", "submit")
+STAGES = (
+    "data",
+    "stage1",
+    "train",
+    "predict",
+    "cv",
+    "baseline",
+    "blend",
+    "board",
+    "leaks",
+    "bench",
+    "kernel",
+    "submit",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

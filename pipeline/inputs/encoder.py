@@ -29,7 +29,10 @@ def load(folder: Path):
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModel.from_pretrained(folder, dtype="float32")
+        try:  # a BERT-style folder without a pooler: none is built (nor reported missing)
+            model = AutoModel.from_pretrained(folder, dtype="float32", add_pooling_layer=False)
+        except TypeError:  # an architecture without that switch
+            model = AutoModel.from_pretrained(folder, dtype="float32")
     except (OSError, ValueError) as e:
         raise DataError(f"data.group_encoder={folder}: not a model folder transformers can load ({e})") from None
     return tokenizer, model.eval()
