@@ -72,6 +72,9 @@ class ModelConfig:
     # while model.name says what they are, so a fold trained from a copy counts wherever the same name is used
     path: str = ""
     max_length: int = 128
+    # what the head reads of the encoder's last hidden states: mean (over the attention mask) or cls (the first
+    # token); see pipeline.core.modeling
+    pooling: str = "mean"
     dropout: float = 0.1
     trim_vocab: bool = False  # keep only the embedding rows of tokens the competition's texts use
     init_from: str = ""  # an experiment whose stage-1 model (its fold -1) every fold starts from
@@ -212,6 +215,7 @@ CHOICES = {
     "train.precision": ("fp32", "fp16", "bf16", "auto"),
     "train.optimizer": ("adamw", "adamw8bit"),
     "predict.ensemble": ("mean", "rank"),
+    "model.pooling": ("mean", "cls"),
     "predict.calibration": ("none", "lang", "lang+prior"),
     "kaggle.kernel_type": ("script", "notebook"),
     "kaggle.docker_image_pinning": ("", "original", "latest"),  # kaggle 2.2.5's valid_push_pinning_types

@@ -36,12 +36,18 @@ NOT_WEIGHTS = {
 }
 
 
+# the pipeline's classification head (pipeline.core.modeling): a fold trained under another head is another
+# model, whose weights this version does not read
+HEAD = "pooled-linear-1"
+
+
 def model_identity(cfg: Config, tokenizer: Path, init_digest: str | None) -> dict:
     """The model a fold starts from: the tiny architecture and its tokenizer's files (in `tokenizer`), a
     pretrained model's name (its files may sit anywhere: model.path), or the content of a folder given as
-    model.name; a stage-2 fold adds its stage-1 model's fingerprint (`init_digest`)."""
+    model.name, under the pipeline's head (HEAD; model.pooling is among the settings); a
+    stage-2 fold adds its stage-1 model's fingerprint (`init_digest`)."""
     name = cfg.model.name
-    init = {} if init_digest is None else {"init_from": init_digest}
+    init = {"head": HEAD} if init_digest is None else {"init_from": init_digest, "head": HEAD}
     if name == "tiny":
         return {"tiny": True, "tokenizer": tree_digest(tokenizer, skip=("trained_on.json",)), **init}
     if not cfg.model.path and Path(name).is_dir():

@@ -397,8 +397,11 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     if done.get("fold", fold_index(folder)) != fold_index(folder):
         return f"its done.json is fold {done.get('fold')}'s (a copied folder?); retrain it"
     if digest is not None and done["digest"] != digest:
-        remake = "make baseline" if done.get("model") == fingerprint.TFIDF["model"] else "make train"
-        return f"trained on other data or settings (retrain it with `{remake}`)"
+        if done.get("model") == fingerprint.TFIDF["model"]:
+            return "trained on other data or settings (make it again with `make baseline`)"
+        if done.get("head", fingerprint.HEAD) != fingerprint.HEAD or "scale" not in done:  # no scale: before the head
+            return "made by an older version, whose model had another head (retrain it with `make train`)"
+        return "trained on other data or settings (retrain it with `make train`)"
     recorded = done.get("files") or {}
     if ALL in needs:  # every recorded file, the weights first
         needs = tuple(dict.fromkeys([n for n in needs if n != ALL] + sorted(recorded, key=lambda n: n != WEIGHTS)))

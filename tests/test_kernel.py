@@ -339,8 +339,6 @@ def mount_code(code_dir: Path, input_root: Path, slug: str, unpacked: bool) -> N
 
 def tiny_model_folder(dest: Path, competition: Path, cfg: config.Config) -> None:
     """A saved XLM-R (2 layers, hidden 32) and its tokenizer, as a model dataset would hold them."""
-    from transformers import XLMRobertaForSequenceClassification
-
     from pipeline.core import modeling
     from pipeline.inputs import tokenizer
 
@@ -349,8 +347,8 @@ def tiny_model_folder(dest: Path, competition: Path, cfg: config.Config) -> None
         texts += pd.read_csv(competition / name, dtype=str, keep_default_na=False)[col].tolist()
     tokenizer.train_tokenizer(texts, 1000, dest)
     tok = tokenizer.load_tokenizer(dest)
-    model = XLMRobertaForSequenceClassification(modeling.tiny_config(cfg, len(tok), tok.pad_token_id))
-    model.save_pretrained(dest)
+    encoder = modeling.encoder_from_config(modeling.tiny_config(cfg, len(tok), tok.pad_token_id))
+    encoder.save_pretrained(dest)  # a pretrained encoder's folder: the head is the pipeline's
 
 
 def run_notebook(script: Path, input_root: Path, working: Path, tmp_path: Path, **extra) -> subprocess.CompletedProcess:

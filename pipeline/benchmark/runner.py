@@ -1,7 +1,8 @@
 """One bench row, run in a process of its own: the model built, warmed up and timed, ours or through Trainer.
 
 The model is XLM-R's architecture from a config (base or large sizes, the real 250,002-token vocabulary,
-random weights); the data is random token ids at full length. Every row trains on the same rows at the
+random weights) or a pretrained encoder's folder, under the pipeline's head; the data is random token ids
+at full length. Every row trains on the same rows at the
 same effective batch: an untimed warm-up (one forward/backward on one row, and the optimizer state
 created by a zero step), then `bench.steps` optimizer steps, each timed on its own.
 """
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -28,13 +30,21 @@ PAD = 1
 SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 ARCH = {"xlm-roberta-base": (768, 12, 12, 3072), "xlm-roberta-large": (1024, 24, 16, 4096)}  # published sizes
 ROW_TAG = "BENCH_ROW "
+CLS = ("xlm-roberta", "roberta", "camembert")  # families whose position ids start after the pad id
 
 
 def model_config(cfg: Config):
-    """XLM-R base or large from its sizes, or the sample's tiny XLM-R (`bench.model=tiny`, for tests)."""
-    from transformers import XLMRobertaConfig
+    """XLM-R base or large from its sizes, the sample's tiny XLM-R (`bench.model=tiny`, for tests), or the
+    config of a pretrained encoder's folder (`bench.model=<folder>`: its own weights are timed)."""
+    from transformers import AutoConfig, XLMRobertaConfig
 
     b = cfg.bench
+    if Path(b.model).is_dir():
+        config = AutoConfig.from_pretrained(b.model)
+        offset = PAD + 1 if config.model_type in CLS else 0  # RoBERTa's position ids start after the pad id
+        if b.seq_len + offset > getattr(config, "max_position_embeddings", b.seq_len + offset):
+            raise PipelineError(f"bench.seq_len={b.seq_len}: {b.model} has {config.max_position_embeddings} positions")
+        return config
     if b.model == "tiny":
         t = cfg.model.tiny
         sizes = {"hidden_size": t.hidden, "num_hidden_layers": t.layers, "num_attention_heads": t.heads}
@@ -42,12 +52,22 @@ def model_config(cfg: Config):
     elif b.model in ARCH:
         sizes = {**dict(zip(SIZES, ARCH[b.model], strict=True)), "vocab_size": VOCAB}
     else:
-        raise PipelineError(f"bench.model={b.model!r}: one of {', '.join([*ARCH, 'tiny'])}")
+        raise PipelineError(f"bench.model={b.model!r}: one of {', '.join([*ARCH, 'tiny'])} or a model folder")
     if b.seq_len + PAD + 1 > 514:
         raise PipelineError(f"bench.seq_len={b.seq_len}: XLM-R has 512 positions")
-    return XLMRobertaConfig(
-        **sizes, max_position_embeddings=514, pad_token_id=PAD, bos_token_id=0, eos_token_id=2, num_labels=1
-    )
+    return XLMRobertaConfig(**sizes, max_position_embeddings=514, pad_token_id=PAD, bos_token_id=0, eos_token_id=2)
+
+
+def bench_model(cfg: Config, mconf):
+    """The Classifier a row trains: the pretrained encoder of a folder, else the architecture with random
+    weights, under the pipeline's head (pipeline.core.modeling: the same forward path as `make train`)."""
+    from pipeline.core import modeling
+
+    if Path(cfg.bench.model).is_dir():
+        encoder = modeling.pretrained_encoder(cfg.bench.model, cfg.model.dropout)
+    else:
+        encoder = modeling.encoder_from_config(mconf)
+    return modeling.Classifier(encoder, cfg.model.pooling, cfg.model.dropout)
 
 
 def bench_data(cfg: Config, vocab_size: int):
@@ -110,8 +130,8 @@ def warm_up(model, ids, precision: str, device) -> None:
     x = torch.as_tensor(ids[:1], dtype=torch.long, device=device)
     model.train()
     with autocast(precision, device):
-        logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits
-    F.binary_cross_entropy_with_logits(logits.float().squeeze(-1), torch.zeros(1, device=device)).backward()
+        logits = model(input_ids=x, attention_mask=torch.ones_like(x))
+    F.binary_cross_entropy_with_logits(logits, torch.zeros(1, device=device)).backward()
     model.zero_grad(set_to_none=True)
 
 
@@ -133,7 +153,6 @@ def init_state(optimizer) -> None:
 def run_row(cfg: Config, spec: dict) -> dict:
     """Build, warm up and time one row; returns its measurements (or `na` with the reason)."""
     import torch
-    from transformers import XLMRobertaForSequenceClassification
 
     from pipeline.core import distributed, memory, modeling, trim
     from pipeline.core.precision import cpu_has_bf16, resolve_precision
@@ -152,7 +171,7 @@ def run_row(cfg: Config, spec: dict) -> dict:
     torch.manual_seed(cfg.train.seed)
     start = _memory_start(device)
 
-    model = XLMRobertaForSequenceClassification(mconf)
+    model = bench_model(cfg, mconf)
     out["parameters"] = modeling.count_parameters(model)
     if spec["trim"]:
         vmap = trim.vocab_map(vocab, mconf.vocab_size, unk_id=3)  # before trimming changes the shared config
@@ -264,7 +283,7 @@ def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -
 
     def bce(outputs, targets, num_items_in_batch=None):
         # the loss our loop uses: BCE on fp32 logits, summed and divided by the window's examples
-        loss = F.binary_cross_entropy_with_logits(outputs.logits.float().squeeze(-1), targets.float(), reduction="sum")
+        loss = F.binary_cross_entropy_with_logits(outputs.float(), targets.float(), reduction="sum")
         return loss / (num_items_in_batch if num_items_in_batch is not None else len(targets))
 
     class Clock(TrainerCallback):

@@ -44,6 +44,7 @@ def trainer_arguments(tcfg, precision: str, device, max_steps: int, output_dir: 
         disable_tqdm=True,
         seed=tcfg.seed,
         use_cpu=device.type == "cpu",
+        label_names=["labels"],  # the pipeline's head takes no labels: Trainer must keep them for the loss
     )
 
 

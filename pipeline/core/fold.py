@@ -69,11 +69,12 @@ def banner(cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: i
 
 
 def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
-    """save_pretrained (safetensors) into a temporary folder, then rename each file into place."""
+    """The model (weights, config, head), its tokenizer and the config into a temporary folder, then each
+    file renamed into place."""
     tmp = fold_dir / f".save-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        modeling.save(model, tmp, cfg.model.dropout)
         tokenizer.save_pretrained(tmp)
         config_mod.save(cfg, tmp / layout.RUN_CONFIG)
         files.default_modes(tmp)  # safetensors writes its file 0600; every artifact gets the same mode
@@ -456,6 +457,7 @@ class FoldRun:
             "world": self.d.world,
             "effective_batch": t.micro_batch * t.accumulation * self.d.world,
             "scale": layout.PROBABILITY,  # of oof.csv's pred and test.csv's toxic
+            "head": modeling.HEAD,  # the classification head the weights belong to
             "profile": self.profile,  # the test's languages and toxic rates the fold was scored by
         }
         if self.d.is_main:

@@ -100,10 +100,10 @@ def forward_backward(job: Job, window: list[list[np.ndarray]]) -> tuple[float, i
         # cross the network once per window (forward and backward both inside the context)
         sync = job.model.no_sync() if job.world > 1 and not last else contextlib.nullcontext()
         with sync:
-            with autocast(job.precision, job.device):
-                logits = job.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            with autocast(job.precision, job.device):  # the model's head gives fp32 logits outside autocast
+                logits = job.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
             # fp32 loss from logits (never sigmoid then BCE: it saturates and underflows in half precision)
-            loss_sum = F.binary_cross_entropy_with_logits(logits.float().squeeze(-1), batch["labels"], reduction="sum")
+            loss_sum = F.binary_cross_entropy_with_logits(logits, batch["labels"], reduction="sum")
             # sum / examples in the window makes the window's gradient the mean over all its examples;
             # x world undoes DDP's averaging over ranks, which would otherwise divide a second time
             job.scaler.scale(loss_sum * (job.world / n_window)).backward()
@@ -238,22 +238,11 @@ def predict(
         pos = order[s : s + batch_size]
         batch = to_device(collate(data, idx[pos], pad_id, multiple), device)
         logits = predict_logits(model, batch, precision, device)
-        out[pos] = torch.sigmoid(logits.squeeze(-1)).cpu().numpy()
+        out[pos] = torch.sigmoid(logits).cpu().numpy()
     return out
 
 
 def predict_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor], precision: str, device: torch.device):
-    """fp32 logits: the encoder under autocast, the classification head outside it.
-
-    A bf16 logit keeps 8 bits of mantissa, so close scores round to the same value and tie; AUC sees only
-    the order, and a model whose scores are still close (early epochs) scores exactly 0.5.
-    """
-    head = getattr(model, "classifier", None)
-    # the RoBERTa family's head reads the first token of the last hidden state; other heads (BERT's reads
-    # the pooler's output) go through the model's own forward
-    if precision == "fp32" or not type(head).__name__.endswith("RobertaClassificationHead"):
-        with autocast(precision, device):
-            return model(**batch).logits.float()
+    """fp32 logits [batch]: the model's one forward path (the encoder under autocast, its head in fp32)."""
     with autocast(precision, device):
-        hidden = model.base_model(**batch)[0]  # what the model's own forward feeds its head
-    return head(hidden.float()).float()
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).float()

@@ -102,8 +102,8 @@ def probe(net, model, micro: int, seq_len: int, precision: str, device: torch.de
     try:
         with sync:
             with precision_mod.autocast(precision, device):
-                logits = net(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
-            loss = F.binary_cross_entropy_with_logits(logits.float().squeeze(-1), torch.zeros(micro, device=device))
+                logits = net(input_ids=ids, attention_mask=torch.ones_like(ids))
+            loss = F.binary_cross_entropy_with_logits(logits, torch.zeros(micro, device=device))
             scaler.scale(loss).backward()
         optim.optimizer_step(model, opt, scaler, max_grad_norm=1.0)
     finally:

@@ -1,23 +1,104 @@
-"""The model: a hub name, a local folder, or a tiny XLM-R built from a config; and the switches training sets.
+"""The model: any encoder transformers can load (a hub name, a local folder) or a tiny XLM-R built from a
+config, under the pipeline's own head; and the switches training sets.
 
-The tiny model (config `model.name=tiny`) needs no download: it is XLM-R's architecture at toy size, and
-its tokenizer (pipeline.inputs.tokenizer) is trained on the competition's texts by `make data`.
+One forward path, the same for training, evaluation, predict, auto-fit's memory probe and `make bench`:
+
+    input ids -> encoder (its last hidden states, under autocast) -> pooling (model.pooling) -> dropout
+              -> one linear logit, in fp32 (outside autocast)
+
+`mean` (the default) averages the hidden states over the attention mask, so padding never counts; `cls`
+reads the first token. The mean suits every family: an encoder pretrained by masked language modelling
+alone (XLM-R) never trained its first token to summarise a text, and sentence encoders (e5) were
+pretrained with mean pooling; the first token is what transformers' own RoBERTa head reads. The head is
+the pipeline's, not a transformers `...ForSequenceClassification`, so every encoder is trained, scored and
+reloaded the same way, and a pooler a checkpoint does not have is never built untrained.
+
+A fold folder holds model.safetensors (the encoder's and the head's weights), config.json (the encoder's
+config) and head.json (the pooling and the head's version); the tiny model (`model.name=tiny`) needs no
+download: its tokenizer (pipeline.inputs.tokenizer) is trained on the competition's texts by `make data`.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSequenceClassification
+from torch import nn
 
-from pipeline import layout
+from pipeline import fingerprint, layout
 from pipeline.config import Config
 from pipeline.errors import PipelineError
+
+HEAD = fingerprint.HEAD  # the head's version: in every fold's fingerprint and head.json
+HEAD_JSON = "head.json"
+# the names encoders' configs give their dropout probabilities, all set to model.dropout
+DROPOUT_NAMES = (
+    "hidden_dropout_prob", "attention_probs_dropout_prob",  # BERT, XLM-R, DeBERTa(-v2), ELECTRA
+    "dropout", "attention_dropout",  # DistilBERT, BART-style encoders
+    "hidden_dropout", "activation_dropout",  # others
+)  # fmt: skip
 
 
 class ModelError(PipelineError):
     pass
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
+    """[batch, hidden] from [batch, seq, hidden]: the first token (`cls`) or the mean over the mask (`mean`)."""
+    if how == "cls":
+        return hidden[:, 0]
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+class Classifier(nn.Module):
+    """An encoder, pooled, dropped out and read by one linear logit: forward gives fp32 logits [batch]."""
+
+    def __init__(self, encoder: nn.Module, pooling: str, dropout: float) -> None:
+        super().__init__()
+        self.encoder, self.pooling = encoder, pooling
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(encoder.config.hidden_size, 1)
+        std = getattr(encoder.config, "initializer_range", 0.02)
+        nn.init.normal_(self.head.weight, std=std)  # as transformers starts its heads
+        nn.init.zeros_(self.head.bias)
+
+    @property
+    def config(self):
+        return self.encoder.config
+
+    @property
+    def is_activation_checkpointing(self) -> bool:
+        """Whether the encoder recomputes its activations in backward (enable_checkpointing)."""
+        encoder = self.encoder
+        return bool(
+            getattr(encoder, "is_activation_checkpointing", getattr(encoder, "is_gradient_checkpointing", False))
+        )
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        pooled = pool(hidden, attention_mask, self.pooling)
+        # the logit in fp32 outside autocast: a bf16 logit keeps 8 bits of mantissa, so close scores tie and
+        # AUC (which sees only their order) loses them
+        with torch.autocast(device_type=pooled.device.type, enabled=False):
+            return self.head(self.dropout(pooled.float())).squeeze(-1)
+
+    def activation_checkpointing_enable(self, **kwargs) -> None:
+        """The encoder's own switch (what Trainer calls; the pipeline calls enable_checkpointing)."""
+        switch = getattr(self.encoder, "activation_checkpointing_enable", None)
+        if switch is not None:
+            switch(**kwargs)
+        else:  # transformers 4.x
+            self.encoder.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs=kwargs.get("activation_checkpointing_kwargs")
+            )
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.get_input_embeddings()
+
+    def set_input_embeddings(self, new: nn.Embedding) -> None:
+        self.encoder.set_input_embeddings(new)
 
 
 def tiny_config(cfg: Config, vocab_size: int, pad_id: int):
@@ -36,48 +117,136 @@ def tiny_config(cfg: Config, vocab_size: int, pad_id: int):
         pad_token_id=pad_id,
         bos_token_id=0,
         eos_token_id=2,
-        num_labels=1,
     )
 
 
-def build_model(cfg: Config, tokenizer, source: str | Path | None = None):
-    """A sequence classifier with one logit: from `source` (a trained fold), the hub name, or tiny."""
-    from transformers import XLMRobertaForSequenceClassification
+def with_dropout(config, p: float) -> list[str]:
+    """Set every dropout probability the config names (DROPOUT_NAMES) to `p`; the names set."""
+    found = [n for n in DROPOUT_NAMES if isinstance(getattr(config, n, None), float)]
+    for name in found:
+        setattr(config, name, p)
+    return found
 
-    name = source or layout.init_dir(cfg) or cfg.model.path or cfg.model.name
-    if name == "tiny":
-        return XLMRobertaForSequenceClassification(tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id))
+
+def encoder_from_config(config) -> nn.Module:
+    """The bare encoder of a config, randomly initialised, without a pooler (the head pools)."""
+    from transformers import AutoModel
+
+    try:
+        return AutoModel.from_config(config, add_pooling_layer=False)
+    except TypeError:  # an architecture without a pooler to switch off
+        return AutoModel.from_config(config)
+
+
+def pretrained_encoder(name: str, dropout: float) -> nn.Module:
+    """A pretrained encoder in fp32 with model.dropout set, or one line saying what it lacks."""
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except (OSError, ValueError) as e:
+        raise ModelError(
+            f"cannot load the model {name!r}: not a folder and not in the Hugging Face cache (no network?). "
+            f"Point model.name to a local folder. ({str(e).splitlines()[0]})"
+        ) from None
+    if not hasattr(config, "hidden_size"):
+        raise ModelError(
+            f"{name!r} ({config.model_type}): its config has no hidden_size; not an encoder the head can read"
+        )
+    with_dropout(config, dropout)
     # master weights in fp32 whatever the folder stores: transformers 5 keeps a checkpoint's own dtype, and
     # fp16/bf16 trainable weights round most AdamW updates away (and GradScaler refuses fp16 gradients)
-    kwargs = {"num_labels": 1, "dtype": torch.float32}
-    if source is None:
-        kwargs.update(hidden_dropout_prob=cfg.model.dropout, attention_probs_dropout_prob=cfg.model.dropout)
+    kwargs = {"config": config, "dtype": torch.float32}
     try:
-        return AutoModelForSequenceClassification.from_pretrained(str(name), **kwargs)
-    except OSError as e:
+        try:
+            return AutoModel.from_pretrained(name, add_pooling_layer=False, **kwargs)
+        except TypeError:
+            return AutoModel.from_pretrained(name, **kwargs)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load the encoder of {name!r}: {str(e).splitlines()[0]}") from None
+
+
+def read_head(folder: Path) -> dict:
+    """A fold folder's head.json; one line saying to retrain a fold made before the pipeline had its head."""
+    path = Path(folder) / HEAD_JSON
+    try:
+        head = json.loads(path.read_text())
+    except (OSError, ValueError):
         raise ModelError(
-            f"cannot load the model {str(name)!r}: not a folder and not in the Hugging Face cache "
-            f"(no network?). Point model.name to a local folder. ({str(e).splitlines()[0]})"
+            f"{folder}: no {HEAD_JSON} (a model made by an older version); retrain it with `make train`"
         ) from None
+    if head.get("version") != HEAD:
+        raise ModelError(
+            f"{path}: head {head.get('version')!r}, this version reads {HEAD!r}; retrain it with `make train`"
+        )
+    return head
+
+
+def load_fold_model(folder: Path, dropout: float | None = None) -> Classifier:
+    """The Classifier a fold folder (or a stage-1 model's) holds, in fp32; `dropout` replaces its own."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    head = read_head(folder)
+    config = AutoConfig.from_pretrained(folder)
+    if dropout is not None:
+        with_dropout(config, dropout)
+    model = Classifier(encoder_from_config(config), head["pooling"], head["dropout"] if dropout is None else dropout)
+    missing, unexpected = model.load_state_dict(load_file(Path(folder) / layout.WEIGHTS), strict=False)
+    if missing or unexpected:
+        raise ModelError(f"{folder / layout.WEIGHTS}: does not fit its config.json ({len(missing)} weights "
+                         f"missing, {len(unexpected)} unexpected); retrain the fold")  # fmt: skip
+    return model.float()
+
+
+def build_model(cfg: Config, tokenizer, source: str | Path | None = None) -> Classifier:
+    """The model a fold trains or predicts with: a trained fold's (`source`), a stage-1 model's, or the
+    encoder model.name names (model.path holding its files), or the tiny XLM-R, under a new head."""
+    if source is not None:
+        return load_fold_model(Path(source))
+    init = layout.init_dir(cfg)
+    if init is not None:
+        return load_fold_model(init, cfg.model.dropout)
+    name = cfg.model.path or cfg.model.name
+    if name == "tiny":
+        encoder = encoder_from_config(tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id))
+    else:
+        encoder = pretrained_encoder(str(name), cfg.model.dropout)
+    return Classifier(encoder, cfg.model.pooling, cfg.model.dropout)
+
+
+def save(model: Classifier, folder: Path, dropout: float) -> None:
+    """model.safetensors, config.json and head.json of a Classifier into `folder`."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, folder / layout.WEIGHTS, metadata={"format": "pt"})
+    model.encoder.config.save_pretrained(folder)
+    head = {"version": HEAD, "pooling": model.pooling, "dropout": dropout}
+    (folder / HEAD_JSON).write_text(json.dumps(head, indent=1) + "\n")
 
 
 def enable_checkpointing(model) -> None:
-    """Gradient checkpointing through the model's own switch, non-reentrant (works under DDP).
+    """Gradient checkpointing through the encoder's own switch, non-reentrant (works under DDP).
 
     transformers 5.x names it activation_checkpointing_enable (the old name is deprecated); 4.x >= 4.35
     has gradient_checkpointing_enable(gradient_checkpointing_kwargs=...). Older 4.x only has the bare
     call, which defaults to the reentrant variant, so we refuse rather than silently use it.
     """
+    encoder = model.encoder if isinstance(model, Classifier) else model
+    if not getattr(encoder, "supports_gradient_checkpointing", False):
+        raise ModelError(f"{type(encoder).__name__} has no gradient checkpointing; set train.checkpointing=false")
     kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    if hasattr(encoder, "activation_checkpointing_enable"):
+        encoder.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         try:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         except TypeError:
             raise ModelError("gradient checkpointing needs transformers >= 4.35 (non-reentrant)") from None
-    if hasattr(model.config, "use_cache"):
-        model.config.use_cache = False  # a decoder's KV cache and checkpointing do not mix
+    if hasattr(encoder.config, "use_cache"):
+        encoder.config.use_cache = False  # a decoder's KV cache and checkpointing do not mix
 
 
 def sparse_embedding_grad(model) -> None:

@@ -35,12 +35,12 @@ LOGS_BYTES = 2_000_000  # kernel-run.yaml, pipeline.yaml, metrics.jsonl, done.js
 
 
 def transformer_parameters(arch: dict, max_positions: int = 514) -> int:
-    """Parameters of XLMRobertaForSequenceClassification with one label (no pooler), from config.json's keys."""
+    """Parameters of an XLM-R encoder (no pooler) under the pipeline's one-logit head, from config.json's keys."""
     h, i, n = arch["hidden_size"], arch["intermediate_size"], arch["num_hidden_layers"]
     positions = arch.get("max_position_embeddings", max_positions)
     embeddings = (arch["vocab_size"] + positions + arch.get("type_vocab_size", 1)) * h + 2 * h
     layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h  # attention, LayerNorm, FFN, LayerNorm
-    head = (h * h + h) + (h + 1)  # classifier.dense and classifier.out_proj
+    head = h + 1  # the head: one linear logit on the pooled hidden state (pipeline.core.modeling)
     return embeddings + n * layer + head
 
 

@@ -191,9 +191,11 @@ def test_torchrun_two_processes_match_one(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     for base in (one, two):
         _stage(["pipeline.data", "--config", "sample"], base, [])
-    # the same effective batch: 16 x 2 x 1 process = 16 x 1 x 2 processes
-    _stage(["pipeline.train", "--config", "sample", "train.accumulation=2"], one, [])
-    out = _stage(["pipeline.train", "--config", "sample", "train.accumulation=1"], two, torchrun)
+    # the same effective batch: 16 x 2 x 1 process = 16 x 1 x 2 processes; no dropout and fp32, so that the two
+    # runs differ only in the order sums are taken (each process would draw other dropout masks)
+    same = ["model.dropout=0.0", "train.precision=fp32"]
+    _stage(["pipeline.train", "--config", "sample", "train.accumulation=2", *same], one, [])
+    out = _stage(["pipeline.train", "--config", "sample", "train.accumulation=1", *same], two, torchrun)
     assert "x world 2 = effective batch 32" in out
     files = {
         b: sorted(str(p.relative_to(b / "models")) for p in (b / "models").rglob("*") if p.is_file())
@@ -202,18 +204,18 @@ def test_torchrun_two_processes_match_one(tmp_path):
     assert files[one] == files[two]
     cv = {b: json.loads((b / "models" / "sample" / "cv.json").read_text()) for b in (one, two)}
     assert cv[one]["oof_auc"] > 0.6
-    assert abs(cv[one]["oof_auc"] - cv[two]["oof_auc"]) < 0.02
+    assert abs(cv[one]["oof_auc"] - cv[two]["oof_auc"]) < 0.005
     assert cv[one]["rows"] == cv[two]["rows"]  # every fold row scored exactly once under DDP too
     done = json.loads((two / "models" / "sample" / "fold0" / "done.json").read_text())
     assert done["world"] == 2 and done["effective_batch"] == 32
 
     # predict on two processes: each its own folds, rank 0 ensembles; the same file as one process writes
-    out = _stage(["pipeline.predict", "--config", "sample", "train.accumulation=1"], two, torchrun)
+    out = _stage(["pipeline.predict", "--config", "sample", "train.accumulation=1", *same], two, torchrun)
     assert "process 0 of 2 on cpu: fold0" in out and "process 1 of 2 on cpu: fold1" in out
     shared = (two / "subs" / "sample.csv").read_bytes()
     for fold in ("fold0", "fold1"):
         (two / "models" / "sample" / fold / "test.csv").unlink()  # no cache: the one process predicts both
-    _stage(["pipeline.predict", "--config", "sample", "train.accumulation=1"], two, [])
+    _stage(["pipeline.predict", "--config", "sample", "train.accumulation=1", *same], two, [])
     assert (two / "subs" / "sample.csv").read_bytes() == shared
 
 

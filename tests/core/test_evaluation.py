@@ -70,7 +70,7 @@ def test_the_kept_weights_are_the_best_evaluations_not_the_last(prepared, monkey
     assert done["best_step"] == best["step"] == 15 and done["auc"] == 0.90 and done["evaluations"] == len(steps)
     fold_dir = layout.experiment_dir(cfg) / "fold0"
     kept = load_file(fold_dir / "model.safetensors")
-    name = "roberta.encoder.layer.0.attention.self.query.weight"
+    name = "encoder.encoder.layer.0.attention.self.query.weight"
     assert torch.equal(kept[name], best["weights"][name])
     assert not torch.equal(kept[name], seen[-1]["weights"][name])  # training went on after the best
     oof = pd.read_csv(fold_dir / "oof.csv")

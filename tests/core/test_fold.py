@@ -51,7 +51,7 @@ def test_the_train_stage_runs_with_checkpointing(prepared) -> None:
         cfg = dataclasses.replace(prepared, train=dataclasses.replace(prepared.train, checkpointing=on))
         run = fold_run(cfg, StopAt(10**9))  # the model as the stage builds it
         calls = []
-        for layer in run.model.roberta.encoder.layer:
+        for layer in run.model.encoder.encoder.layer:
             layer.intermediate.register_forward_hook(lambda *_, calls=calls: calls.append(1))
         run.train_epoch(0)
         counts[on] = len(calls)

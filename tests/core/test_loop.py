@@ -40,12 +40,10 @@ TINY = [
 
 
 def tiny_model(seed: int = 0, *overrides: str):
-    from transformers import XLMRobertaForSequenceClassification
-
     cfg = config.load("sample", [*TINY, *overrides])
     torch.manual_seed(seed)
-    model = XLMRobertaForSequenceClassification(modeling.tiny_config(cfg, VOCAB, PAD))
-    return model.float()
+    encoder = modeling.encoder_from_config(modeling.tiny_config(cfg, VOCAB, PAD))
+    return modeling.Classifier(encoder, "cls", cfg.model.dropout).float()
 
 
 def train_cfg(**kw):
@@ -125,7 +123,7 @@ def direct_grads(model, data: Ragged, labels: np.ndarray, rows: np.ndarray) -> d
     model.train()
     model.zero_grad(set_to_none=True)
     batch = batching.collate(data, rows, PAD, 1, labels)
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.squeeze(-1)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     F.binary_cross_entropy_with_logits(logits, batch["labels"]).backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
@@ -333,13 +331,16 @@ def test_predict_bf16_keeps_fp32_logits_and_row_order() -> None:
     """Close scores must not tie: a bf16 logit keeps ~3 digits, which would flatten an early model's AUC."""
     data, _ = toy_data(40, lo=3, hi=30)
     model = tiny_model(seed=7)
-    with torch.no_grad():
-        model.classifier.out_proj.bias.fill_(3.0)  # logits near 3, where bf16 steps by 1/64
-        model.classifier.out_proj.weight.mul_(100.0)  # spread them over a few hundredths
     idx = np.random.default_rng(2).permutation(40)[:30]
     model.eval()
+    with torch.no_grad():
+        model.head.weight.mul_(100.0)  # spread the logits over a few hundredths
+        model.head.bias.fill_(0.0)
+        centre = float(model(**batching.collate(data, idx, PAD, 1)).mean())
+        model.head.bias.fill_(3.0 - centre)  # around 3, where bf16 steps by 1/64
     with torch.no_grad(), precision.autocast("bf16", CPU):  # the naive way: the head's output in bf16
-        naive = model(**batching.collate(data, idx, PAD, 8)).logits.float()
+        batch = batching.collate(data, idx, PAD, 8)
+        naive = model.head(model.encoder(**batch).last_hidden_state[:, 0]).float()
     assert len(torch.unique(naive)) < len(idx) // 2  # ties: the case this guards against
     p32 = loop.predict(model, data, idx, 7, "fp32", CPU, PAD)
     p16 = loop.predict(model, data, idx, 7, "bf16", CPU, PAD)
@@ -372,14 +373,17 @@ def test_cuda_auto_precision_needs_native_bf16(monkeypatch, capability, native, 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_folder_loads_fp32_master_weights(tmp_path, dtype) -> None:
     stored = tiny_classifier(vocab=120, hidden=32).to(dtype)
-    stored.save_pretrained(tmp_path / "weights")
+    stored.encoder.save_pretrained(tmp_path / "weights")  # a pretrained encoder's folder, in half precision
     cfg = config.load("sample", [f"model.name={tmp_path / 'weights'}", "model.dropout=0.0"])
     model = modeling.build_model(cfg, tokenizer=None)
     assert {p.dtype for p in model.parameters()} == {torch.float32}
-    for p, q in zip(model.parameters(), stored.parameters(), strict=True):
+    for p, q in zip(model.encoder.parameters(), stored.encoder.parameters(), strict=True):
         assert torch.equal(p, q.float())  # the stored values, widened
-    again = modeling.build_model(cfg, tokenizer=None, source=tmp_path / "weights")  # a trained fold's folder too
+    modeling.save(stored, tmp_path / "fold", 0.0)  # a trained fold's folder too
+    again = modeling.build_model(cfg, tokenizer=None, source=tmp_path / "fold")
     assert {p.dtype for p in again.parameters()} == {torch.float32}
+    for p, q in zip(again.parameters(), stored.parameters(), strict=True):
+        assert torch.equal(p, q.float())
 
     # and it trains in fp16 with a GradScaler (fp16 trainable weights make unscale_ refuse)
     data, labels = toy_data(8)
@@ -394,7 +398,7 @@ def test_fp16_grad_scaler_skips_overflowed_steps_and_recovers() -> None:
     cfg = train_cfg(accumulation=2, max_grad_norm=1.0)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
     poisoned = {"left": 2}
-    weight = model.classifier.out_proj.weight
+    weight = model.head.weight
 
     def overflow(grad):  # the first two windows' gradients overflow, as fp16 does with too large a scale
         if poisoned["left"] > 0:
@@ -610,7 +614,7 @@ def test_inf_weights_are_never_stepped() -> None:
     data, labels = toy_data(4)
     model = tiny_model()
     with torch.no_grad():
-        model.classifier.out_proj.weight.fill_(float("inf"))
+        model.head.weight.fill_(float("inf"))
     cfg = train_cfg(micro_batch=2, accumulation=2)
     opt, sched, scaler = real_step_setup(model, cfg)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import XLMRobertaForSequenceClassification
 
-from pipeline.core import trim
+from pipeline.core import modeling, trim
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
 from tests.helpers.tinymodel import tiny_classifier
@@ -45,7 +44,7 @@ def logits(model, data: Ragged) -> torch.Tensor:
     for i in range(len(data)):
         ids[i, : data.lengths[i]] = torch.as_tensor(np.asarray(data[i]), dtype=torch.long)
     with torch.no_grad():
-        return model(input_ids=ids, attention_mask=(ids != 1).long()).logits
+        return model(input_ids=ids, attention_mask=(ids != 1).long())
 
 
 def test_trimming_leaves_predictions_unchanged(tmp_path) -> None:
@@ -58,9 +57,9 @@ def test_trimming_leaves_predictions_unchanged(tmp_path) -> None:
     torch.testing.assert_close(logits(model, trim.remap(data, vmap)), before, rtol=1e-5, atol=1e-6)
 
     # saved and loaded as a fold is: weights + vocab_map.npy beside them
-    model.save_pretrained(tmp_path)
+    modeling.save(model, tmp_path, 0.0)
     trim.save_map(tmp_path, vmap)
-    loaded = XLMRobertaForSequenceClassification.from_pretrained(tmp_path).eval()
+    loaded = modeling.load_fold_model(tmp_path).eval()
     vmap2 = trim.load_map(tmp_path, loaded)
     torch.testing.assert_close(logits(loaded, trim.remap(data, vmap2)), before, rtol=1e-5, atol=1e-6)
     trim.save_map(tmp_path, None)  # an untrimmed retrain removes the stale map

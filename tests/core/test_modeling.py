@@ -1,0 +1,189 @@
+"""The one forward path (pipeline.core.modeling): pooling, the head, dropout by each family's own names, any
+encoder transformers can load, fold folders reloaded as trained, and the real pretrained encoder fine-tuned
+with each memory technique."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pipeline import config, layout
+from pipeline.core import batching, loop, modeling, optim, precision
+from pipeline.errors import PipelineError
+from pipeline.inputs.tokens import Ragged
+from tests.helpers import ROOT
+
+PRETRAINED = ROOT.parent / "shared" / "pretrained" / "multilingual-e5-small-jigsaw"
+CPU = torch.device("cpu")
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+
+
+def family_config(family: str):
+    """A tiny config of each family the pipeline promises to train (vocab 120, pad id 1)."""
+    from transformers import BertConfig, DebertaV2Config, DistilBertConfig, XLMRobertaConfig
+
+    if family == "distilbert":
+        return DistilBertConfig(vocab_size=120, dim=32, n_layers=2, n_heads=2, hidden_dim=64, pad_token_id=1,
+                                max_position_embeddings=64)  # fmt: skip
+    make = {"xlm-roberta": XLMRobertaConfig, "bert": BertConfig, "deberta-v2": DebertaV2Config}[family]
+    return make(vocab_size=120, pad_token_id=1, max_position_embeddings=64, **SMALL)
+
+
+FAMILIES = ("xlm-roberta", "bert", "distilbert", "deberta-v2")
+
+
+def batch_of(rows: list[list[int]], width: int) -> dict[str, torch.Tensor]:
+    ids = torch.ones(len(rows), width, dtype=torch.long)  # pad id 1
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+    return {"input_ids": ids, "attention_mask": (ids != 1).long()}
+
+
+def test_masked_mean_is_the_mean_of_the_real_tokens() -> None:
+    hidden = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    torch.testing.assert_close(modeling.pool(hidden, mask, "mean")[0], hidden[0, :2].mean(0))
+    torch.testing.assert_close(modeling.pool(hidden, mask, "cls"), hidden[:, 0])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_every_family_scores_a_row_whatever_its_padding(family: str, pooling: str) -> None:
+    torch.manual_seed(0)
+    model = modeling.Classifier(modeling.encoder_from_config(family_config(family)), pooling, 0.1).eval()
+    row = [0, 17, 45, 9, 2]
+    with torch.no_grad():
+        alone = model(**batch_of([row], 5))
+        padded = model(**batch_of([row, [0, 5, 2]], 12))  # more padding, and another row beside it
+    assert alone.dtype == torch.float32 and alone.shape == (1,)
+    torch.testing.assert_close(padded[:1], alone, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_loads_from_a_folder_with_its_dropout_and_trains(tmp_path, family: str) -> None:
+    """A pretrained folder of each family: model.dropout reaches the encoder under its config's own names
+    (DistilBERT: dropout, attention_dropout), checkpointing switches on, and a step moves the weights."""
+    torch.manual_seed(0)
+    modeling.encoder_from_config(family_config(family)).save_pretrained(tmp_path / family)
+    cfg = config.load("sample", [f"model.name={tmp_path / family}", "model.dropout=0.25"])
+    model = modeling.build_model(cfg, tokenizer=None)
+    names = modeling.with_dropout(model.encoder.config, 0.25)
+    assert names and all(getattr(model.encoder.config, n) == 0.25 for n in names)
+    assert model.pooling == "mean"  # the default, whatever the family
+    modeling.enable_checkpointing(model)
+    assert model.is_activation_checkpointing
+    data = Ragged(np.array([0, 17, 45, 9, 2, 0, 5, 2] * 2), np.array([0, 5, 8, 13, 16]))
+    opt = optim.make_optimizer(model, config.load("sample").train, CPU)
+    before = model.head.weight.detach().clone()
+    batch = batching.collate(data, np.arange(4), 1, 1, np.array([1.0, 0.0, 1.0, 0.0], dtype=np.float32))
+    model.train()
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(model(batch["input_ids"], batch["attention_mask"]),
+                                                                batch["labels"])  # fmt: skip
+    loss.backward()
+    opt.step()
+    assert torch.isfinite(loss) and not torch.equal(model.head.weight, before)
+
+
+def test_an_encoder_the_head_cannot_read_is_one_line(tmp_path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "config.json").write_text('{"model_type": "clip_text_model"}')
+    cfg = config.load("sample", [f"model.name={tmp_path / 'x'}"])
+    with pytest.raises(PipelineError) as e:
+        modeling.build_model(cfg, tokenizer=None)
+    assert "\n" not in str(e.value)
+
+
+def test_a_fold_folder_reloads_the_model_as_trained_and_an_old_one_is_refused(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = modeling.Classifier(modeling.encoder_from_config(family_config("bert")), "mean", 0.1).eval()
+    modeling.save(model, tmp_path / "fold0", 0.1)
+    again = modeling.load_fold_model(tmp_path / "fold0").eval()
+    b = batch_of([[0, 17, 45, 2], [0, 9, 2]], 6)
+    with torch.no_grad():
+        torch.testing.assert_close(again(**b), model(**b))
+    assert again.pooling == "mean"
+    (tmp_path / "fold0" / modeling.HEAD_JSON).unlink()  # a fold written before the pipeline had its head
+    with pytest.raises(PipelineError, match="made by an older version.*retrain it with `make train`"):
+        modeling.load_fold_model(tmp_path / "fold0")
+
+
+def test_predict_scores_a_trained_folds_rows_as_its_oof_says(prepared) -> None:
+    """The fold folder predict reloads gives the OOF training wrote for the same rows (one forward path)."""
+    from pipeline.inputs import tables, tokens
+    from pipeline.inputs.tokenizer import load_tokenizer
+    from tests.helpers.folds import StopAt, fold_run
+
+    fold_run(prepared, StopAt(10**9)).run()
+    folder = layout.experiment_dir(prepared) / "fold0"
+    oof = pd.read_csv(folder / layout.OOF, dtype={"id": str})
+    table, _, meta = tables.load_table(prepared)
+    splits, _ = tokens.load_cache(prepared, meta)
+    model = modeling.build_model(prepared, load_tokenizer(folder), source=folder)
+    rows = table.index[table["id"].isin(oof["id"])].to_numpy()
+    p = loop.predict(model, splits["train"], rows, 7, "fp32", CPU, 1)
+    want = oof.set_index("id").loc[table["id"].iloc[rows], "pred"].to_numpy()
+    np.testing.assert_allclose(p, want, atol=1e-6)
+
+
+@pytest.mark.skipif(not PRETRAINED.is_dir(), reason="needs ../shared/pretrained (the real multilingual encoder)")
+def test_the_real_encoder_fine_tunes_with_each_technique() -> None:
+    """The pretrained e5 folder (fp16 on disk) under the pipeline's head: fp32 master weights, mean pooling;
+    a few steps with no technique and with all three (bf16 autocast, accumulation, checkpointing): finite
+    losses that fall, and checkpointing leaves the fp32 gradient as it was."""
+    from pipeline.inputs.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(PRETRAINED)
+    cfg = config.load("sample", [f"model.name={PRETRAINED}", "model.dropout=0.0"])
+    texts = ["You are an idiot and a liar.", "Thanks for the helpful edit!", "Vete a la mierda, imbécil.",
+             "Grazie per il tuo contributo.", "Ты тупой идиот.", "Teşekkürler, güzel makale."] * 2  # fmt: skip
+    y = np.array([1, 0, 1, 0, 1, 0] * 2, dtype=np.float32)
+    enc = [tok(t, truncation=True, max_length=24)["input_ids"] for t in texts]
+    data = Ragged(np.concatenate(enc), np.cumsum([0] + [len(e) for e in enc]))
+    grads = {}
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = modeling.build_model(cfg, tok)
+        assert model.pooling == "mean" and {p.dtype for p in model.parameters()} == {torch.float32}
+        if ckpt:
+            modeling.enable_checkpointing(model)
+        model.train()
+        b = batching.collate(data, np.arange(12), tok.pad_token_id, 1, y)
+        torch.nn.functional.binary_cross_entropy_with_logits(
+            model(b["input_ids"], b["attention_mask"]), b["labels"]
+        ).backward()
+        grads[ckpt] = model.encoder.encoder.layer[3].attention.self.query.weight.grad.clone()
+    torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-6)
+    for prec, accumulation, ckpt in (("fp32", 1, False), ("bf16", 3, True)):
+        torch.manual_seed(0)
+        model = modeling.build_model(cfg, tok)
+        if ckpt:
+            modeling.enable_checkpointing(model)
+        tcfg = config.load("sample", ["train.lr=1e-4", f"train.accumulation={accumulation}", "train.warmup=0"]).train
+        opt = optim.make_optimizer(model, tcfg, CPU)
+        sched = optim.make_scheduler(opt, 0.0, 100)
+        micro = 12 // accumulation
+        steps = [[np.arange(i, i + micro)] for i in range(0, 12, micro)]
+        losses = []
+        for _ in range(4):
+            state = loop.train_epoch(model, steps, data, y, opt, sched, precision.make_scaler(prec, CPU), tcfg, prec,
+                                     CPU, pad_id=tok.pad_token_id, progress=False)  # fmt: skip
+            losses.append(state.loss_sum / state.examples)
+        assert all(np.isfinite(losses)) and losses[-1] < losses[0], (prec, losses)
+
+
+def test_every_reader_refuses_a_fold_trained_under_the_old_head_in_one_line(tmp_path) -> None:
+    """A fold from before the pipeline's head (its done.json has neither `head` nor `scale`): another
+    fingerprint, and the reason given is the version, not 'other data or settings'."""
+    from pipeline.files import write_json
+
+    folder = tmp_path / "fold0"
+    folder.mkdir()
+    write_json(folder / layout.DONE, {"fold": 0, "digest": "before", "files": {}})
+    assert layout.fold_status(folder, "now") == (
+        "made by an older version, whose model had another head (retrain it with `make train`)"
+    )
+    write_json(folder / layout.DONE, {"fold": 0, "digest": "before", "files": {}, "scale": "probability",
+                                      "head": modeling.HEAD})  # fmt: skip
+    assert "other data or settings" in layout.fold_status(folder, "now")
