@@ -50,6 +50,7 @@ SMALL = (
     "train.precision=fp32",  # bf16 autocast is slow on CPU; the GPU run keeps auto
     "data.english_negatives=100",
     "data.extra_files=[]",  # the real competition has no translated-train.csv
+    "train.device=cpu",  # without it a notebook that sees no GPU stops at once
 )
 LAYOUT_SCALE = 0.1  # the sample competition under the simulated /kaggle/input: 90 validation, 90 test rows
 
@@ -105,9 +106,9 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
         mp.setattr(client, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
-    # status: exists?, then polled until ready, then asked for the version number the notebook pins
-    assert names == ["dataset_status", "dataset_create_new", *["dataset_status"] * 3, "kernels_push"]
-    create = api.calls[1][1]
+    # status: the version before (none: 404), exists?, then polled until ready, then the version the notebook pins
+    assert names == [*["dataset_status"] * 2, "dataset_create_new", *["dataset_status"] * 3, "kernels_push"]
+    create = api.calls[2][1]
     assert create["dir_mode"] == "zip" and create["public"] is False
     assert create["sent"] == ["kernel-config.yaml", "pipeline.zip"]  # subfolders travel zipped
     push = api.calls[-1][1]
@@ -124,9 +125,38 @@ def test_second_push_adds_a_version(tmp_path: Path) -> None:
     api.datasets.add("tester/jigsaw-sample-code")
     kernel.build_and_push(make_cfg(tmp_path, "kaggle.timeout=3600"), api=api)
     names = [name for name, _ in api.calls]
-    assert names == ["dataset_status", "dataset_create_version", "dataset_status", "dataset_status", "kernels_push"]
-    assert api.calls[1][1]["dir_mode"] == "zip"
+    assert names == [*["dataset_status"] * 2, "dataset_create_version", *["dataset_status"] * 2, "kernels_push"]
+    assert api.calls[2][1]["dir_mode"] == "zip"
     assert api.calls[-1][1]["timeout"] == "3600"
+    assert api.calls[-1][1]["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8"  # 7 before
+
+
+def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) -> None:
+    """Right after an upload Kaggle may still answer the previous version number (or 404): the kernel waits for a
+    number past the one before the upload instead of pinning the previous bundle."""
+    api = FakeKaggleApi()
+    api.datasets.add("tester/jigsaw-sample-code")
+    answers = iter([7, 7, 404, 8])  # before the upload; then the old number, a 404, the new one
+
+    def dataset_version(ref: str, api) -> int:
+        number = next(answers)
+        if number == 404:
+            raise KaggleError("dataset: not found (404)") from http_error(404)
+        return number
+
+    sleeps: list[float] = []
+    orig = client.wait_new_version
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(client, "dataset_version", dataset_version)
+        mp.setattr(client, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=sleeps.append))
+        result = kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert result["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8" and len(sleeps) == 2
+    answers = iter([7, *[7] * 40])  # never past 7: refused before the push
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(client, "dataset_version", dataset_version)
+        mp.setattr(client, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=lambda s: None))
+        with pytest.raises(KaggleError, match="still serves version 7 after 300 s, the one before this upload"):
+            kernel.build_and_push(make_cfg(tmp_path), api=api)
 
 
 def test_user_comes_from_the_api_else_config(tmp_path: Path) -> None:
@@ -397,7 +427,7 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pa
     training under torchrun with two CPU processes (gloo) standing for two T4s. (base, input, working, result)"""
     base = tmp_path_factory.mktemp("sample-run")
     input_root, working = kaggle_layout(base)
-    two = ["kaggle.gpus=2", "train.device=cpu"]
+    two = ["kaggle.gpus=2"]
     argv = ["--config", "sample", f"kaggle.dir={base / 'kernel'}", "kaggle.dry_run=true", "kaggle.user=tester"]
     assert kernel.main([*argv, *SMALL, *two]) == 0
     root = base / "kernel" / "jigsaw-sample"
@@ -420,7 +450,8 @@ def test_sample_kernel_runs_end_to_end(sample_run) -> None:
     fold_files = {f.split("/", 3)[3] for f in files if f.startswith("models/sample/fold0/")}
     assert {"model.safetensors", "done.json", "oof.csv", "test.csv", "metrics.jsonl"} <= fold_files
     assert not any(f.startswith("input/") or f.endswith("resume.pt") for f in files), files
-    assert {f for f in files if not f.startswith("models/")} == {"kernel-run.yaml", "submission.csv", "sample.csv"}
+    kept = {"kernel-run.yaml", "submission.csv", "sample.csv", "kernel-session.json"}
+    assert {f for f in files if not f.startswith("models/")} == kept
     assert {f.split("/")[2] for f in files if f.startswith("models/")} >= {"cv.json", "oof.csv", "fold0", "fold1"}
     temp = working.parent / "temp"
     assert (temp / "input" / "prepared" / "sample").is_dir()  # the scratch went to temp
@@ -637,7 +668,8 @@ def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.Captu
     out = second.stdout
     assert "sample fold 0 from the earlier session (complete)" in out
     assert "sample fold 1 from the earlier session (with a resume state)" in out
-    assert "fold 0: complete with these settings" in out and "fold 1: resuming at epoch 1, step" in out
+    assert "sample fold 0: complete from the earlier session (AUC" in out and "=== fold 0 ===" not in out
+    assert "fold 1: resuming at epoch 1, step" in out
     assert "kernel: done; submission at" in out and "from folds 0, 1" in out
 
     # the same two folds trained in one go, here: the same OOF
@@ -655,7 +687,7 @@ def test_a_fold_that_cannot_finish_is_not_started(monkeypatch: pytest.MonkeyPatc
     assert notebook.fits(cfg, []) is True  # nothing timed yet: the first fold starts, its epochs guarded
     assert notebook.fits(cfg, [3600.0]) is True
     assert notebook.fits(cfg, [2 * 3600.0]) is False  # 2 h a fold, 1.5 h left
-    assert "the next fold needs about 2h00m; 1h30m are left before the limit" in capsys.readouterr().out
+    assert "the next fold needs about 2h00m; 1h30m are left before the deadline" in capsys.readouterr().out
     keep = config.load("sample", ["train.epochs=2", "kaggle.keep_resume=true"])
     assert notebook.fits(keep, [2 * 3600.0]) is True  # one epoch fits; its state carries to the next session
 
@@ -689,14 +721,25 @@ def test_versions_are_logged_and_a_missing_one_stops_at_once(monkeypatch: pytest
     lines = session.machine_report()
     assert lines[0].startswith("python ") and "torch " in lines[0] and "transformers " in lines[0]
     cfg = config.load("sample", [])
-    session.check_machine(cfg)
+    session.check_machine(cfg, gpus=2)
     monkeypatch.setattr(transformers, "__version__", "4.40.2")
-    with pytest.raises(KernelError, match="transformers 4.40.2 is too old"):
-        session.check_machine(cfg)
+    with pytest.raises(KernelError, match="transformers 4.40.2 is too old") as info:
+        session.check_machine(cfg, gpus=2)
+    assert "as a dataset" not in str(info.value)  # advice nothing supports
     monkeypatch.undo()
     monkeypatch.setattr(session.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(KernelError, match="adamw8bit needs bitsandbytes"):
-        session.check_machine(config.load("sample", ["train.optimizer=adamw8bit"]))
+        session.check_machine(config.load("sample", ["train.optimizer=adamw8bit"]), gpus=2)
+
+
+def test_a_session_without_a_gpu_stops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session that lands on a machine without GPUs would train XLM-R on CPU for its 12 hours (and leave a
+    one-process resume state a two-GPU session cannot take): refused before anything else, unless asked."""
+    monkeypatch.setattr(session, "visible_gpus", lambda: 0)
+    with pytest.raises(KernelError, match="no GPU is visible in this session") as info:
+        session.check_machine(config.load("xlmr-large", []))
+    assert "train.device=cpu" in str(info.value) and "\n" not in str(info.value)
+    session.check_machine(config.load("xlmr-large", ["train.device=cpu"]))  # asked for: trains on CPU
 
 
 def test_the_plan_refuses_adamw8bit_unless_the_image_has_bitsandbytes(tmp_path: Path) -> None:
@@ -709,10 +752,18 @@ def test_two_gpus_fall_back_to_one_when_an_all_reduce_fails(monkeypatch: pytest.
     cfg = config.load("sample", [])
     monkeypatch.setattr(notebook, "visible_gpus", lambda: 2)
     monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 1)
+    monkeypatch.delenv("NCCL_P2P_DISABLE", raising=False)
     assert notebook.checked_processes(cfg, 2) == 1
-    assert "an all-reduce across 2 GPUs failed (1); training on one GPU instead" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "an all-reduce across 2 GPUs failed (1)" in out and "failed with NCCL_P2P_DISABLE=1 (1)" in out
+    assert "training on one GPU instead: effective batch 32 instead of 64" in out  # said, not silent
     monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 0)
     assert notebook.checked_processes(cfg, 2) == 2
+    # peer-to-peer over PCIe hangs: the check is tried again without it, and every later torchrun inherits that
+    monkeypatch.setattr(notebook, "torchrun", lambda *a, extra_env=None, **k: 0 if extra_env else 1)
+    assert notebook.checked_processes(cfg, 2) == 2
+    assert os.environ.pop("NCCL_P2P_DISABLE") == "1"
+    assert "works with NCCL_P2P_DISABLE=1" in capsys.readouterr().out
 
 
 def test_versioned_datasets_are_taken_or_refused_at_the_plan(tmp_path: Path) -> None:
@@ -728,6 +779,7 @@ def test_the_dry_run_plans_time_too(tmp_path: Path, capsys: pytest.CaptureFixtur
     kernel.build_and_push(dry(tmp_path, "model.name=xlm-roberta-large", "data.source=kaggle", "data.folds=5",
                               "data.english_negatives=400000", "model.max_length=256"))  # fmt: skip
     out = capsys.readouterr().out
-    assert "kernel: time plan, at " in out and "an estimate for 2 T4s from the model's size" in out
+    assert "kernel: time plan, an estimate (the log's ETA lines are measured)" in out
+    assert "an estimate for 2 T4s from the model's size, 10% of their fp16 peak, not measured" in out
     assert "of a 12 h session" in out and "of a 30 h weekly GPU quota" in out
     assert "kernel: warning: the folds need about" in out and "kaggle.continue_from=self" in out

@@ -191,7 +191,7 @@ def kernel_status(
     lines = show_log(plan.kernel_ref, out, api)
     print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
     if follow and status not in FINAL and client.can_stream_logs(api):
-        for line in client.stream_log(plan.kernel_ref, api, shown=list(lines)):
+        for line in client.stream_log(plan.kernel_ref, api, shown=list(lines), sleep=sleep):
             print(f"  | {line}", flush=True)
             lines.append(line)
         status, failure = client.kernel_status(plan.kernel_ref, api)
