@@ -113,7 +113,7 @@ def world_problem(cfg: Config, digest: str, todo: list[int], world: int) -> str:
     if not todo:
         return ""
     done, _ = layout.select_folds(layout.experiment_dir(cfg), digest, cfg.data.folds)
-    others = {d.name: (layout.read_done(d) or {}).get("world", 1) for d in done}
+    others = {d.name: (layout.read_done(d) or {}).get("world", 1) for d in done if layout.fold_index(d) not in todo}
     other = sorted({w for w in others.values() if w != world})
     if not other:
         return ""

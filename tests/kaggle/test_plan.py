@@ -319,3 +319,30 @@ def test_kaggle_model_goes_to_model_sources(tmp_path: Path) -> None:
     meta = bundle.write_kernel(cfg, plan, tmp_path / "k")
     assert meta["model_sources"] == ["owner/xlmr/transformers/large/2"]
     assert meta["dataset_sources"] == ["tester/jigsaw-sample-code"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["kaggle.continue_from=../x"], "kaggle.continue_from='../x': expected self, <kernel>, <owner>/<kernel>"),
+        (["kaggle.continue_from=a/b/c"], "kaggle.continue_from='a/b/c': the version must be a number from 1"),
+        (["kaggle.continue_from=a/b/0"], "kaggle.continue_from='a/b/0': the version must be a number"),
+        (["kaggle.continue_from=someone/Bad_Run"], "kaggle.continue_from='someone/Bad_Run': expected self"),
+        (["kaggle.kernel_slug=Bad_Slug", "kaggle.continue_from=self"], "kaggle.kernel_slug='Bad_Slug': a kernel slug"),
+        (["kaggle.kernel_slug=Bad_Slug"], "kaggle.kernel_slug='Bad_Slug': a kernel slug is 5-50 lower-case"),
+    ],
+)
+def test_kernel_references_are_checked_and_the_right_key_is_blamed(tmp_path: Path, overrides, message) -> None:
+    """A path is no kernel, and a bad slug is the slug's fault even where continue_from=self is built from it."""
+    with pytest.raises(KernelError) as info:
+        kaggle_plan.make_plan(dry(tmp_path, *overrides), "tester")
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_a_continued_run_may_name_the_version(tmp_path: Path) -> None:
+    plan = kaggle_plan.make_plan(dry(tmp_path, "kaggle.continue_from=someone/run-a/7"), "tester")
+    assert (plan.continue_kernel, plan.continue_version) == ("someone/run-a", 7)
+    assert plan.kernel_sources == ("someone/run-a/7",)
+    meta, folder = good_kernel(tmp_path)
+    meta["kernel_sources"] = ["someone/run-a/7"]  # kaggle 2.2.5's validate_kernel_string takes a version
+    kaggle_plan.check_kernel_metadata(meta, folder)
