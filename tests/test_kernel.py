@@ -626,6 +626,19 @@ def fake_clock(folder: Path, step_seconds: int = 600) -> dict:
     return {"PIPELINE_FAKE_CLOCK": str(clock), "PIPELINE_FAKE_STEP_SECONDS": str(step_seconds)}
 
 
+def notebook_session(base: Path, *settings: str, earlier: Path | None = None, clock: bool = True):
+    """One simulated session of the sample kernel under `base`, built by a dry-run push with `settings`; `earlier`:
+    a session's working folder, attached as this kernel's earlier output (kaggle.continue_from=self).
+    (input, working, result)"""
+    input_root, working = kaggle_layout(base)
+    built = kernel.build_and_push(dry(base, *settings, *(["kaggle.continue_from=self"] if earlier else [])))
+    mount_code(built["code_dir"], input_root, "jigsaw-sample-code", unpacked=True)
+    if earlier is not None:
+        shutil.copytree(earlier, input_root / "notebooks" / "tester" / "jigsaw-sample")  # where Kaggle mounts it
+    script = built["kernel_dir"] / "jigsaw-sample.py"
+    return input_root, working, run_notebook(script, input_root, working, base, **(fake_clock(base) if clock else {}))
+
+
 @pytest.mark.slow
 def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Session 1 (3.5 simulated hours, about an hour an epoch): fold 0, then fold 1's first epoch; its second
@@ -641,6 +654,9 @@ def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.Captu
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     out = first.stdout
     assert "fold 1: epoch 2 needs about" in out and "before the session's limit; its resume state is saved" in out
+    # fold 0 predicted as soon as it was complete: the deadline of fold 1 finds no fold left to predict
+    assert out.index("predict: 1 fold(s) (fold0)") < out.index("=== fold 1 ===")
+    assert "kernel: training stops " in out and "before the session's end" in out
     assert "kernel: stopped for the session's time limit: folds 0 complete; fold 1 cut off (resume state kept)" in out
     assert 'plus ARGS="kaggle.continue_from=self": make kernel' in out
     check_submission(a_working, a_input, first)  # a partial submission, from fold 0
@@ -670,6 +686,9 @@ def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.Captu
     assert "sample fold 1 from the earlier session (with a resume state)" in out
     assert "sample fold 0: complete from the earlier session (AUC" in out and "=== fold 0 ===" not in out
     assert "fold 1: resuming at epoch 1, step" in out
+    linked = b_working.parent / "temp" / "models" / "sample" / "fold0" / "model.safetensors"
+    assert linked.is_symlink()  # read in place from the earlier output, not copied into temp
+    assert (b_working / "models" / "sample" / "fold0" / "done.json").is_file()  # kept for a third session
     assert "kernel: done; submission at" in out and "from folds 0, 1" in out
 
     # the same two folds trained in one go, here: the same OOF
@@ -679,6 +698,78 @@ def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.Captu
     got = pd.read_csv(b_working / "models" / "sample" / "oof.csv", dtype={"id": str}).sort_values("id")
     assert got["id"].tolist() == ref["id"].tolist()
     np.testing.assert_allclose(got["pred"], ref["pred"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_continued_run_without_kept_weights_never_trains_a_complete_fold_again(tmp_path: Path) -> None:
+    """kaggle.keep_weights=false, the disk plan's first remedy: fold 0 comes back with its OOF and test
+    predictions and no weights, and the next session counts it as it is (it trained it again, every epoch). The
+    cut fold keeps its best weights beside its resume state: the state holds only the current ones."""
+    settings = (*SMALL, "train.epochs=2", "kaggle.margin_minutes=0", "kaggle.keep_weights=false")
+    _, a_working, first = notebook_session(tmp_path / "a", *settings, "kaggle.time_limit_h=3.5")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "folds 0 complete; fold 1 cut off (resume state kept)" in first.stdout
+    kept = a_working / "models" / "sample"
+    assert not (kept / "fold0" / "model.safetensors").exists() and (kept / "fold0" / "test.csv").is_file()
+    assert (kept / "fold1" / "resume.pt").is_file() and (kept / "fold1" / "model.safetensors").is_file()
+
+    b_input, b_working, second = notebook_session(tmp_path / "b", *settings, earlier=a_working)
+    check_submission(b_working, b_input, second)
+    out = second.stdout
+    assert "sample fold 0: complete from the earlier session (AUC" in out and "=== fold 0 ===" not in out
+    assert "fold 0 epoch" not in out and "fold 1: resuming at epoch 1, step" in out
+    assert "kernel: done; submission at" in out and "from folds 0, 1" in out
+    assert "predict: 2 fold(s) (fold0, fold1)" in out  # fold 0 by its test predictions, fold 1 by its weights
+
+
+@pytest.mark.slow
+def test_a_continued_run_that_finds_nothing_stops_at_once(tmp_path: Path) -> None:
+    """An earlier output without folds (a version that failed in its first minute) would have the notebook train
+    every fold from scratch and end "done" with no word: it stops in one line before any work."""
+    (tmp_path / "empty").mkdir()
+    input_root, working, result = notebook_session(tmp_path, *SMALL, earlier=tmp_path / "empty", clock=False)
+    assert result.returncode == 1
+    err = [line for line in result.stderr.splitlines() if line.strip()]
+    assert err[-1].startswith("error: kaggle.continue_from=self: the attached output ") and "holds no folds" in err[-1]
+    assert "Traceback" not in result.stderr and not (working / "kernel-run.yaml").exists()
+
+
+def earlier_output(folder: Path, processes: int) -> Path:
+    """What a session of `processes` processes leaves: fold 0 complete, fold 1 cut with a resume state."""
+    for fold in (0, 1):
+        (folder / "models" / "sample" / f"fold{fold}").mkdir(parents=True)
+    done = {"fold": 0, "digest": "d", "world": processes}
+    (folder / "models" / "sample" / "fold0" / "done.json").write_text(json.dumps(done))
+    (folder / "models" / "sample" / "fold1" / "resume.pt").write_bytes(b"state")
+    record = {"session": "s1", "processes": processes, "experiments": {"sample": {"complete": [0], "cut": [1]}}}
+    (folder / "kernel-session.json").write_text(json.dumps(record))
+    return folder
+
+
+@pytest.mark.slow
+def test_a_continued_run_keeps_the_earlier_number_of_processes_or_stops(tmp_path: Path) -> None:
+    """Session 1 trained with 2 processes, session 2 has 1 (the all-reduce check fell back, or kaggle.gpus=1): the
+    cut fold would start again ("resume.pt was saved by 2 processes") and the folds mix two effective batches.
+    Refused in one line before any work."""
+    earlier = earlier_output(tmp_path / "earlier", processes=2)
+    _, working, result = notebook_session(tmp_path / "one", *SMALL, "kaggle.gpus=1", earlier=earlier, clock=False)
+    assert result.returncode == 1
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("error: the earlier session's folds were trained by 2 process(es) and this session runs 1")
+    assert not (working / "kernel-run.yaml").exists()
+
+
+def test_the_number_of_processes_is_kept_from_the_earlier_session(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    cfg = config.load("sample", [])
+    monkeypatch.setattr(notebook, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(session, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 0)
+    assert notebook.session_processes(cfg, None) == 2
+    assert notebook.session_processes(cfg, 1) == 1  # the earlier session fell back to one: so does this one
+    assert "the earlier session's folds were trained by 1 process(es): so are this session's" in capsys.readouterr().out
+    monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 1)  # the all-reduce fails here, with and without P2P
+    with pytest.raises(KernelError, match=r"trained by 2 process\(es\) and this session runs 1 \(2 GPU\(s\) visible"):
+        notebook.session_processes(cfg, 2)
 
 
 def test_a_fold_that_cannot_finish_is_not_started(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

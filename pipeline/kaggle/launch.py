@@ -68,4 +68,8 @@ def run(slug: str, config_text: str, digest: str = "", continues: str = "") -> N
     # imported by name once the bundle is on sys.path: this file runs as the kernel's code file, before
     # the package can be imported, and as a module of the Kaggle seam it imports no stage
     notebook = importlib.import_module("pipeline.notebook")
-    notebook.notebook_main(config_text, continues=continues)
+    errors = importlib.import_module("pipeline.errors")
+    try:
+        notebook.notebook_main(config_text, continues=continues)
+    except errors.PipelineError as e:  # a stop the user can act on: one line, as every stage says it
+        sys.exit(f"error: {e}")
