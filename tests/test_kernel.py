@@ -320,6 +320,27 @@ def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: 
     assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'k'}", "--status"]) == 2  # no credentials
 
 
+def test_following_survives_a_dropped_log_stream(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The load balancer cuts idle connections: the stream is opened again (kaggle 2.2.5's own follow does, up to five
+    times without news), the replayed events are skipped, and no line is shown twice or lost."""
+    import requests
+
+    api = FakeKaggleApi()
+    api.kernel_state = "RUNNING"
+    events = [{"data": f"step {i}\n"} for i in range(6)]
+    drop = requests.exceptions.ChunkedEncodingError("Connection broken: InvalidChunkLength")
+    # Real: each connection replays the stream from its start, then carries on
+    api.log_connections = [[*events[:2], drop], [*events[:4], requests.exceptions.ConnectionError("reset")], events]
+    sleeps: list[float] = []
+    assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=sleeps.append) == "complete"
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  | step")]
+    assert shown == [f"  | step {i}" for i in range(6)] and len(sleeps) == 2
+    # a stream that keeps dropping with nothing new gives up in one line, as kaggle's does
+    api.kernel_state, api.log_connections = "RUNNING", [[drop]] * 5
+    with pytest.raises(KaggleError, match="the log stream dropped 5 times with nothing new"):
+        output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=lambda s: None)
+
+
 def test_output_access_denied(tmp_path: Path) -> None:
     api = FakeKaggleApi()
     # kaggle 2.2.5 turns a 401/403 on kernels_status into this ValueError
@@ -781,6 +802,45 @@ def test_a_fold_that_cannot_finish_is_not_started(monkeypatch: pytest.MonkeyPatc
     assert "the next fold needs about 2h00m; 1h30m are left before the deadline" in capsys.readouterr().out
     keep = config.load("sample", ["train.epochs=2", "kaggle.keep_resume=true"])
     assert notebook.fits(keep, [2 * 3600.0]) is True  # one epoch fits; its state carries to the next session
+
+
+def test_the_notebook_writes_its_lines_as_they_come(tmp_path: Path) -> None:
+    """Kaggle sends the notebook's output to a file, where Python buffers 8 kB blocks: the evaluation and ETA lines
+    of a session killed at its limit were lost. The code file makes the output line-buffered, and every child
+    process (torchrun's workers) unbuffered."""
+    code = f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from pipeline.kaggle import launch
+        print(sys.stdout.line_buffering, repr(os.environ.get("PYTHONUNBUFFERED")))
+        launch.unbuffered()
+        from pipeline import notebook
+        print(sys.stdout.line_buffering, sys.stderr.line_buffering, notebook.child_env()["PYTHONUNBUFFERED"])
+    """
+    # stdout is a pipe, as on Kaggle: block-buffered until told otherwise
+    result = run_python(code, tmp_path, PYTHONUNBUFFERED="")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "''", "True", "True", "1"]
+
+
+def test_a_planned_stop_is_said_once_and_is_no_failure_under_torchrun(monkeypatch, capsys) -> None:
+    """The session's time is up: every rank stops, the first says so (not as an error), and under torchrun each exits 0
+    so that torchrun prints no ChildFailedError traceback; the notebook reads time_up.json."""
+    from pipeline import errors
+    from pipeline.core.resume import TimeUp
+
+    def stop() -> None:
+        raise TimeUp("fold 0 stopped at epoch 1, step 20: the session's time is up; the resume state is saved")
+
+    for rank, said in (("0", 1), ("1", 0)):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", rank)
+        assert errors.run_stage(stop) == 0
+        err = capsys.readouterr().err
+        assert err.count("stopped: fold 0 stopped at epoch 1") == said and "error" not in err
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("RANK")
+    assert errors.run_stage(stop) == 75  # one process: the status tells the caller
 
 
 def test_a_bundle_other_than_the_one_pushed_is_refused(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ evaluation of train.eval_every_steps, a stage-1 model trained in the same sessio
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ PADDING = 1.1  # length-grouped batches pad about a tenth
 EVAL_SPEEDUP = 3.0  # a forward pass is about a third of a training step
 WRITE_BYTES_PER_SECOND = 100e6  # an assumed write (and copy) rate of Kaggle's disks, until the notebook measures it
 LOAD_SECONDS = 60.0  # starting predict and loading a fold's weights, assumed
-SAMPLE_ROWS = 2000  # rows read from an extra file to estimate its row count from its size
+SAMPLE_BYTES = 1_000_000  # read from an extra file to estimate its row count from its size
 
 
 @dataclass(frozen=True)
@@ -142,14 +143,14 @@ def extra_rows(cfg: Config) -> tuple[float, tuple[str, ...]]:
 
 
 def estimated_rows(path: Path) -> float:
-    """A CSV's rows from its size and the bytes of its first rows (comments hold newlines: a real parser)."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        n = sum(1 for _ in zip(range(SAMPLE_ROWS), reader, strict=False))
-        read = f.tell()
+    """A CSV's rows from its size and the rows its first megabyte holds (comments hold newlines: a real parser)."""
     size = path.stat().st_size
-    return float(n) if n < SAMPLE_ROWS or not read else n * size / read
+    with open(path, "rb") as f:
+        head = f.read(SAMPLE_BYTES)
+    rows = list(csv.reader(io.StringIO(head.decode("utf-8", errors="replace"), newline="")))
+    if len(head) >= size:  # the whole file: every row but the header
+        return float(max(0, len(rows) - 1))
+    return max(0, len(rows) - 2) * size / len(head)  # less the header and the row the megabyte cuts
 
 
 def table_counts(cfg: Config) -> tuple[dict, float, tuple[str, ...]]:
