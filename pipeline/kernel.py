@@ -30,6 +30,7 @@ from pipeline.files import check_writable_dir
 from pipeline.kaggle import continuation, hours
 from pipeline.kaggle import disk as kaggle_disk
 from pipeline.kaggle.bundle import write_bundle, write_kernel
+from pipeline.kaggle.clock import SessionClock
 from pipeline.kaggle.launch import code_digest
 from pipeline.kaggle.output import fetch_output, folders, kernel_status
 from pipeline.kaggle.plan import (
@@ -53,7 +54,9 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     if not plan.parameters:
         print(f"kernel: the size of {cfg.model.name} is not known offline: weights are not in the plan above")
     else:
-        print(hours.format_time(hours.plan_time(cfg, folds), cfg))
+        clock = SessionClock.begin(cfg, 0.0)
+        print(hours.format_time(hours.plan_time(cfg, folds), cfg, clock.reserve()))
+        print(f"kernel: in the notebook, {clock.describe()}")
     return plan
 
 

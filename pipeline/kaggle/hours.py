@@ -225,9 +225,11 @@ def plan_time(cfg: Config, folds: int) -> TimePlan:
     )  # fmt: skip
 
 
-def format_time(plan: TimePlan, cfg: Config) -> str:
+def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> str:
+    """The plan in lines; `reserve`: the seconds the notebook keeps free at the session's end (its clock's)."""
     k = cfg.kaggle
-    usable = k.time_limit_h * 3600 - k.margin_minutes * 60
+    reserve = k.margin_minutes * 60 if reserve is None else reserve
+    usable = k.time_limit_h * 3600 - reserve
     evals = f"{plan.evals_per_epoch:g} evaluations" if plan.evals_per_epoch != 1 else "evaluating it"
     lines = [
         f"kernel: time plan, an estimate (the log's ETA lines are measured), at {plan.tokens_per_second:,.0f} padded "
@@ -243,7 +245,7 @@ def format_time(plan: TimePlan, cfg: Config) -> str:
         lines.append(f"    {hours(plan.stage1_seconds):>11}  the stage-1 model {cfg.model.init_from}, first")
     lines += [
         f"    {hours(plan.total_seconds):>11}  {plan.folds} fold(s) and predicting, of a {k.time_limit_h:g} h session "
-        f"({k.margin_minutes:g} min kept free at its end)",
+        f"({hours(reserve)} kept free at its end)",
         f"    {plan.total_seconds / 3600 / k.weekly_quota_h:11.0%}  of a {k.weekly_quota_h:g} h weekly GPU quota",
     ]
     if plan.uncounted:
