@@ -393,7 +393,7 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     if ALL in needs:  # every recorded file, the weights first
         needs = tuple(dict.fromkeys([n for n in needs if n != ALL] + sorted(recorded, key=lambda n: n != WEIGHTS)))
     if TESTED in needs:
-        weightless = not (folder / WEIGHTS).is_file()
+        weightless = not (folder / WEIGHTS).is_file() and WEIGHTS in recorded  # else: the weights, which are missing
         needs = tuple(n for n in needs if n != TESTED and not (weightless and n == WEIGHTS))
         needs = (TEST_PREDS if weightless else WEIGHTS, *needs)
     for name in needs:

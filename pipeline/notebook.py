@@ -312,7 +312,10 @@ def run_experiment(cfg: Config, run_cfg: Path, session: Session) -> Run:
         took += [eta.now() - begin] if fresh and outcome == "done" else []
         unpredicted = unpredicted or outcome == "done"
         if predicts and outcome == "done":
-            run.submission, unpredicted = predict_and_keep(cfg, run_cfg, kept, session), False
+            try:
+                run.submission, unpredicted = predict_and_keep(cfg, run_cfg, kept, session), False
+            except RuntimeError as e:  # the folds left are worth more than stopping here: tried again at the end
+                print(f"kernel: warning: {e} (after fold {fold}); training goes on, predict runs again at the end")
     if predicts and run.complete and unpredicted:
         run.submission = predict_and_keep(cfg, run_cfg, kept, session)
     return run

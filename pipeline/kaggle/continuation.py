@@ -90,7 +90,15 @@ def pick_version(cfg: Config, plan: Plan, api, dest: Path) -> Plan:
     from pipeline.kaggle import client
 
     ref = plan.continue_kernel
-    status, _ = client.kernel_status(ref, api)
+    try:
+        status, _ = client.kernel_status(ref, api)
+    except client.KaggleError as exc:
+        if client.http_status(exc.__cause__) != 404:
+            raise
+        raise KernelError(
+            f"kaggle.continue_from: kernel {ref} does not exist (404): nothing to continue from; push it once "
+            "without kaggle.continue_from"
+        ) from None
     if status not in FINAL:
         raise KernelError(
             f"kaggle.continue_from: kernel {ref} is {status}: a push now would start a second GPU session beside it "
