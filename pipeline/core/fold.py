@@ -309,7 +309,7 @@ class FoldRun:
         """Stop for the deadline, saying so in time_up.json (the Kaggle notebook reads it: which fold, why, and
         whether it had started, i.e. left a resume state) and in one line."""
         if self.d.is_main:
-            record = {"fold": self.fold, "why": why, "started": started, "world": self.d.world}
+            record = {"fold": self.fold, "why": why, "started": started}
             write_json(layout.experiment_dir(self.cfg) / layout.TIME_UP, record)
         raise TimeUp(why)
 

@@ -145,8 +145,15 @@ def last_pushed(root: Path, ref: str) -> int:
         lines = (root / PUSHES).read_text(encoding="utf-8").splitlines()
     except OSError:
         return 0
-    found = [json.loads(line).get("version", 0) for line in lines if line.strip() and ref in line]
-    return max([v for v in found if isinstance(v, int)], default=0)
+    found = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:  # a line cut short by a kill: the others still count
+            continue
+        if isinstance(entry, dict) and entry.get("kernel") == ref and isinstance(entry.get("version"), int):
+            found.append(entry["version"])
+    return max(found, default=0)
 
 
 # ---------------------------------------------------------------- in the notebook: the mounted output

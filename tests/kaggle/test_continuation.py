@@ -89,6 +89,7 @@ def test_the_last_pushed_version_is_where_the_search_starts_without_a_listing(tm
     api = FakeKaggleApi()  # kernels_list does not show the kernel
     api.kernel_versions = {5: {"state": "COMPLETE", "outputs": {continuation.RECORD: record("s5", cut=[0])}}}
     continuation.note_push(tmp_path / "kernel" / "jigsaw-sample", "tester/jigsaw-sample", 5)
+    continuation.note_push(tmp_path / "kernel" / "jigsaw-sample", "tester/jigsaw-sample-2", 9)  # another kernel
     result = kernel.build_and_push(make_cfg(tmp_path, "kaggle.continue_from=self"), api=api)
     assert result["metadata"]["kernel_sources"] == ["tester/jigsaw-sample/5"]
 
