@@ -153,13 +153,15 @@ class KaggleConfig:
     init_kernel: str = ""
     working_gb: float = 20.0  # what /kaggle/working may keep; `make kernel` refuses a larger disk plan
     time_limit_h: float = 12.0  # a session's limit: no fold or epoch starts that cannot end before it
-    margin_minutes: float = 20.0  # kept free at the session's end: predicting, copying the output
+    # kept free at the session's end besides the measured costs of saving, copying and predicting (kaggle/clock.py)
+    margin_minutes: float = 20.0
     weekly_quota_h: float = 30.0  # the GPU hours a week Kaggle gives: the plan says what share a run takes
     # the throughput the time plan assumes, in padded tokens a second for the whole run (0: an estimate for two
     # T4s from the model's size, or the one `make bench-gpu` measured)
     tokens_per_second: float = 0.0
-    # an earlier session's output to continue from: "self" (this kernel's last version) or <owner>/<kernel>;
-    # its complete folds count, a fold it cut off resumes from its resume state
+    # an earlier session's output to continue from: "self", <kernel>, <owner>/<kernel> or <owner>/<kernel>/<version>
+    # (the newest version that finished with folds, checked at the push); its complete folds count, a fold it cut
+    # off resumes from its resume state
     continue_from: str = ""
     keep_resume: bool = True  # keep a cut-off fold's resume state in /kaggle/working (6.7 GB for XLM-R large)
     has_bitsandbytes: bool = False  # the image carries bitsandbytes: train.optimizer=adamw8bit may run there

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -26,6 +27,8 @@ def run_stage(stage: Callable[[], None]) -> int:
         stage()
     except PipelineError as e:
         progress.fresh_line()  # the message starts its own line, never at the end of a bar's
+        if getattr(e, "planned", False):
+            return planned_stop(e)
         print(f"error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 2)  # 2, or a stop the caller handles (75: the session's time is up)
     except KeyboardInterrupt:
@@ -33,3 +36,12 @@ def run_stage(stage: Callable[[], None]) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def planned_stop(e: PipelineError) -> int:
+    """A stop the caller planned (the session's time is up, the state saved): said once, by the first process,
+    and not as an error. Under torchrun it exits 0, so that torchrun does not report the job failed with a
+    traceback; the caller knows the stop from the file the stage left (the notebook: time_up.json)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"stopped: {e}", file=sys.stderr)
+    return 0 if int(os.environ.get("WORLD_SIZE", "1")) > 1 else getattr(e, "exit_code", 2)

@@ -82,8 +82,16 @@ def settings_differ(cfg: Config, saved: Config) -> str:
 
 
 def fold_fingerprint(cfg: Config, table_digest: str, model: dict) -> str:
-    """The digest a complete fold's done.json must carry to count for this config and these inputs."""
+    """The digest a complete fold's done.json must carry to count for this config and these inputs (trained by one
+    process; see with_world for more)."""
     return json_digest({"table": table_digest, "model": model, "settings": settings(cfg)})
+
+
+def with_world(digest: str, world: int) -> str:
+    """The fingerprint of a fold trained by `world` processes: the effective batch and the rows of each step depend
+    on it (micro-batch x accumulation x world). One process leaves `digest` as it is, so that folds trained before
+    the world size counted keep theirs."""
+    return digest if world == 1 else json_digest({"fold": digest, "world": world})
 
 
 # the TF-IDF baseline (`make baseline`): character n-grams and logistic regression, its whole setting

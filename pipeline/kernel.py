@@ -27,9 +27,10 @@ from pipeline import config as config_mod
 from pipeline.config import Config
 from pipeline.errors import run_stage
 from pipeline.files import check_writable_dir
+from pipeline.kaggle import continuation, hours
 from pipeline.kaggle import disk as kaggle_disk
-from pipeline.kaggle import hours
 from pipeline.kaggle.bundle import write_bundle, write_kernel
+from pipeline.kaggle.clock import SessionClock
 from pipeline.kaggle.launch import code_digest
 from pipeline.kaggle.output import fetch_output, folders, kernel_status
 from pipeline.kaggle.plan import (
@@ -53,7 +54,9 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     if not plan.parameters:
         print(f"kernel: the size of {cfg.model.name} is not known offline: weights are not in the plan above")
     else:
-        print(hours.format_time(hours.plan_time(cfg, folds), cfg))
+        clock = SessionClock.begin(cfg, 0.0)
+        print(hours.format_time(hours.plan_time(cfg, folds), cfg, clock.reserve()))
+        print(f"kernel: in the notebook, {clock.describe()}")
     return plan
 
 
@@ -99,6 +102,11 @@ def build_and_push(cfg: Config, api=None) -> dict:
     check_extra_files(cfg, listed_files(cfg, api))
     plan = make_plan(cfg, resolve_user(cfg, api))
     code_dir, kernel_dir, out = folders(cfg, plan.kernel_slug)
+    if plan.continue_kernel and api is not None:  # before anything is sent: refused while a version runs
+        plan = continuation.pick_version(cfg, plan, api, code_dir.parent / "continue")
+    elif plan.continue_kernel:
+        print(f"kernel: kaggle.continue_from: a push asks Kaggle first for the newest version of "
+              f"{plan.continue_kernel} that finished with folds (refused while one runs) and attaches it")  # fmt: skip
     files = write_bundle(cfg, plan, code_dir)
     digest = code_digest(code_dir / "pipeline")
     size = sum(p.stat().st_size for p in files)
@@ -111,13 +119,16 @@ def build_and_push(cfg: Config, api=None) -> dict:
         print(f"kernel: a push would upload {plan.dataset_ref}, then run https://www.kaggle.com/code/{plan.kernel_ref}")
     else:
         write_kernel(cfg, plan, kernel_dir, digest)  # checked before anything is sent; rewritten once versioned
+        before = client.version_before_upload(plan.dataset_ref, api)
         action, ds_url = client.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
         print(f"kernel: code dataset {action}: {ds_url}")
         print(f"kernel: code dataset {client.wait_dataset_ready(plan.dataset_ref, api)}")
-        # the kernel attaches the very version uploaded: Kaggle may still serve the previous one as the latest
-        plan = dataclasses.replace(plan, bundle_version=client.dataset_version(plan.dataset_ref, api))
+        # the kernel attaches the very version uploaded, once Kaggle tells a number past the one before the upload
+        # (it may still serve the previous one as the latest for a while)
+        plan = dataclasses.replace(plan, bundle_version=client.wait_new_version(plan.dataset_ref, before, api))
         result["metadata"] = write_and_describe(cfg, plan, kernel_dir, digest)
         url, version = client.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
+        continuation.note_push(code_dir.parent, plan.kernel_ref, version)
         print(f"kernel: pushed{f' version {version}' if version else ''}: {url}")
         result.update(url=url, version=version, plan=plan)
     print(f"  follow it:      make kernel-status CONFIG={cfg.name} FOLLOW=1")

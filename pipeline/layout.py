@@ -73,6 +73,9 @@ RUN_CONFIG = "pipeline.yaml"  # the resolved config, beside the weights and in t
 # what a trained fold's done.json does not vouch for: the logs, and what is remade or replaced later
 NOT_RECORDED = {DONE, RESUME, TEST_PREDS, TEST_KEY, METRICS, STEPS}
 ALL = "*"  # in `needs`: every file done.json records
+# in `needs`: the weights, or, for a fold kept without them (kaggle.keep_weights=false), test predictions made with
+# the weights done.json records (a fold that predicted before its weights were left behind)
+TESTED = "weights or their test predictions"
 # the files of an experiment folder
 CV_JSON, CV_PNG = "cv.json", "cv.png"
 CURVES_PNG = "curves.png"  # each fold's training loss, validation AUC and learning rate against steps
@@ -396,7 +399,8 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
         return "not complete" if not (folder / DONE).exists() else "done.json is unreadable (retrain it)"
     if done.get("fold", fold_index(folder)) != fold_index(folder):
         return f"its done.json is fold {done.get('fold')}'s (a copied folder?); retrain it"
-    if digest is not None and done["digest"] != digest:
+    # a fold trained by several processes carries the world size in its fingerprint (done.json says how many)
+    if digest is not None and done["digest"] != fingerprint.with_world(digest, done.get("world", 1)):
         if done.get("model") == fingerprint.TFIDF["model"]:
             return "trained on other data or settings (make it again with `make baseline`)"
         if done.get("head", fingerprint.HEAD) != fingerprint.HEAD or "scale" not in done:  # no scale: before the head
@@ -405,6 +409,10 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     recorded = done.get("files") or {}
     if ALL in needs:  # every recorded file, the weights first
         needs = tuple(dict.fromkeys([n for n in needs if n != ALL] + sorted(recorded, key=lambda n: n != WEIGHTS)))
+    if TESTED in needs:
+        weightless = not (folder / WEIGHTS).is_file() and WEIGHTS in recorded  # else: the weights, which are missing
+        needs = tuple(n for n in needs if n != TESTED and not (weightless and n == WEIGHTS))
+        needs = (TEST_PREDS if weightless else WEIGHTS, *needs)
     for name in needs:
         if name == TEST_PREDS and name not in recorded:  # a trained fold's test predictions: a cache of predict
             why = test_preds_problem(folder, done)

@@ -1,27 +1,32 @@
 """The stage a Kaggle notebook runs: `make data train predict` on Kaggle's folders, fold by fold.
 
-Reads   /kaggle/input/...        the competition, the code bundle, the model's weights (read in place)
+Reads   /kaggle/input/...        the competition, the code bundle, the model's weights (read in place), and
+                                 with kaggle.continue_from the earlier session's output (read in place)
 Writes  /kaggle/temp/input/      the prepared table and the token cache (scratch, not kept)
         /kaggle/temp/models/     every fold as training leaves it, resume.pt included (scratch)
         /kaggle/working/         only what the user downloads: kernel-run.yaml, submission.csv,
-                                 <name>.csv and models/<name>/ (each fold without its resume state,
-                                 and without its weights when kaggle.keep_weights=false); with
-                                 model.init_from also kernel-run-stage1.yaml and models/<init_from>/fold-1/
+                                 <name>.csv and models/<name>/ (each fold without its resume state, unless
+                                 cut off by the time limit, and without its weights when
+                                 kaggle.keep_weights=false); kernel-session.json (what the next session
+                                 continues from); with model.init_from also kernel-run-stage1.yaml and
+                                 models/<init_from>/fold-1/
 
 `make kernel` pushes this; the kernel's code file (pipeline/kaggle/launch.py) finds the code bundle and
-calls `notebook_main`. Kaggle's folders, mounts and GPUs are pipeline/kaggle/session.py's business. Each
-fold is copied into working as soon as it is complete: a session that runs out of time keeps the folds
-it finished. The train stage runs once per fold, under torchrun with one process per GPU when there are
-several (`kaggle.gpus`, default every visible GPU): the same DDP code path as `make train GPUS=N`.
+calls `notebook_main`. Kaggle's folders, mounts and GPUs are pipeline/kaggle/session.py's business, the
+session's deadline pipeline/kaggle/clock.py's, an earlier session's output pipeline/kaggle/continuation.py's.
+Each fold is copied into working as soon as it is complete and predicted with at once: a session that runs
+out of time keeps the folds it finished and a submission from all of them. The train stage runs once per
+fold, under torchrun with one process per GPU when there are several (`kaggle.gpus`, default every visible
+GPU): the same DDP code path as `make train GPUS=N`.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +37,8 @@ from pipeline import layout
 from pipeline.config import Config
 from pipeline.core import eta
 from pipeline.files import read_json
+from pipeline.kaggle import continuation
+from pipeline.kaggle.clock import SessionClock
 from pipeline.kaggle.disk import human
 from pipeline.kaggle.plan import KernelError, make_plan
 from pipeline.kaggle.session import (
@@ -55,14 +62,22 @@ from pipeline.kaggle.session import (
     visible_gpus,
 )
 
+P2P_OFF = {"NCCL_P2P_DISABLE": "1"}  # the usual cure for an all-reduce that hangs on PCIe peer-to-peer (T4s)
 
-def torchrun(module: str, args: list[str], nproc: int, timeout: float | None = None) -> int:
-    """`python -m <module> args` under torchrun with `nproc` processes; its exit status."""
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process: this one's, the code bundle importable, output unbuffered."""
     env = dict(os.environ)
     # the children import the pipeline from the same place as this process: the mounted code bundle
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE.parent), env.get("PYTHONPATH", "")]))
+    env["PYTHONUNBUFFERED"] = "1"  # each line reaches the log when printed, not when a buffer fills (or never)
+    return {**env, **(extra or {})}
+
+
+def torchrun(module: str, args: list[str], nproc: int, timeout: float | None = None, extra_env=None) -> int:
+    """`python -m <module> args` under torchrun with `nproc` processes; its exit status."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", module]
-    return subprocess.run([*cmd, *args], env=env, timeout=timeout, check=False).returncode
+    return subprocess.run([*cmd, *args], env=child_env(extra_env), timeout=timeout, check=False).returncode
 
 
 def run_module(module: str, args: list[str], nproc: int) -> int:
@@ -73,42 +88,90 @@ def run_module(module: str, args: list[str], nproc: int) -> int:
 
 
 def train_fold(cfg: Config, run_cfg: Path, fold: int, nproc: int, folds_after: int = 0) -> str:
-    """The train stage on one fold: 'done', or 'time' when it stopped for the session's limit (its state saved).
-    `folds_after`: the folds to train after it, which its ETA lines count too."""
+    """The train stage on one fold: 'done'; 'time' when it stopped for the session's limit with its state saved;
+    'later' when it stopped before its first epoch (nothing to keep). `folds_after`: the folds to train after
+    it, which its ETA lines count too."""
     marker = layout.experiment_dir(cfg) / layout.TIME_UP
     marker.unlink(missing_ok=True)
     os.environ[eta.FOLDS_AFTER_ENV] = str(folds_after)  # read in this process, or inherited by torchrun's
     code = run_module("train", ["--config", str(run_cfg), f"train.folds=[{fold}]"], nproc)
+    if marker.is_file():  # first: under torchrun a planned stop exits 0 (pipeline.errors.run_stage)
+        record = read_json(marker)
+        print(f"kernel: {record['why']}")
+        return "time" if record.get("started", True) else "later"
     if code == 0:
         return "done"
-    if marker.is_file():  # under torchrun the status is torchrun's own: the file tells a stop for time
-        print(f"kernel: {read_json(marker)['why']}")
-        return "time"
     raise RuntimeError(f"train fold {fold} failed (exit status {code}); see the messages above")
 
 
 def checked_processes(cfg: Config, nproc: int) -> int:
-    """`nproc`, after one all-reduce across them works (NCCL on two T4s); else one process, said so."""
+    """`nproc`, after one all-reduce across them works (NCCL on two T4s; tried again with PCIe peer-to-peer off);
+    else one process, said so with the effective batch that halves."""
     if nproc == 1 or not visible_gpus():
         return nproc
-    try:
-        code = torchrun("pipeline.core.distributed", [], nproc, timeout=240)
-    except subprocess.TimeoutExpired:
-        code = "a hang of 4 minutes"
-    if code == 0:
-        print(f"kernel: an all-reduce across {nproc} GPUs works")
-        return nproc
-    print(f"kernel: an all-reduce across {nproc} GPUs failed ({code}); training on one GPU instead")
+    for extra in ({}, P2P_OFF):
+        how = " with NCCL_P2P_DISABLE=1" if extra else ""
+        try:
+            code = torchrun("pipeline.core.distributed", [], nproc, timeout=240, extra_env=extra)
+        except subprocess.TimeoutExpired:
+            code = "a hang of 4 minutes"
+        if code == 0:
+            os.environ.update(extra)  # every later torchrun inherits it
+            print(f"kernel: an all-reduce across {nproc} GPUs works{how}")
+            return nproc
+        print(f"kernel: an all-reduce across {nproc} GPUs failed{how} ({code})")
+    per = cfg.train.micro_batch * cfg.train.accumulation
+    print(f"kernel: training on one GPU instead: effective batch {per} instead of {per * nproc} "
+          "(micro-batch x accumulation x processes)")  # fmt: skip
     return 1
 
 
-def notebook_main(config_text: str, env=None) -> Path | None:
+def session_processes(cfg: Config, earlier: int | None) -> int:
+    """This session's train processes: one per GPU (kaggle.gpus), the all-reduce checked. Continuing an earlier
+    session, as many as trained its folds (the batch plan, the resume state and the effective batch depend on
+    it), or one line before anything is trained: a cut fold would start again and the folds mix two batches."""
+    wanted = processes(cfg)
+    if earlier is not None and earlier < wanted and not cfg.kaggle.gpus:
+        print(f"kernel: the earlier session's folds were trained by {earlier} process(es): so are this session's")
+        wanted = earlier
+    got = checked_processes(cfg, wanted)
+    if earlier is not None and got != earlier:
+        raise KernelError(
+            f"the earlier session's folds were trained by {earlier} process(es) and this session runs {got} "
+            f"({visible_gpus()} GPU(s) visible, kaggle.gpus={cfg.kaggle.gpus}): the cut fold would start again and "
+            f"the folds would mix two effective batches; push again for a session with {earlier} working GPU(s) "
+            "(kaggle.gpus=0: all), or start afresh under another name="
+        )
+    return got
+
+
+@dataclass
+class Session:
+    """What one notebook run knows beyond the config: Kaggle's folders, its processes, its clock, and the record
+    it leaves in working for the session that continues it."""
+
+    paths: KagglePaths
+    nproc: int
+    clock: SessionClock
+    id: str = field(default_factory=continuation.new_session_id)
+    folds: dict = field(default_factory=dict)  # experiment -> {"complete": [...], "cut": [...]}
+
+    def note(self, name: str, fold: int, state: str | None) -> None:
+        """A fold kept in working: noted in kernel-session.json at once (a killed session's record stays true)."""
+        entry = self.folds.setdefault(name, {"complete": [], "cut": []})
+        if state:
+            entry[state].append(fold)
+        continuation.write_record(self.paths.working, self.id, self.nproc, self.folds)
+
+
+def notebook_main(config_text: str, env=None, continues: str = "") -> Path | None:
     """Run data, train (fold by fold) and predict on Kaggle's folders; return the submission's path.
 
     A config that starts from a stage-1 model (`model.init_from`) trains that model first, in the same
     session, as `make stage1` would; a stage-1 config alone (train.folds=[-1]) has no submission: None.
-    The session's clock starts here: no fold or epoch starts that cannot end before its limit
-    (kaggle.time_limit_h, less kaggle.margin_minutes for predicting and copying the output).
+    The session's clock starts here: no fold or epoch starts that cannot end before its deadline (the
+    session's end less what must fit after training: pipeline/kaggle/clock.py). `continues`: the id of the
+    earlier session `make kernel` checked (kaggle.continue_from), which the mounted output must carry.
     """
     start = eta.now()
     paths = kaggle_paths(env)
@@ -118,32 +181,43 @@ def notebook_main(config_text: str, env=None) -> Path | None:
     for line in machine_report():
         print(f"kernel: {line}")
     check_machine(cfg)
-    k = cfg.kaggle
-    os.environ[eta.DEADLINE_ENV] = str(start + k.time_limit_h * 3600 - k.margin_minutes * 60)
+    clock = SessionClock.begin(cfg, start)
     paths.working.mkdir(parents=True, exist_ok=True)
-    nproc = checked_processes(cfg, processes(cfg))
+    earlier = earlier_output(cfg, paths, continues)  # in the first minute: one line when it holds nothing
+    world = continuation.earlier_world(earlier[0], cfg, earlier[1]) if earlier else None
+    session = Session(paths, session_processes(cfg, world), clock)
     where = "Kaggle" if on_kaggle(env) else "a simulated Kaggle layout"
     print(f"kernel: on {where}; input {paths.input}, working {paths.working}, temp {paths.temp}")
-    print(f"kernel: code from {PACKAGE}; competition {cfg.data.dir}; model {cfg.model.name}; {nproc} train processes")
-    print(f"kernel: session limit {k.time_limit_h:g} h: folds stop {k.margin_minutes:g} minutes before it")
-    continue_from(cfg, paths)
-    run = stage1_then(cfg, paths, nproc)
-    print(run.summary(cfg, paths))
+    print(f"kernel: code from {PACKAGE}; competition {cfg.data.dir}; model {cfg.model.name}; "
+          f"{session.nproc} train processes")  # fmt: skip
+    print(f"kernel: {clock.describe()}")
+    for line in continuation.link_folds(earlier[0], cfg) if earlier else []:
+        print(f"kernel: {line}")
+    run = stage1_then(cfg, session)
+    print(run.summary(cfg, session))
     return run.submission
 
 
-def stage1_then(cfg: Config, paths: KagglePaths, nproc: int) -> Run:
+def earlier_output(cfg: Config, paths: KagglePaths, expected: str) -> tuple[Path, dict] | None:
+    """kaggle.continue_from: the earlier session's mounted output and its record, checked (continuation.py)."""
+    if not cfg.kaggle.continue_from:
+        return None
+    mount = previous_output(cfg, paths, make_plan(cfg, "owner").continue_kernel or cfg.kaggle.continue_from)
+    return mount, continuation.check_mounted(cfg, mount, expected)
+
+
+def stage1_then(cfg: Config, session: Session) -> Run:
     """Stage 1 when the config starts from one it does not attach, then the experiment itself."""
-    attached = attached_stage1(cfg, paths)
+    attached = attached_stage1(cfg, session.paths)
     if attached is not None:
         print(f"kernel: stage 1: {cfg.model.init_from} from kernel {cfg.kaggle.init_kernel}'s output ({attached})")
     elif cfg.model.init_from:
         stage1 = config_mod.stage1_config(cfg, device=False)
         print(f"kernel: stage 1: {stage1.name} (one model on the training-only rows), then stage 2: {cfg.name}")
-        first = run_experiment(stage1, paths.working / STAGE1_CONFIG, paths, nproc)
+        first = run_experiment(stage1, session.paths.working / STAGE1_CONFIG, session)
         if first.stopped:
             return first
-    return run_experiment(cfg, paths.working / RUN_CONFIG, paths, nproc)
+    return run_experiment(cfg, session.paths.working / RUN_CONFIG, session)
 
 
 def attached_stage1(cfg: Config, paths: KagglePaths) -> Path | None:
@@ -155,7 +229,7 @@ def attached_stage1(cfg: Config, paths: KagglePaths) -> Path | None:
     if layout.fold_status(src, needs=(WEIGHTS,)):
         raise KernelError(
             f"{src}: kernel {cfg.kaggle.init_kernel}'s output holds no complete stage-1 model {cfg.model.init_from} "
-            "(done.json and model.safetensors): run that kernel to the end with kaggle.keep_weights=true"
+            "(done.json and model.safetensors): run that kernel to the end"
         )
     dest = layout.fold_dir(cfg, layout.STAGE1, cfg.model.init_from)
     if not dest.exists():
@@ -178,9 +252,12 @@ class Run:
     def stopped(self) -> bool:
         return bool(self.cut or self.not_started)
 
-    def summary(self, cfg: Config, paths: KagglePaths) -> str:
-        """The one line a session ends with: what is done, and the command that continues."""
+    def summary(self, cfg: Config, session: Session) -> str:
+        """The one line a session ends with: what is done, by how many processes, and the command that continues."""
+        paths, t = session.paths, cfg.train
         held = f"working holds {human(folder_bytes(paths.working))}"
+        eff = t.micro_batch * t.accumulation * session.nproc
+        held += f"; trained by {session.nproc} process(es), effective batch {eff}"
         made = f"submission at {self.submission} from folds {names(self.complete)}" if self.submission else ""
         made = made or f"stage-1 model in {layout.experiment_dir(kept_config(cfg, paths))}"
         if not self.stopped:
@@ -200,37 +277,83 @@ def names(folds: list[int]) -> str:
     return ", ".join(str(f) for f in folds)
 
 
-def run_experiment(cfg: Config, run_cfg: Path, paths: KagglePaths, nproc: int) -> Run:
-    """One experiment's data, folds and (with any k-fold complete) predictions; each fold kept in working once
-    done. A fold that cannot end before the session's limit is not started (with kaggle.keep_resume it may
-    start when one epoch can: its state carries to the next session)."""
+def run_experiment(cfg: Config, run_cfg: Path, session: Session) -> Run:
+    """One experiment's data and folds, each kept in working once done and, once complete, predicted with at once
+    (the submission then always holds every complete fold). A fold an earlier session completed is kept and never
+    trained again; a fold that cannot end before the deadline is not started (with kaggle.keep_resume it may start
+    when one epoch can: its state carries to the next session)."""
     from pipeline import data
 
     config_mod.save(cfg, run_cfg)
     print(f"kernel: {cfg.name}: config {run_cfg}")
     _stage(data, run_cfg)
-    kept = kept_config(cfg, paths)  # the same layout under working: what the user downloads
+    kept = kept_config(cfg, session.paths)  # the same layout under working: what the user downloads
     run = Run(list(cfg.train.folds) or list(range(cfg.data.folds)))
+    digest, predicts = layout.current_fingerprint(cfg), run.folds != [layout.STAGE1]
     took: list[float] = []  # seconds of the folds trained from their start in this session
+    unpredicted = False  # complete folds kept since the last predict
     for n, fold in enumerate(run.folds):
+        if counted(cfg, fold, digest):
+            keep_fold(cfg, kept, fold, session, "complete")
+            run.complete.append(fold)
+            unpredicted = True
+            continue
+        session.clock.arm()
         if run.stopped or not fits(cfg, took):
             run.not_started.append(fold)
             continue
         fresh, begin = not layout.fold_dir(cfg, fold).exists(), eta.now()
-        outcome = train_fold(cfg, run_cfg, fold, nproc, folds_after=len(run.folds) - n - 1)
-        keep_resume = outcome == "time" and cfg.kaggle.keep_resume
-        sync(layout.fold_dir(cfg, fold), layout.fold_dir(kept, fold), cfg.kaggle.keep_weights, keep_resume)
+        outcome = train_fold(cfg, run_cfg, fold, session.nproc, folds_after=len(run.folds) - n - 1)
+        if outcome == "later":
+            run.not_started.append(fold)
+            continue
+        keep_fold(cfg, kept, fold, session, "complete" if outcome == "done" else "cut")
         (run.complete if outcome == "done" else run.cut).append(fold)
         took += [eta.now() - begin] if fresh and outcome == "done" else []
-        print(f"kernel: {cfg.name} fold {fold} kept in {layout.experiment_dir(kept)}; "
-              f"working holds {human(folder_bytes(paths.working))}")  # fmt: skip
-    if run.folds != [layout.STAGE1] and run.complete:
-        run.submission = predict_and_keep(cfg, run_cfg, kept, nproc)
+        unpredicted = unpredicted or outcome == "done"
+        if predicts and outcome == "done":
+            try:
+                run.submission, unpredicted = predict_and_keep(cfg, run_cfg, kept, session), False
+            except RuntimeError as e:  # the folds left are worth more than stopping here: tried again at the end
+                print(f"kernel: warning: {e} (after fold {fold}); training goes on, predict runs again at the end")
+    if predicts and run.complete and unpredicted:
+        run.submission = predict_and_keep(cfg, run_cfg, kept, session)
     return run
 
 
+def counted(cfg: Config, fold: int, digest: str) -> bool:
+    """A fold an earlier session completed with these settings (linked here by continuation.link_folds): kept and
+    predicted with, never trained again. Kept without its weights (kaggle.keep_weights=false), its test
+    predictions made with them stand for them; a stage-1 model needs its weights (every fold starts from them)."""
+    folder = layout.fold_dir(cfg, fold)
+    if not (folder / layout.DONE).is_file():
+        return False
+    needs = (WEIGHTS,) if fold == layout.STAGE1 else (layout.TESTED, layout.ALL)
+    why = layout.fold_status(folder, digest, needs)
+    if why:
+        print(f"kernel: {cfg.name} fold {fold} from the earlier session does not count ({why}): trained again")
+        return False
+    auc = (layout.read_done(folder) or {}).get("auc")
+    print(f"kernel: {cfg.name} fold {fold}: complete from the earlier session"
+          f"{f' (AUC {auc:.4f})' if auc is not None else ''}; not trained again")  # fmt: skip
+    return True
+
+
+def keep_fold(cfg: Config, kept: Config, fold: int, session: Session, state: str) -> None:
+    """The fold copied into working (timed: the clock's copy rate) and noted in the session's record. A stage-1
+    model keeps its weights whatever kaggle.keep_weights says: every fold of a later session starts from them."""
+    keep_resume = state == "cut" and cfg.kaggle.keep_resume
+    keep_weights = cfg.kaggle.keep_weights or fold == layout.STAGE1
+    begin = time.perf_counter()
+    copied = sync(layout.fold_dir(cfg, fold), layout.fold_dir(kept, fold), keep_weights, keep_resume)
+    session.clock.copied(sum(p.stat().st_size for p in copied), time.perf_counter() - begin)
+    session.note(cfg.name, fold, state if state == "complete" or keep_resume else None)
+    print(f"kernel: {cfg.name} fold {fold} kept in {layout.experiment_dir(kept)}; "
+          f"working holds {human(folder_bytes(session.paths.working))}")  # fmt: skip
+
+
 def fits(cfg: Config, took: list[float]) -> bool:
-    """Whether the next fold can start: it ends before the limit (or, with kaggle.keep_resume, its first
+    """Whether the next fold can start: it ends before the deadline (or, with kaggle.keep_resume, its first
     epoch does), by the run's own estimate of a fold (eta.json: the one its ETA lines print), else by the
     folds this session timed; the first fold always starts, its epochs guarded in training."""
     left = eta.left()
@@ -241,35 +364,22 @@ def fits(cfg: Config, took: list[float]) -> bool:
         need /= cfg.train.epochs
     if need <= left:
         return True
-    print(f"kernel: the next fold needs about {eta.hours(need)}; {eta.hours(left)} are left before the limit")
+    print(f"kernel: the next fold needs about {eta.hours(need)}; {eta.hours(left)} are left before the deadline")
     return False
 
 
-def predict_and_keep(cfg: Config, run_cfg: Path, kept: Config, nproc: int) -> Path:
-    """The submission from the complete folds (each GPU predicting its share), kept in working with the report."""
-    if run_module("predict", ["--config", str(run_cfg)], nproc):
+def predict_and_keep(cfg: Config, run_cfg: Path, kept: Config, session: Session) -> Path:
+    """The submission from the complete folds (each GPU predicting its share; folds predicted before are read from
+    their cache), kept in working with the report; the time it took is the clock's predict cost."""
+    begin = time.perf_counter()
+    if run_module("predict", ["--config", str(run_cfg)], session.nproc):
         raise RuntimeError("predict failed; see the messages above")
+    session.clock.predicted(time.perf_counter() - begin)
     sync(layout.experiment_dir(cfg), layout.experiment_dir(kept), cfg.kaggle.keep_weights)  # cv.json, test.csv
     submission = layout.submission_csv(cfg)
     if not submission.is_file():
         raise RuntimeError(f"{submission} was not written")
     return submission
-
-
-def continue_from(cfg: Config, paths: KagglePaths) -> None:
-    """kaggle.continue_from: an earlier session's output, attached; its folds (complete, or cut off with a resume
-    state) copied where this session trains, so that complete ones are skipped and a cut one resumes."""
-    ref = cfg.kaggle.continue_from
-    if not ref:
-        return
-    mount = previous_output(cfg, paths, make_plan(cfg, "owner").continue_kernel or ref)
-    for name in [cfg.name] + ([cfg.model.init_from] if cfg.model.init_from else []):
-        for fold, src in layout.fold_dirs(mount / "models" / name).items():
-            dest = layout.fold_dir(cfg, fold, name)
-            shutil.copytree(src, dest, dirs_exist_ok=True)
-            state = "complete" if (src / layout.DONE).is_file() else "with a resume state" if (
-                src / layout.RESUME).is_file() else "incomplete"  # fmt: skip
-            print(f"kernel: {name} fold {fold} from the earlier session ({state})")
 
 
 def _stage(module, run_cfg: Path) -> None:

@@ -8,8 +8,10 @@ Writes  models/<name>/fold<k>/test.csv     that fold's test predictions (id, tox
         models/<name>/cv.json              key test_auc, where the competition's test_labels.csv is present
 
 Only complete folds made from the current inputs and settings are used; the others are named with the
-reason they are left out. Before anything is written the submission is checked: the same id set as
-sample_submission, no NaN, every value in [0, 1]. A failed check is an error and leaves no file.
+reason they are left out. A fold kept without its weights (a Kaggle run with kaggle.keep_weights=false) is
+used through its cached test predictions, made with the weights its done.json records. Before anything
+is written the submission is checked: the same id set as sample_submission, no NaN, every value in [0, 1].
+A failed check is an error and leaves no file.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def fold_test_preds(
     found = cached(fold_dir, key)
     if found is not None:
         return found
+    if not (fold_dir / layout.WEIGHTS).is_file():
+        raise PredictError(
+            f"{fold_dir}: kept without its weights (kaggle.keep_weights=false), and its test predictions were made "
+            f"from another test table or at another precision than {prec}: retrain the fold to predict this test set"
+        )
     tokenizer = load_tokenizer(fold_dir)
     model = modeling.build_model(cfg, tokenizer, source=fold_dir).to(device)
     vmap = trim.load_map(fold_dir, model)
@@ -86,8 +93,10 @@ def cached(fold_dir: Path, key: dict) -> pd.DataFrame | None:
 
 def checked_weights(fold_dir: Path) -> str:
     """The sha256 of a fold's weights, checked against the one its done.json records."""
-    digest = file_digest(fold_dir / layout.WEIGHTS)
     recorded = ((layout.read_done(fold_dir) or {}).get("files") or {}).get(layout.WEIGHTS)
+    if recorded is not None and not (fold_dir / layout.WEIGHTS).is_file():  # kept without them: its cached test
+        return str(recorded.get("sha256"))  # predictions, made with these very weights, stand for them
+    digest = file_digest(fold_dir / layout.WEIGHTS)
     if recorded is not None and recorded.get("sha256") != digest:
         raise PredictError(
             f"{fold_dir / layout.WEIGHTS}: differs from the weights its done.json records (damaged?); "
@@ -105,7 +114,7 @@ def run(cfg: Config) -> Path | None:
     digest = layout.current_fingerprint(cfg, meta)
     d = distributed.setup(cfg.train.device)
     try:
-        dirs = layout.usable_folds(cfg, digest, what="predict", needs=(layout.WEIGHTS, layout.ALL)) if d.is_main else []
+        dirs = layout.usable_folds(cfg, digest, what="predict", needs=(layout.TESTED, layout.ALL)) if d.is_main else []
         dirs = distributed.broadcast_object(d, dirs)
         splits, _ = tokens.load_cache(cfg, meta)
         mine = dirs[d.rank :: d.world]  # each process its folds, cached in fold<k>/test.csv

@@ -107,6 +107,25 @@ def folds_to_train(cfg: Config, folds: list[int], digest: str, d: distributed.Di
     return todo
 
 
+def world_problem(cfg: Config, digest: str, todo: list[int], world: int) -> str:
+    """Why this run may not train `todo` with `world` processes ('' when it may): every fold of an experiment is
+    trained by as many processes, since the effective batch (micro-batch x accumulation x world) changes the weights."""
+    if not todo:
+        return ""
+    done, _ = layout.select_folds(layout.experiment_dir(cfg), digest, cfg.data.folds)
+    others = {d.name: (layout.read_done(d) or {}).get("world", 1) for d in done if layout.fold_index(d) not in todo}
+    other = sorted({w for w in others.values() if w != world})
+    if not other:
+        return ""
+    t = cfg.train
+    names = ", ".join(n for n, w in others.items() if w == other[0])
+    return (
+        f"{names} of {layout.experiment_dir(cfg)} were trained by {other[0]} process(es) (effective batch "
+        f"{t.micro_batch * t.accumulation * other[0]}) and this run has {world} (effective batch "
+        f"{t.micro_batch * t.accumulation * world}): run with GPUS={other[0]}, or train under another name="
+    )
+
+
 def _run(cfg: Config, d: distributed.Dist) -> dict | None:
     """The train stage inside the process group: every fold to do, then (rank 0) the CV report."""
     if d.device.type == "cpu" and d.enabled:
@@ -120,6 +139,9 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
         exp.mkdir(parents=True, exist_ok=True)
         config_mod.save(cfg, exp / layout.RUN_CONFIG)
     todo = folds_to_train(cfg, folds, digest, d)
+    problem = distributed.broadcast_object(d, world_problem(cfg, digest, todo, d.world) if d.is_main else "")
+    if problem:  # every rank stops, before any fold starts
+        raise PipelineError(problem)
     with StopFlag() as stop:
         for n, fold in enumerate(todo):
             after = len(todo) - n - 1 + eta.folds_after()  # what the ETA counts beyond this fold

@@ -193,3 +193,43 @@ def sub_langs(raw: Path) -> set[str]:
 def test_a_stage_run_without_trains_args_names_the_settings_that_differ(trained) -> None:
     with pytest.raises(PipelineError, match=r"differ from .*pipeline.yaml in train.lr \(0.002 here, 0.001 there\)"):
         predict.run(cfg_of(trained.argv + ["train.lr=0.002"]))
+
+
+def test_the_world_size_is_in_the_fingerprint_only_when_not_one() -> None:
+    """A fold trained by one process keeps the fingerprint it had before the world size counted: these digests are
+    what the code before this change computed for the same inputs (folds trained then still count)."""
+    from pipeline import fingerprint
+
+    sample_fp = fingerprint.fold_fingerprint(
+        config.load("sample", []), "table-digest", {"tiny": True, "tokenizer": "tok"}
+    )
+    large_fp = fingerprint.fold_fingerprint(
+        config.load("xlmr-large", []), "table-digest", {"name": "xlm-roberta-large"}
+    )
+    assert (sample_fp, large_fp) == ("a35c36509e19b726", "70656d0eb5d79449")
+    assert fingerprint.with_world(sample_fp, 1) == sample_fp
+    two, four = fingerprint.with_world(sample_fp, 2), fingerprint.with_world(sample_fp, 4)
+    assert len({sample_fp, two, four}) == 3 and len(two) == len(sample_fp)
+
+
+def test_a_fold_counts_with_the_world_size_that_trained_it_and_folds_never_mix_two(trained, tmp_path) -> None:
+    """A fold trained by two processes (twice the effective batch) is another experiment than one trained by one:
+    its done.json must carry the fingerprint of two, and a run of one process does not add folds beside it."""
+    from pipeline import fingerprint
+
+    copy_run(trained, tmp_path)
+    cfg = config.load("sample", [*trained.argv[2:], f"models_dir={tmp_path / 'models'}"])
+    digest = layout.current_fingerprint(cfg)
+    fold0 = layout.experiment_dir(cfg) / "fold0"
+    done = json.loads((fold0 / layout.DONE).read_text())
+    assert done["world"] == 1 and done["digest"] == digest  # one process: the fingerprint as it always was
+    assert layout.fold_status(fold0, digest) == ""
+    (fold0 / layout.DONE).write_text(json.dumps({**done, "world": 2}))  # the same digest, said to be two processes
+    assert layout.fold_status(fold0, digest) == "trained on other data or settings (retrain it with `make train`)"
+    (fold0 / layout.DONE).write_text(json.dumps({**done, "world": 2, "digest": fingerprint.with_world(digest, 2)}))
+    assert layout.fold_status(fold0, digest) == ""  # what a two-process run writes: it counts, here too
+    (layout.experiment_dir(cfg) / "fold1" / layout.DONE).unlink()  # fold 1 left to train
+    problem = train.world_problem(cfg, digest, [1], world=1)
+    assert problem.startswith(f"fold0 of {layout.experiment_dir(cfg)} were trained by 2 process(es) (effective batch")
+    assert "this run has 1" in problem and "run with GPUS=2" in problem
+    assert train.world_problem(cfg, digest, [1], world=2) == "" and train.world_problem(cfg, digest, [], 1) == ""

@@ -50,6 +50,7 @@ SMALL = (
     "train.precision=fp32",  # bf16 autocast is slow on CPU; the GPU run keeps auto
     "data.english_negatives=100",
     "data.extra_files=[]",  # the real competition has no translated-train.csv
+    "train.device=cpu",  # without it a notebook that sees no GPU stops at once
 )
 LAYOUT_SCALE = 0.1  # the sample competition under the simulated /kaggle/input: 90 validation, 90 test rows
 
@@ -105,9 +106,9 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
         mp.setattr(client, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
-    # status: exists?, then polled until ready, then asked for the version number the notebook pins
-    assert names == ["dataset_status", "dataset_create_new", *["dataset_status"] * 3, "kernels_push"]
-    create = api.calls[1][1]
+    # status: the version before (none: 404), exists?, then polled until ready, then the version the notebook pins
+    assert names == [*["dataset_status"] * 2, "dataset_create_new", *["dataset_status"] * 3, "kernels_push"]
+    create = api.calls[2][1]
     assert create["dir_mode"] == "zip" and create["public"] is False
     assert create["sent"] == ["kernel-config.yaml", "pipeline.zip"]  # subfolders travel zipped
     push = api.calls[-1][1]
@@ -124,9 +125,38 @@ def test_second_push_adds_a_version(tmp_path: Path) -> None:
     api.datasets.add("tester/jigsaw-sample-code")
     kernel.build_and_push(make_cfg(tmp_path, "kaggle.timeout=3600"), api=api)
     names = [name for name, _ in api.calls]
-    assert names == ["dataset_status", "dataset_create_version", "dataset_status", "dataset_status", "kernels_push"]
-    assert api.calls[1][1]["dir_mode"] == "zip"
+    assert names == [*["dataset_status"] * 2, "dataset_create_version", *["dataset_status"] * 2, "kernels_push"]
+    assert api.calls[2][1]["dir_mode"] == "zip"
     assert api.calls[-1][1]["timeout"] == "3600"
+    assert api.calls[-1][1]["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8"  # 7 before
+
+
+def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) -> None:
+    """Right after an upload Kaggle may still answer the previous version number (or 404): the kernel waits for a
+    number past the one before the upload instead of pinning the previous bundle."""
+    api = FakeKaggleApi()
+    api.datasets.add("tester/jigsaw-sample-code")
+    answers = iter([7, 7, 404, 8])  # before the upload; then the old number, a 404, the new one
+
+    def dataset_version(ref: str, api) -> int:
+        number = next(answers)
+        if number == 404:
+            raise KaggleError("dataset: not found (404)") from http_error(404)
+        return number
+
+    sleeps: list[float] = []
+    orig = client.wait_new_version
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(client, "dataset_version", dataset_version)
+        mp.setattr(client, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=sleeps.append))
+        result = kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert result["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8" and len(sleeps) == 2
+    answers = iter([7, *[7] * 40])  # never past 7: refused before the push
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(client, "dataset_version", dataset_version)
+        mp.setattr(client, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=lambda s: None))
+        with pytest.raises(KaggleError, match="still serves version 7 after 300 s, the one before this upload"):
+            kernel.build_and_push(make_cfg(tmp_path), api=api)
 
 
 def test_user_comes_from_the_api_else_config(tmp_path: Path) -> None:
@@ -290,6 +320,27 @@ def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: 
     assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'k'}", "--status"]) == 2  # no credentials
 
 
+def test_following_survives_a_dropped_log_stream(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The load balancer cuts idle connections: the stream is opened again (kaggle 2.2.5's own follow does, up to five
+    times without news), the replayed events are skipped, and no line is shown twice or lost."""
+    import requests
+
+    api = FakeKaggleApi()
+    api.kernel_state = "RUNNING"
+    events = [{"data": f"step {i}\n"} for i in range(6)]
+    drop = requests.exceptions.ChunkedEncodingError("Connection broken: InvalidChunkLength")
+    # Real: each connection replays the stream from its start, then carries on
+    api.log_connections = [[*events[:2], drop], [*events[:4], requests.exceptions.ConnectionError("reset")], events]
+    sleeps: list[float] = []
+    assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=sleeps.append) == "complete"
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  | step")]
+    assert shown == [f"  | step {i}" for i in range(6)] and len(sleeps) == 2
+    # a stream that keeps dropping with nothing new gives up in one line, as kaggle's does
+    api.kernel_state, api.log_connections = "RUNNING", [[drop]] * 5
+    with pytest.raises(KaggleError, match="the log stream dropped 5 times with nothing new"):
+        output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=lambda s: None)
+
+
 def test_output_access_denied(tmp_path: Path) -> None:
     api = FakeKaggleApi()
     # kaggle 2.2.5 turns a 401/403 on kernels_status into this ValueError
@@ -395,7 +446,7 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pa
     training under torchrun with two CPU processes (gloo) standing for two T4s. (base, input, working, result)"""
     base = tmp_path_factory.mktemp("sample-run")
     input_root, working = kaggle_layout(base)
-    two = ["kaggle.gpus=2", "train.device=cpu"]
+    two = ["kaggle.gpus=2"]
     argv = ["--config", "sample", f"kaggle.dir={base / 'kernel'}", "kaggle.dry_run=true", "kaggle.user=tester"]
     assert kernel.main([*argv, *SMALL, *two]) == 0
     root = base / "kernel" / "jigsaw-sample"
@@ -418,7 +469,8 @@ def test_sample_kernel_runs_end_to_end(sample_run) -> None:
     fold_files = {f.split("/", 3)[3] for f in files if f.startswith("models/sample/fold0/")}
     assert {"model.safetensors", "done.json", "oof.csv", "test.csv", "metrics.jsonl"} <= fold_files
     assert not any(f.startswith("input/") or f.endswith("resume.pt") for f in files), files
-    assert {f for f in files if not f.startswith("models/")} == {"kernel-run.yaml", "submission.csv", "sample.csv"}
+    kept = {"kernel-run.yaml", "submission.csv", "sample.csv", "kernel-session.json"}
+    assert {f for f in files if not f.startswith("models/")} == kept
     assert {f.split("/")[2] for f in files if f.startswith("models/")} >= {"cv.json", "oof.csv", "fold0", "fold1"}
     temp = working.parent / "temp"
     assert (temp / "input" / "prepared" / "sample").is_dir()  # the scratch went to temp
@@ -593,6 +645,19 @@ def fake_clock(folder: Path, step_seconds: int = 600) -> dict:
     return {"PIPELINE_FAKE_CLOCK": str(clock), "PIPELINE_FAKE_STEP_SECONDS": str(step_seconds)}
 
 
+def notebook_session(base: Path, *settings: str, earlier: Path | None = None, clock: bool = True):
+    """One simulated session of the sample kernel under `base`, built by a dry-run push with `settings`; `earlier`:
+    a session's working folder, attached as this kernel's earlier output (kaggle.continue_from=self).
+    (input, working, result)"""
+    input_root, working = kaggle_layout(base)
+    built = kernel.build_and_push(dry(base, *settings, *(["kaggle.continue_from=self"] if earlier else [])))
+    mount_code(built["code_dir"], input_root, "jigsaw-sample-code", unpacked=True)
+    if earlier is not None:
+        shutil.copytree(earlier, input_root / "notebooks" / "tester" / "jigsaw-sample")  # where Kaggle mounts it
+    script = built["kernel_dir"] / "jigsaw-sample.py"
+    return input_root, working, run_notebook(script, input_root, working, base, **(fake_clock(base) if clock else {}))
+
+
 @pytest.mark.slow
 def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Session 1 (3.5 simulated hours, about an hour an epoch): fold 0, then fold 1's first epoch; its second
@@ -608,6 +673,9 @@ def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.Captu
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     out = first.stdout
     assert "fold 1: epoch 2 needs about" in out and "before the session's limit; its resume state is saved" in out
+    # fold 0 predicted as soon as it was complete: the deadline of fold 1 finds no fold left to predict
+    assert out.index("predict: 1 fold(s) (fold0)") < out.index("=== fold 1 ===")
+    assert "kernel: training stops " in out and "before the session's end" in out
     assert "kernel: stopped for the session's time limit: folds 0 complete; fold 1 cut off (resume state kept)" in out
     assert 'plus ARGS="kaggle.continue_from=self": make kernel' in out
     check_submission(a_working, a_input, first)  # a partial submission, from fold 0
@@ -635,7 +703,11 @@ def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.Captu
     out = second.stdout
     assert "sample fold 0 from the earlier session (complete)" in out
     assert "sample fold 1 from the earlier session (with a resume state)" in out
-    assert "fold 0: complete with these settings" in out and "fold 1: resuming at epoch 1, step" in out
+    assert "sample fold 0: complete from the earlier session (AUC" in out and "=== fold 0 ===" not in out
+    assert "fold 1: resuming at epoch 1, step" in out
+    linked = b_working.parent / "temp" / "models" / "sample" / "fold0" / "model.safetensors"
+    assert linked.is_symlink()  # read in place from the earlier output, not copied into temp
+    assert (b_working / "models" / "sample" / "fold0" / "done.json").is_file()  # kept for a third session
     assert "kernel: done; submission at" in out and "from folds 0, 1" in out
 
     # the same two folds trained in one go, here: the same OOF
@@ -647,15 +719,126 @@ def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.Captu
     np.testing.assert_allclose(got["pred"], ref["pred"], rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_a_continued_run_without_kept_weights_never_trains_a_complete_fold_again(tmp_path: Path) -> None:
+    """kaggle.keep_weights=false, the disk plan's first remedy: fold 0 comes back with its OOF and test
+    predictions and no weights, and the next session counts it as it is (it trained it again, every epoch). The
+    cut fold keeps its best weights beside its resume state: the state holds only the current ones."""
+    settings = (*SMALL, "train.epochs=2", "kaggle.margin_minutes=0", "kaggle.keep_weights=false")
+    _, a_working, first = notebook_session(tmp_path / "a", *settings, "kaggle.time_limit_h=3.5")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "folds 0 complete; fold 1 cut off (resume state kept)" in first.stdout
+    kept = a_working / "models" / "sample"
+    assert not (kept / "fold0" / "model.safetensors").exists() and (kept / "fold0" / "test.csv").is_file()
+    assert (kept / "fold1" / "resume.pt").is_file() and (kept / "fold1" / "model.safetensors").is_file()
+
+    b_input, b_working, second = notebook_session(tmp_path / "b", *settings, earlier=a_working)
+    check_submission(b_working, b_input, second)
+    out = second.stdout
+    assert "sample fold 0: complete from the earlier session (AUC" in out and "=== fold 0 ===" not in out
+    assert "fold 0 epoch" not in out and "fold 1: resuming at epoch 1, step" in out
+    assert "kernel: done; submission at" in out and "from folds 0, 1" in out
+    assert "predict: 2 fold(s) (fold0, fold1)" in out  # fold 0 by its test predictions, fold 1 by its weights
+
+
+@pytest.mark.slow
+def test_a_continued_run_that_finds_nothing_stops_at_once(tmp_path: Path) -> None:
+    """An earlier output without folds (a version that failed in its first minute) would have the notebook train
+    every fold from scratch and end "done" with no word: it stops in one line before any work."""
+    (tmp_path / "empty").mkdir()
+    input_root, working, result = notebook_session(tmp_path, *SMALL, earlier=tmp_path / "empty", clock=False)
+    assert result.returncode == 1
+    err = [line for line in result.stderr.splitlines() if line.strip()]
+    assert err[-1].startswith("error: kaggle.continue_from=self: the attached output ") and "holds no folds" in err[-1]
+    assert "Traceback" not in result.stderr and not (working / "kernel-run.yaml").exists()
+
+
+def earlier_output(folder: Path, processes: int) -> Path:
+    """What a session of `processes` processes leaves: fold 0 complete, fold 1 cut with a resume state."""
+    for fold in (0, 1):
+        (folder / "models" / "sample" / f"fold{fold}").mkdir(parents=True)
+    done = {"fold": 0, "digest": "d", "world": processes}
+    (folder / "models" / "sample" / "fold0" / "done.json").write_text(json.dumps(done))
+    (folder / "models" / "sample" / "fold1" / "resume.pt").write_bytes(b"state")
+    record = {"session": "s1", "processes": processes, "experiments": {"sample": {"complete": [0], "cut": [1]}}}
+    (folder / "kernel-session.json").write_text(json.dumps(record))
+    return folder
+
+
+@pytest.mark.slow
+def test_a_continued_run_keeps_the_earlier_number_of_processes_or_stops(tmp_path: Path) -> None:
+    """Session 1 trained with 2 processes, session 2 has 1 (the all-reduce check fell back, or kaggle.gpus=1): the
+    cut fold would start again ("resume.pt was saved by 2 processes") and the folds mix two effective batches.
+    Refused in one line before any work."""
+    earlier = earlier_output(tmp_path / "earlier", processes=2)
+    _, working, result = notebook_session(tmp_path / "one", *SMALL, "kaggle.gpus=1", earlier=earlier, clock=False)
+    assert result.returncode == 1
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("error: the earlier session's folds were trained by 2 process(es) and this session runs 1")
+    assert not (working / "kernel-run.yaml").exists()
+
+
+def test_the_number_of_processes_is_kept_from_the_earlier_session(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    cfg = config.load("sample", [])
+    monkeypatch.setattr(notebook, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(session, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 0)
+    assert notebook.session_processes(cfg, None) == 2
+    assert notebook.session_processes(cfg, 1) == 1  # the earlier session fell back to one: so does this one
+    assert "the earlier session's folds were trained by 1 process(es): so are this session's" in capsys.readouterr().out
+    monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 1)  # the all-reduce fails here, with and without P2P
+    with pytest.raises(KernelError, match=r"trained by 2 process\(es\) and this session runs 1 \(2 GPU\(s\) visible"):
+        notebook.session_processes(cfg, 2)
+
+
 def test_a_fold_that_cannot_finish_is_not_started(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     cfg = config.load("sample", ["train.epochs=2", "kaggle.keep_resume=false"])
     monkeypatch.setattr(notebook.eta, "left", lambda: 1.5 * 3600)
     assert notebook.fits(cfg, []) is True  # nothing timed yet: the first fold starts, its epochs guarded
     assert notebook.fits(cfg, [3600.0]) is True
     assert notebook.fits(cfg, [2 * 3600.0]) is False  # 2 h a fold, 1.5 h left
-    assert "the next fold needs about 2h00m; 1h30m are left before the limit" in capsys.readouterr().out
+    assert "the next fold needs about 2h00m; 1h30m are left before the deadline" in capsys.readouterr().out
     keep = config.load("sample", ["train.epochs=2", "kaggle.keep_resume=true"])
     assert notebook.fits(keep, [2 * 3600.0]) is True  # one epoch fits; its state carries to the next session
+
+
+def test_the_notebook_writes_its_lines_as_they_come(tmp_path: Path) -> None:
+    """Kaggle sends the notebook's output to a file, where Python buffers 8 kB blocks: the evaluation and ETA lines
+    of a session killed at its limit were lost. The code file makes the output line-buffered, and every child
+    process (torchrun's workers) unbuffered."""
+    code = f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from pipeline.kaggle import launch
+        print(sys.stdout.line_buffering, repr(os.environ.get("PYTHONUNBUFFERED")))
+        launch.unbuffered()
+        from pipeline import notebook
+        print(sys.stdout.line_buffering, sys.stderr.line_buffering, notebook.child_env()["PYTHONUNBUFFERED"])
+    """
+    # stdout is a pipe, as on Kaggle: block-buffered until told otherwise
+    result = run_python(code, tmp_path, PYTHONUNBUFFERED="")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "''", "True", "True", "1"]
+
+
+def test_a_planned_stop_is_said_once_and_is_no_failure_under_torchrun(monkeypatch, capsys) -> None:
+    """The session's time is up: every rank stops, the first says so (not as an error), and under torchrun each exits 0
+    so that torchrun prints no ChildFailedError traceback; the notebook reads time_up.json."""
+    from pipeline import errors
+    from pipeline.core.resume import TimeUp
+
+    def stop() -> None:
+        raise TimeUp("fold 0 stopped at epoch 1, step 20: the session's time is up; the resume state is saved")
+
+    for rank, said in (("0", 1), ("1", 0)):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", rank)
+        assert errors.run_stage(stop) == 0
+        err = capsys.readouterr().err
+        assert err.count("stopped: fold 0 stopped at epoch 1") == said and "error" not in err
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("RANK")
+    assert errors.run_stage(stop) == 75  # one process: the status tells the caller
 
 
 def test_a_bundle_other_than_the_one_pushed_is_refused(tmp_path: Path) -> None:
@@ -687,14 +870,25 @@ def test_versions_are_logged_and_a_missing_one_stops_at_once(monkeypatch: pytest
     lines = session.machine_report()
     assert lines[0].startswith("python ") and "torch " in lines[0] and "transformers " in lines[0]
     cfg = config.load("sample", [])
-    session.check_machine(cfg)
+    session.check_machine(cfg, gpus=2)
     monkeypatch.setattr(transformers, "__version__", "4.40.2")
-    with pytest.raises(KernelError, match="transformers 4.40.2 is too old"):
-        session.check_machine(cfg)
+    with pytest.raises(KernelError, match="transformers 4.40.2 is too old") as info:
+        session.check_machine(cfg, gpus=2)
+    assert "as a dataset" not in str(info.value)  # advice nothing supports
     monkeypatch.undo()
     monkeypatch.setattr(session.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(KernelError, match="adamw8bit needs bitsandbytes"):
-        session.check_machine(config.load("sample", ["train.optimizer=adamw8bit"]))
+        session.check_machine(config.load("sample", ["train.optimizer=adamw8bit"]), gpus=2)
+
+
+def test_a_session_without_a_gpu_stops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session that lands on a machine without GPUs would train XLM-R on CPU for its 12 hours (and leave a
+    one-process resume state a two-GPU session cannot take): refused before anything else, unless asked."""
+    monkeypatch.setattr(session, "visible_gpus", lambda: 0)
+    with pytest.raises(KernelError, match="no GPU is visible in this session") as info:
+        session.check_machine(config.load("xlmr-large", []))
+    assert "train.device=cpu" in str(info.value) and "\n" not in str(info.value)
+    session.check_machine(config.load("xlmr-large", ["train.device=cpu"]))  # asked for: trains on CPU
 
 
 def test_the_plan_refuses_adamw8bit_unless_the_image_has_bitsandbytes(tmp_path: Path) -> None:
@@ -707,10 +901,18 @@ def test_two_gpus_fall_back_to_one_when_an_all_reduce_fails(monkeypatch: pytest.
     cfg = config.load("sample", [])
     monkeypatch.setattr(notebook, "visible_gpus", lambda: 2)
     monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 1)
+    monkeypatch.delenv("NCCL_P2P_DISABLE", raising=False)
     assert notebook.checked_processes(cfg, 2) == 1
-    assert "an all-reduce across 2 GPUs failed (1); training on one GPU instead" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "an all-reduce across 2 GPUs failed (1)" in out and "failed with NCCL_P2P_DISABLE=1 (1)" in out
+    assert "training on one GPU instead: effective batch 32 instead of 64" in out  # said, not silent
     monkeypatch.setattr(notebook, "torchrun", lambda *a, **k: 0)
     assert notebook.checked_processes(cfg, 2) == 2
+    # peer-to-peer over PCIe hangs: the check is tried again without it, and every later torchrun inherits that
+    monkeypatch.setattr(notebook, "torchrun", lambda *a, extra_env=None, **k: 0 if extra_env else 1)
+    assert notebook.checked_processes(cfg, 2) == 2
+    assert os.environ.pop("NCCL_P2P_DISABLE") == "1"
+    assert "works with NCCL_P2P_DISABLE=1" in capsys.readouterr().out
 
 
 def test_versioned_datasets_are_taken_or_refused_at_the_plan(tmp_path: Path) -> None:
@@ -726,6 +928,7 @@ def test_the_dry_run_plans_time_too(tmp_path: Path, capsys: pytest.CaptureFixtur
     kernel.build_and_push(dry(tmp_path, "model.name=xlm-roberta-large", "data.source=kaggle", "data.folds=5",
                               "data.english_negatives=400000", "model.max_length=256"))  # fmt: skip
     out = capsys.readouterr().out
-    assert "kernel: time plan, at " in out and "an estimate for 2 T4s from the model's size" in out
+    assert "kernel: time plan, an estimate (the log's ETA lines are measured)" in out
+    assert "an estimate for 2 T4s from the model's size, 10% of their fp16 peak, not measured" in out
     assert "of a 12 h session" in out and "of a 30 h weekly GPU quota" in out
     assert "kernel: warning: the folds need about" in out and "kaggle.continue_from=self" in out

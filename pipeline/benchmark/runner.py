@@ -161,6 +161,8 @@ def run_row(cfg: Config, spec: dict) -> dict:
     device = distributed.pick_device(cfg.train.device)
     precision = resolve_precision(spec["precision"], device)
     out = {"key": spec["key"], "runner": spec["runner"], "device": str(device), "precision": precision}
+    if device.type == "cuda":  # the GPU's name: the Kaggle time plan takes a figure measured on a T4 only
+        out["gpu"] = torch.cuda.get_device_name(device)
     if device.type == "cpu":
         out["cpu_bf16_native"] = cpu_has_bf16()  # without it CPU bf16 is emulated: slower than fp32
     if spec["optimizer"] == "adamw8bit" and device.type != "cuda":

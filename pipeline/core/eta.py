@@ -21,6 +21,9 @@ from pathlib import Path
 from pipeline.files import read_json, write_json
 
 DEADLINE_ENV = "PIPELINE_DEADLINE"  # unix seconds by which the run must have stopped
+# the seconds of training a whole session gives (set by the notebook): an epoch longer than that can never end
+# inside one, so it is trained into and cut at the deadline instead of refused session after session
+SESSION_ENV = "PIPELINE_SESSION_SECONDS"
 FOLDS_AFTER_ENV = "PIPELINE_FOLDS_AFTER"  # folds a caller trains after this process's (the notebook, fold by fold)
 FAKE_CLOCK_ENV, FAKE_STEP_ENV = "PIPELINE_FAKE_CLOCK", "PIPELINE_FAKE_STEP_SECONDS"
 ETA_FILE = "eta.json"  # beside the experiment: the latest estimate and the measured rates
@@ -45,6 +48,12 @@ def spend_step() -> None:
 
 def deadline() -> float | None:
     value = os.environ.get(DEADLINE_ENV)
+    return float(value) if value else None
+
+
+def session_seconds() -> float | None:
+    """The training time of a whole session (the notebook's), or None outside one."""
+    value = os.environ.get(SESSION_ENV)
     return float(value) if value else None
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from pipeline import config as config_mod
-from pipeline import files, layout
+from pipeline import files, fingerprint, layout
 from pipeline.config import Config
 from pipeline.core import (
     batching,
@@ -307,23 +307,37 @@ class FoldRun:
         last = p.history[-1].get("step", 0) if p.history else 0
         return evaluation.exhausted(p.best, last, t.patience, t.eval_every_steps or self.windows, self.stage1)
 
-    def time_up(self, why: str) -> None:
-        """Stop for the deadline, saying so in time_up.json (the Kaggle notebook reads it) and in one line."""
+    def time_up(self, why: str, started: bool = True) -> None:
+        """Stop for the deadline, saying so in time_up.json (the Kaggle notebook reads it: which fold, why, and
+        whether it had started, i.e. left a resume state) and in one line."""
         if self.d.is_main:
-            write_json(layout.experiment_dir(self.cfg) / layout.TIME_UP, {"fold": self.fold, "why": why})
+            record = {"fold": self.fold, "why": why, "started": started}
+            write_json(layout.experiment_dir(self.cfg) / layout.TIME_UP, record)
         raise TimeUp(why)
 
     def check_time(self, epoch: int) -> None:
-        """Never start an epoch that cannot end before the deadline (its state is saved at the last one's end)."""
-        left, need = eta.left(), self.rate.train(self.epoch_tokens)
-        if left is None or need is None:
+        """Never start an epoch that cannot end before the deadline (its state is saved at the last one's end),
+        unless no session is long enough for it: then it starts, and the deadline cuts it with its state saved, so
+        that every session makes progress."""
+        left, train = eta.left(), self.rate.train(self.epoch_tokens)
+        if left is None or train is None:
             return
-        need += self.rate.eval(self.epoch_eval_tokens)
-        if need > left:
-            self.time_up(
-                f"fold {self.fold}: epoch {epoch + 1} needs about {eta.hours(need)} and {eta.hours(left)} are left "
-                "before the session's limit; its resume state is saved"
-            )
+        need = train + self.rate.eval(self.epoch_eval_tokens)
+        if need <= left:
+            return
+        whole = eta.session_seconds()
+        if whole is not None and need > whole:
+            if self.d.is_main:
+                print(f"fold {self.fold}: epoch {epoch + 1} needs about {eta.hours(need)}, more than a session gives "
+                      f"({eta.hours(whole)}): training into it; the deadline cuts it with its state saved")  # fmt: skip
+            return
+        # an epoch ends with a resume state saved; before the first one nothing has been trained
+        saved = "its resume state is saved" if epoch > 0 else "nothing trained yet, it starts in the next session"
+        self.time_up(
+            f"fold {self.fold}: epoch {epoch + 1} needs about {eta.hours(need)} and {eta.hours(left)} are left "
+            f"before the session's limit; {saved}",
+            started=epoch > 0,
+        )
 
     def plan(self, epoch: int, window: int) -> eta.Plan:
         """What is left of the run from window `window` of epoch `epoch`, in padded tokens."""
@@ -443,7 +457,7 @@ class FoldRun:
         self.log.close()
         result = {
             "fold": self.fold,
-            "digest": self.digest,
+            "digest": fingerprint.with_world(self.digest, self.d.world),  # the world size changes the weights too
             "epochs": max((h["epoch"] for h in p.history), default=0),
             "best_epoch": p.best["epoch"],
             "best_step": p.best["step"],

@@ -30,6 +30,7 @@ class TimeUp(Interrupted):
     """The run's deadline came (a Kaggle session's limit): the state is saved; the next session continues."""
 
     exit_code = 75  # eta.TIME_UP_EXIT: tells the notebook a stop for time from a failure
+    planned = True  # pipeline.errors.run_stage says it once, as a stop and not an error
 
 
 @dataclasses.dataclass

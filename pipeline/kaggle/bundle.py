@@ -105,8 +105,9 @@ def script_text(cfg: Config, plan: Plan, digest: str = "") -> str:
         + "\n\n# The resolved config `make kernel` was given; the notebook fills in Kaggle's paths (kernel-run.yaml).\n"
         + f"CODE_DATASET = {plan.dataset_slug!r}\n"
         + f"CODE_DIGEST = {digest!r}  # the notebook stops at once when the attached bundle's code differs\n"
+        + f"CONTINUES = {plan.continue_session!r}  # kaggle.continue_from: the earlier session the output must be\n"
         + f"CONFIG = {_py_str(config_text)}\n\n"
-        + 'if __name__ == "__main__":\n    run(CODE_DATASET, CONFIG, CODE_DIGEST)\n'
+        + 'if __name__ == "__main__":\n    run(CODE_DATASET, CONFIG, CODE_DIGEST, CONTINUES)\n'
     )
 
 

@@ -540,6 +540,49 @@ def dataset_version(ref: str, api: KaggleApi) -> int | None:
     return int(number) if isinstance(number, int) or str(number).isdigit() else None
 
 
+def version_before_upload(ref: str, api: KaggleApi) -> int | None:
+    """Dataset `ref`'s version number before an upload: 0 when it does not exist yet, None when not told."""
+    try:
+        return dataset_version(ref, api)
+    except KaggleError as exc:
+        if http_status(exc.__cause__) == 404:
+            return 0
+        raise
+
+
+def wait_new_version(
+    ref: str,
+    before: int | None,
+    api: KaggleApi,
+    timeout_s: float = 300,
+    poll_s: float = 10,
+    sleep: Callable[[float], None] | None = None,
+) -> int | None:
+    """The version number of dataset `ref` once it is past `before` (the number before the upload): right after an
+    upload Kaggle may still answer the previous number, or 404 for a few seconds. None: the library tells no
+    numbers (the kernel then attaches the unversioned latest, and the notebook's digest check guards it)."""
+    import time
+
+    sleep = time.sleep if sleep is None else sleep
+    waited = 0.0
+    while True:
+        try:
+            number = dataset_version(ref, api)
+        except KaggleError as exc:
+            if http_status(exc.__cause__) != 404 or waited >= timeout_s:
+                raise
+            number = before
+        if number is None or before is None or number > before:
+            return number
+        if waited >= timeout_s:
+            raise KaggleError(
+                f"dataset {ref}: Kaggle still serves version {number} after {waited:.0f} s, the one before this "
+                "upload; run `make kernel` again in a few minutes"
+            )
+        sleep(poll_s)
+        waited += poll_s
+
+
 def upload_dataset(folder: Path, ref: str, notes: str, api: KaggleApi) -> tuple[str, str]:
     """Create dataset `ref` from `folder` the first time, else add a new version. Returns (action, url).
 
@@ -668,27 +711,95 @@ def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: s
     return files
 
 
+def kernel_version(ref: str, api: KaggleApi) -> int | None:
+    """The newest version number of kernel `ref` (owner/slug): kernels_list's current_version_number (kaggle 2.2.5
+    has no call that lists a kernel's versions); None when the listing does not show it."""
+    owner, _, slug = ref.partition("/")
+    mine = owner == authenticated_username(api)
+    try:
+        found = api.kernels_list(search=slug, user=owner, mine=mine, page_size=100) or []
+    except Exception as exc:
+        raise _kernel_access(exc, f"kernel {ref}") from exc
+    for kernel in found:
+        if str(getattr(kernel, "ref", "")).lower() in (ref.lower(), f"/code/{ref.lower()}"):
+            number = getattr(kernel, "current_version_number", None)
+            return int(number) if isinstance(number, int) and number > 0 else None
+    return None
+
+
+def download_output_files(ref: str, dest: Path, pattern: str, api: KaggleApi) -> list[Path]:
+    """The output files of kernel `ref` (owner/slug or owner/slug/version) whose names match `pattern`, into
+    `dest` (none is fine: a version that failed early has no output); the log kaggle writes beside them is left
+    out."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        api.kernels_output(ref, str(dest), file_pattern=pattern, force=True, quiet=True)
+    except Exception as exc:
+        if http_status(exc) == 404:  # no output (yet): nothing matches
+            return []
+        raise _kernel_access(exc, f"kernel {ref}") from exc
+    return [p for p in files_under(dest) if p.suffix != ".log"]
+
+
 def can_stream_logs(api) -> bool:
     """Whether the library follows a running kernel's log as it is written (kaggle 2.2.5: kernels_logs_stream)."""
     return callable(getattr(api, "kernels_logs_stream", None))
 
 
-def stream_log(ref: str, api: KaggleApi, shown: Sequence[str] = ()):
-    """The lines of the kernel's log as they are written, until the session ends. A stream that starts by
-    replaying lines already `shown` (the stored log) has them left out: skipped while they match in order."""
+STREAM_FAILURES = 5  # kaggle 2.2.5's own follow gives up after five dropped connections in a row without news
+STREAM_RETRY_S = 1.0
+
+
+def dropped_connection(exc: BaseException) -> bool:
+    """A connection that broke mid-stream (the load balancer cuts idle ones): reconnecting helps."""
+    import requests
+
+    broken = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError)
+    return isinstance(exc, broken) or type(exc).__name__ == "ProtocolError"  # urllib3's, unwrapped
+
+
+def stream_events(ref: str, api: KaggleApi, sleep: Callable[[float], None] | None = None):
+    """The log stream's events, reconnecting after a dropped connection as kaggle 2.2.5's follow does: the
+    server replays the stream from its start, so the events already yielded are skipped by count."""
+    import time
+
+    sleep = time.sleep if sleep is None else sleep
+    seen = failures = 0
+    while True:
+        before = seen
+        try:
+            for index, event in enumerate(api.kernels_logs_stream(ref)):
+                if index >= seen:
+                    seen = index + 1
+                    yield event
+            return
+        except Exception as exc:
+            if not dropped_connection(exc):
+                raise _kernel_access(exc, f"kernel {ref}") from exc
+            failures = 0 if seen > before else failures + 1
+            if failures >= STREAM_FAILURES:
+                raise KaggleError(
+                    f"kernel {ref}: the log stream dropped {STREAM_FAILURES} times with nothing new; "
+                    "run make kernel-status again"
+                ) from exc
+            sleep(STREAM_RETRY_S)
+
+
+def stream_log(ref: str, api: KaggleApi, shown: Sequence[str] = (), sleep: Callable[[float], None] | None = None):
+    """The lines of the kernel's log as they are written, until the session ends, through dropped connections.
+    A stream that starts by replaying lines already `shown` (the stored log) has them left out: skipped while
+    they match in order."""
     text, matched = "", 0
-    try:
-        for event in api.kernels_logs_stream(ref):
-            text += str((event or {}).get("data", ""))
-            *whole, text = text.split("\n")  # a line is shown once it has ended
-            for line in whole:
-                if matched is not None and matched < len(shown) and line == shown[matched]:
-                    matched += 1
-                    continue
-                matched = None  # the first new line: everything from here on is shown
-                yield line
-    except Exception as exc:
-        raise _kernel_access(exc, f"kernel {ref}") from exc
+    for event in stream_events(ref, api, sleep):
+        text += str((event or {}).get("data", ""))
+        *whole, text = text.split("\n")  # a line is shown once it has ended
+        for line in whole:
+            if matched is not None and matched < len(shown) and line == shown[matched]:
+                matched += 1
+                continue
+            matched = None  # the first new line: everything from here on is shown
+            yield line
     if text:
         yield text
 

@@ -106,15 +106,14 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
         (f"{exp}/fold<k>/model.safetensors (read by predict): {folds} x {human(weights)}", folds * weights),
         (f"{exp}/fold<k>/resume.pt while a fold trains: 2 x {human(resume)} (old and new, for a moment)", 2 * resume),
     ]
-    if cfg.kaggle.keep_resume:  # a fold cut off by the session's limit leaves its state for the next session
-        what, extra = f"{exp}/fold<k>/resume.pt of a fold cut off by the time limit", resume
-        if cfg.kaggle.keep_weights:  # ...in place of its weights: the weights line counts that fold, which has none
-            what, extra = f"{what} ({human(resume)}, in place of its weights)", max(0, resume - weights)
-        plan.working.append((what, extra))
+    if cfg.kaggle.keep_resume:  # a fold cut off by the session's limit leaves its state for the next session...
+        plan.working.append((f"{exp}/fold<k>/resume.pt of a fold cut off by the time limit", resume))
+        if not cfg.kaggle.keep_weights:  # ...and its best evaluation's weights, kept whatever keep_weights says
+            plan.working.append((f"{exp}/fold<k>/model.safetensors of that fold (its best evaluation's)", weights))
     if cfg.model.init_from and not cfg.kaggle.init_kernel:  # stage 1 first, in the same session
         stage1 = f"models/{cfg.model.init_from}/fold-1"
-        if cfg.kaggle.keep_weights:
-            plan.working.append((f"{stage1}/model.safetensors (stage 1)", weights))
+        # kept whatever keep_weights says: every fold of a later session starts from it
+        plan.working.append((f"{stage1}/model.safetensors (stage 1)", weights))
         plan.working.append((f"{stage1}/tokenizer (stage 1)", tokenizer))
         plan.temp += [
             (f"input/ of {cfg.model.init_from} (stage 1): its table and token cache", table),
@@ -149,7 +148,8 @@ def over_quota(plan: DiskPlan, quota_gb: float) -> str:
         return ""
     return (
         f"the run would keep {human(plan.working_bytes)} in /kaggle/working, more than the {quota_gb:g} GB Kaggle "
-        "keeps: set kaggle.keep_weights=false (weights stay in /kaggle/temp), kaggle.keep_resume=false (a fold cut "
-        "off by the time limit starts again next session), train fewer folds (train.folds=[0,1]), or push one "
+        "keeps: set kaggle.keep_weights=false (complete folds keep their OOF and test predictions, not their weights: "
+        "they count and predict without them, but cannot predict another test set), kaggle.keep_resume=false (a fold "
+        "cut off by the time limit starts again next session), train fewer folds (train.folds=[0,1]), or push one "
         "kernel per fold (kaggle.kernel_slug=<name>-fold0 train.folds=[0])"
     )

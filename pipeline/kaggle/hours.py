@@ -3,20 +3,30 @@
 Kaggle gives a GPU session 12 hours and an account about 30 GPU hours a week; XLM-R large, five folds, is
 many hours. `make kernel` prints this plan beside the disk plan, and warns when the folds do not fit one
 session (the notebook's time guard then stops before a fold it cannot finish; `kaggle.continue_from=self`
-continues in the next session).
+continues in the next session). It is an estimate and says so; the ETA lines of the run's log are measured.
 
 The throughput is stated with its source: `kaggle.tokens_per_second` when given; else what `make bench-gpu`
-measured (models/bench/<model>.json, on that GPU); else an estimate for the T4s from the model's size:
-about 20% of a T4's 65 TFLOPS fp16 peak, at 8 FLOPs a weight a token with checkpointing (forward, backward,
-the forward again) and 6 without. Token counts come from the prepared token cache when `make data` has
-run here, else from the competition's row counts at an assumed 60% of model.max_length a row.
+measured on a T4 (models/bench/<model>.json; a figure from another GPU says nothing of Kaggle's and is not
+used); else an estimate for the two T4s from the model's size: 10% of a T4's 65 TFLOPS fp16 peak, at 8 FLOPs
+a weight a token with checkpointing (forward, backward, the forward again) and 6 without. Eager PyTorch on a
+70 W T4, with the whole gradient all-reduced over PCIe at every step, is far from peak: public figures for
+XLM-R large put two T4s at 4-7k padded tokens a second, which this estimate sits in (not measured here).
+Token counts come from the prepared token cache when `make data` has run here, else from the competition's
+row counts (and the extra files' sizes, where they are here) at an assumed 60% of model.max_length a row.
+Besides training and evaluating, the plan counts what a fold writes (a resume state at each epoch's end and
+every train.save_every_steps, the weights at each better evaluation) at an assumed 100 MB/s, every
+evaluation of train.eval_every_steps, a stage-1 model trained in the same session, and predicting.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import config as config_mod
 from pipeline import layout
 from pipeline.config import Config
 from pipeline.core.eta import hours
@@ -24,11 +34,14 @@ from pipeline.errors import PipelineError
 from pipeline.files import read_json
 from pipeline.kaggle import disk
 
-T4_FP16_FLOPS, T4_UTILISATION = 65e12, 0.20
+T4_FP16_FLOPS, T4_UTILISATION = 65e12, 0.10
 T4_GPUS = 2  # kaggle.accelerator NvidiaTeslaT4
 FILL = 0.6  # an assumed mean row length, as a share of model.max_length, where the token cache is not here
 PADDING = 1.1  # length-grouped batches pad about a tenth
 EVAL_SPEEDUP = 3.0  # a forward pass is about a third of a training step
+WRITE_BYTES_PER_SECOND = 100e6  # an assumed write (and copy) rate of Kaggle's disks, until the notebook measures it
+LOAD_SECONDS = 60.0  # starting predict and loading a fold's weights, assumed
+SAMPLE_BYTES = 1_000_000  # read from an extra file to estimate its row count from its size
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,10 @@ class TimePlan:
     test_tokens: float  # the test table, once per fold at predict
     folds: int
     epochs: int
+    evals_per_epoch: float = 1.0  # the epoch's end, and every train.eval_every_steps inside it
+    save_bytes: float = 0.0  # what one fold writes at most: resume states and the weights of better evaluations
+    stage1_seconds: float = 0.0  # a stage-1 model trained first, in the same session
+    uncounted: tuple[str, ...] = ()  # extra files whose rows are not known here (not in the counts)
 
     @property
     def epoch_seconds(self) -> float:
@@ -47,16 +64,25 @@ class TimePlan:
 
     @property
     def eval_seconds(self) -> float:
+        """One evaluation of a fold's validation rows."""
         return self.eval_tokens / (self.tokens_per_second * EVAL_SPEEDUP)
 
     @property
+    def save_seconds(self) -> float:
+        return self.save_bytes / WRITE_BYTES_PER_SECOND
+
+    @property
     def fold_seconds(self) -> float:
-        return self.epochs * (self.epoch_seconds + self.eval_seconds)
+        return self.epochs * (self.epoch_seconds + self.evals_per_epoch * self.eval_seconds) + self.save_seconds
+
+    @property
+    def predict_seconds(self) -> float:
+        """One fold's test predictions, its weights loaded."""
+        return self.test_tokens / (self.tokens_per_second * EVAL_SPEEDUP) + LOAD_SECONDS
 
     @property
     def total_seconds(self) -> float:
-        predict = self.folds * self.test_tokens / (self.tokens_per_second * EVAL_SPEEDUP)
-        return self.folds * self.fold_seconds + predict
+        return self.stage1_seconds + self.folds * (self.fold_seconds + self.predict_seconds)
 
 
 def non_embedding_parameters(cfg: Config) -> int:
@@ -69,16 +95,20 @@ def throughput(cfg: Config) -> tuple[float, str]:
     """Padded tokens a second for the whole run, and where that figure comes from."""
     if cfg.kaggle.tokens_per_second > 0:
         return cfg.kaggle.tokens_per_second, "kaggle.tokens_per_second"
-    measured = measured_throughput(cfg)
+    measured, why_not = measured_throughput(cfg)
     if measured is not None:
         return measured
     flops = 8 if cfg.train.checkpointing else 6
     rate = T4_GPUS * T4_FP16_FLOPS * T4_UTILISATION / (flops * non_embedding_parameters(cfg))
-    return rate, f"an estimate for {T4_GPUS} T4s from the model's size; make bench-gpu measures one"
+    return rate, (
+        f"an estimate for {T4_GPUS} T4s from the model's size, {T4_UTILISATION:.0%} of their fp16 peak, not measured; "
+        f"make bench-gpu on a T4 measures one{f' ({why_not})' if why_not else ''}"
+    )
 
 
-def measured_throughput(cfg: Config) -> tuple[float, str] | None:
-    """What `make bench-gpu` measured for this model: the all-three row, ours, samples/s x sequence length."""
+def measured_throughput(cfg: Config) -> tuple[tuple[float, str] | None, str]:
+    """(what `make bench-gpu` measured for this model on a T4: the all-three row, ours, samples/s x sequence length,
+    doubled for the two T4s; or None, why it is not used)."""
     name = Path(cfg.model.name).name.lower()
     path = layout.bench_dir(cfg) / f"{name}.json"
     try:
@@ -86,12 +116,46 @@ def measured_throughput(cfg: Config) -> tuple[float, str] | None:
         ours = next(r for r in bench["rows"] if r["spec"]["key"] == "all3")["ours"]
         rate = ours["samples_per_second"] * bench.get("seq_len", 256) * T4_GPUS
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
-        return None
-    return rate, f"measured by make bench-gpu on {ours.get('device', 'a GPU')} ({path}), x {T4_GPUS} processes"
+        return None, ""
+    gpu = str(ours.get("gpu") or "")
+    if "T4" not in gpu:  # a figure from another GPU (or one that did not record its name) is not Kaggle's
+        return None, f"{path} was measured on {gpu or 'a GPU it does not name'}, not a T4: not used"
+    how = f"measured by make bench-gpu on one {gpu} ({path}), x {T4_GPUS} T4s (the all-reduce between them not counted)"
+    return (rate, how), ""
 
 
-def token_counts(cfg: Config) -> tuple[float, float, float]:
-    """(padded tokens of a fold's training epoch, of its validation rows, of the test table)."""
+def extra_rows(cfg: Config) -> tuple[float, tuple[str, ...]]:
+    """(rows of data.extra_files, estimated from the size of each file found here; the names not found here)."""
+    rows, missing = 0.0, []
+    try:
+        raw = layout.raw_dir(cfg)
+    except PipelineError:
+        raw = Path(".")
+    for entry in cfg.data.extra_files:
+        name, _ = layout.split_extra(entry)
+        try:
+            paths = layout.find_extra(cfg, raw, name)
+        except PipelineError:
+            missing.append(Path(name).name)
+            continue
+        rows += sum(estimated_rows(p) for p in paths)
+    return rows, tuple(missing)
+
+
+def estimated_rows(path: Path) -> float:
+    """A CSV's rows from its size and the rows its first megabyte holds (comments hold newlines: a real parser)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(SAMPLE_BYTES)
+    rows = list(csv.reader(io.StringIO(head.decode("utf-8", errors="replace"), newline="")))
+    if len(head) >= size:  # the whole file: every row but the header
+        return float(max(0, len(rows) - 1))
+    return max(0, len(rows) - 2) * size / len(head)  # less the header and the row the megabyte cuts
+
+
+def table_counts(cfg: Config) -> tuple[dict, float, tuple[str, ...]]:
+    """({train, valid, test, stage1}: rows a fold trains on, a fold's validation rows, test rows, the stage-1 rows),
+    tokens a row, the extra files not counted."""
     k = cfg.data.folds
     per_row = prepared_tokens_per_row(cfg) or FILL * cfg.model.max_length
     try:  # the tables `make data` prepared here with these very data settings: their own row counts
@@ -100,11 +164,22 @@ def token_counts(cfg: Config) -> tuple[float, float, float]:
             raise ValueError("prepared with other data settings")
         summary = meta["summary"]
         valid = sum(v for f, v in summary["folds"].items() if int(f) >= 0)
-        train_rows, test_rows = summary["rows"] - valid / k, summary["test_rows"]
+        rows = {"train": summary["rows"] - valid / k, "valid": valid / k, "test": summary["test_rows"],
+                "stage1": summary["rows"] - valid}  # fmt: skip
+        return rows, per_row, ()
     except (PipelineError, OSError, ValueError, KeyError, TypeError):
-        valid = disk.VALID_ROWS
-        train_rows, test_rows = disk.training_row_bound(cfg) - valid / k, disk.TEST_ROWS
-    return train_rows * per_row * PADDING, valid / k * per_row, test_rows * per_row
+        pass
+    extra, missing = extra_rows(cfg)
+    bound = disk.training_row_bound(cfg) + extra
+    rows = {"train": bound - disk.VALID_ROWS / k, "valid": disk.VALID_ROWS / k, "test": disk.TEST_ROWS,
+            "stage1": bound - disk.VALID_ROWS}  # fmt: skip
+    return rows, per_row, missing
+
+
+def token_counts(cfg: Config) -> tuple[float, float, float]:
+    """(padded tokens of a fold's training epoch, of its validation rows, of the test table)."""
+    rows, per_row, _ = table_counts(cfg)
+    return rows["train"] * per_row * PADDING, rows["valid"] * per_row, rows["test"] * per_row
 
 
 def prepared_tokens_per_row(cfg: Config) -> float | None:
@@ -121,26 +196,66 @@ def prepared_tokens_per_row(cfg: Config) -> float | None:
         return None
 
 
+def fold_writes(cfg: Config, train_rows: float, stage1: bool = False) -> tuple[float, float]:
+    """(evaluations an epoch, bytes a fold writes at most): a resume state at each epoch's end and every
+    train.save_every_steps steps, the weights at each evaluation (at most: only a better one saves them)."""
+    from pipeline.core import evaluation  # imports torch: `make kernel` starts without it
+
+    t = cfg.train
+    params = disk.transformer_parameters(disk.model_architecture(cfg) or {}) if disk.model_architecture(cfg) else 0
+    world = cfg.kaggle.gpus or T4_GPUS
+    windows = max(1, math.ceil(train_rows / max(1, t.micro_batch * t.accumulation * world)))
+    evals = 1.0 if stage1 else evaluation.per_epoch(t.eval_every_steps, windows)
+    states = 1 + (windows - 1) // t.save_every_steps if t.save_every_steps else 1
+    return evals, t.epochs * (states * 12 * params + evals * 4 * params)
+
+
 def plan_time(cfg: Config, folds: int) -> TimePlan:
     rate, source = throughput(cfg)
-    epoch, evaluation, test = token_counts(cfg)
-    return TimePlan(rate, source, epoch, evaluation, test, folds, cfg.train.epochs)
+    rows, per_row, missing = table_counts(cfg)
+    evals, writes = fold_writes(cfg, rows["train"])
+    stage1 = 0.0
+    if cfg.model.init_from and not cfg.kaggle.init_kernel:  # trained first, in the same session, on fold -1's rows
+        first = config_mod.stage1_config(cfg, device=False)
+        _, first_writes = fold_writes(first, rows["stage1"], stage1=True)
+        stage1 = first.train.epochs * rows["stage1"] * per_row * PADDING / rate + first_writes / WRITE_BYTES_PER_SECOND
+    return TimePlan(
+        rate, source, rows["train"] * per_row * PADDING, rows["valid"] * per_row, rows["test"] * per_row, folds,
+        cfg.train.epochs, evals, writes, stage1, missing,
+    )  # fmt: skip
 
 
-def format_time(plan: TimePlan, cfg: Config) -> str:
+def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> str:
+    """The plan in lines; `reserve`: the seconds the notebook keeps free at the session's end (its clock's)."""
     k = cfg.kaggle
-    usable = k.time_limit_h * 3600 - k.margin_minutes * 60
+    reserve = k.margin_minutes * 60 if reserve is None else reserve
+    usable = k.time_limit_h * 3600 - reserve
+    evals = f"{plan.evals_per_epoch:g} evaluations" if plan.evals_per_epoch != 1 else "evaluating it"
     lines = [
-        f"kernel: time plan, at {plan.tokens_per_second:,.0f} padded tokens/s ({plan.source}):",
+        f"kernel: time plan, an estimate (the log's ETA lines are measured), at {plan.tokens_per_second:,.0f} padded "
+        f"tokens/s ({plan.source}):",
         f"    {plan.epoch_tokens / 1e6:10.1f}M  padded tokens a training epoch of a fold",
-        f"    {hours(plan.epoch_seconds):>11}  an epoch, {hours(plan.eval_seconds)} evaluating it",
-        f"    {hours(plan.fold_seconds):>11}  a fold of {plan.epochs} epochs",
+        f"    {hours(plan.epoch_seconds):>11}  an epoch, {hours(plan.evals_per_epoch * plan.eval_seconds)} {evals}",
+        f"    {hours(plan.save_seconds):>11}  a fold's resume states and weights written, at most "
+        f"({plan.save_bytes / disk.GB:.1f} GB at {WRITE_BYTES_PER_SECOND / 1e6:.0f} MB/s)",
+        f"    {hours(plan.fold_seconds):>11}  a fold of {plan.epochs} epoch(s), then {hours(plan.predict_seconds)} "
+        "predicting test with it",
+    ]
+    if plan.stage1_seconds:
+        lines.append(f"    {hours(plan.stage1_seconds):>11}  the stage-1 model {cfg.model.init_from}, first")
+    lines += [
         f"    {hours(plan.total_seconds):>11}  {plan.folds} fold(s) and predicting, of a {k.time_limit_h:g} h session "
-        f"({k.margin_minutes:g} min kept free at its end)",
+        f"({hours(reserve)} kept free at its end)",
         f"    {plan.total_seconds / 3600 / k.weekly_quota_h:11.0%}  of a {k.weekly_quota_h:g} h weekly GPU quota",
     ]
+    if plan.uncounted:
+        lines.append(
+            f"kernel: warning: data.extra_files {', '.join(plan.uncounted)} not found here, so their rows are not "
+            "counted: every figure above is too low (put them where `make data` finds them, or run it here)"
+        )
     if plan.total_seconds > usable:
-        fit = max(0, int(usable // plan.fold_seconds)) if plan.fold_seconds else 0
+        per_fold = plan.fold_seconds + plan.predict_seconds
+        fit = max(0, int((usable - plan.stage1_seconds) // per_fold)) if per_fold else 0
         lines.append(
             f"kernel: warning: the folds need about {hours(plan.total_seconds)}, more than one session; about {fit} "
             f"fold(s) fit one. The notebook stops before a fold it cannot finish and keeps what it has; push again "

@@ -42,7 +42,19 @@ def code_digest(folder: Path) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()[:16]
 
 
-def run(slug: str, config_text: str, digest: str = "") -> None:
+def unbuffered() -> None:
+    """Every line of output reaches the log as it is printed: Kaggle writes it to a file, where Python buffers
+    blocks of 8 kB, and a session killed at its limit would lose the last evaluation and ETA lines. The child
+    processes (torchrun's workers) inherit PYTHONUNBUFFERED."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
+    os.environ["PYTHONUNBUFFERED"] = "1"
+
+
+def run(slug: str, config_text: str, digest: str = "", continues: str = "") -> None:
+    """`continues`: the earlier session's id `make kernel` checked (kaggle.continue_from), "" for none."""
+    unbuffered()
     input_root = Path(os.environ.get("KAGGLE_INPUT_ROOT") or "/kaggle/input")
     code = find_code(input_root, slug)
     found = code_digest(code / "pipeline")
@@ -56,4 +68,8 @@ def run(slug: str, config_text: str, digest: str = "") -> None:
     # imported by name once the bundle is on sys.path: this file runs as the kernel's code file, before
     # the package can be imported, and as a module of the Kaggle seam it imports no stage
     notebook = importlib.import_module("pipeline.notebook")
-    notebook.notebook_main(config_text)
+    errors = importlib.import_module("pipeline.errors")
+    try:
+        notebook.notebook_main(config_text, continues=continues)
+    except errors.PipelineError as e:  # a stop the user can act on: one line, as every stage says it
+        sys.exit(f"error: {e}")

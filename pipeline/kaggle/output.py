@@ -159,7 +159,9 @@ def describe_folds(cfg: Config, out: Path) -> str:
     lines = []
     for name in experiments(cfg):
         folds = layout.fold_dirs(out / "models" / name)
-        complete = [k for k, d in folds.items() if not layout.fold_status(d, needs=(layout.ALL,))]
+        # every file done.json vouches for, test predictions standing for weights not kept (kaggle.keep_weights)
+        usable = [(layout.ALL,), (layout.TESTED, layout.ALL)]
+        complete = [k for k, d in folds.items() if any(not layout.fold_status(d, needs=n) for n in usable)]
         resumable = [k for k, d in folds.items() if k not in complete and (d / layout.RESUME).is_file()]
         other = [k for k in folds if k not in complete and k not in resumable]
         said = [f"complete: {', '.join(map(str, complete)) or 'none'}"]
@@ -191,7 +193,7 @@ def kernel_status(
     lines = show_log(plan.kernel_ref, out, api)
     print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
     if follow and status not in FINAL and client.can_stream_logs(api):
-        for line in client.stream_log(plan.kernel_ref, api, shown=list(lines)):
+        for line in client.stream_log(plan.kernel_ref, api, shown=list(lines), sleep=sleep):
             print(f"  | {line}", flush=True)
             lines.append(line)
         status, failure = client.kernel_status(plan.kernel_ref, api)

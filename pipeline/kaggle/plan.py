@@ -99,6 +99,17 @@ class Plan:
     kernels: tuple[str, ...] = ()  # kernel sources: a stage-1 kernel whose output the notebook starts from
     continue_kernel: str = ""  # kaggle.continue_from as owner/slug: the earlier session whose output continues
     bundle_version: int | None = None  # the code bundle's version the kernel attaches (known once uploaded)
+    # the version of continue_kernel whose output continues: given as owner/slug/<version>, or the one `make kernel`
+    # found finished with folds (pipeline/kaggle/continuation.py); None: unversioned (a dry run)
+    continue_version: int | None = None
+    continue_session: str = ""  # the id in that version's kernel-session.json: the notebook checks the mount against it
+
+    @property
+    def kernel_sources(self) -> tuple[str, ...]:
+        """kernel-metadata.json's kernel_sources: a stage-1 kernel, then the earlier session, at its version."""
+        if not self.continue_kernel or self.continue_kernel in self.kernels:
+            return self.kernels
+        return (*self.kernels, self.continue_kernel + (f"/{self.continue_version}" if self.continue_version else ""))
 
     @property
     def kernel_ref(self) -> str:
@@ -139,6 +150,9 @@ def placeholder_model_source(cfg: Config) -> str:
 def make_plan(cfg: Config, user: str) -> Plan:
     k = cfg.kaggle
     slug = k.kernel_slug or slugify(f"jigsaw-{cfg.name}")
+    if not SLUG_RE.match(slug) or not 5 <= len(slug) <= 50:  # first: continue_from=self is built from it
+        given = f"kaggle.kernel_slug={slug!r}" if k.kernel_slug else f"the kernel slug {slug!r} (from name={cfg.name})"
+        raise KernelError(f"{given}: a kernel slug is 5-50 lower-case letters, digits and '-' (kaggle.kernel_slug)")
     title = k.title or slug.replace("-", " ").capitalize()
     datasets: list[str] = []
     models: list[str] = []
@@ -160,8 +174,9 @@ def make_plan(cfg: Config, user: str) -> Plan:
         raise KernelError("kaggle.model_source is set but model.name=tiny uses no weights; drop one of them")
     datasets += [checked_dataset(d) for d in cfg.data.datasets if d not in datasets]
     kernels = (stage1_kernel(cfg, user),) if k.init_kernel else ()
-    earlier = kernel_ref(k.continue_from, user, slug, "kaggle.continue_from") if k.continue_from else ""
-    kernels += (earlier,) if earlier and earlier not in kernels else ()
+    earlier, version = "", None
+    if k.continue_from:
+        earlier, version = continue_ref(k.continue_from, user, slug)
     return Plan(
         user=user,
         kernel_slug=slug,
@@ -174,6 +189,7 @@ def make_plan(cfg: Config, user: str) -> Plan:
         kernel_type=k.kernel_type,
         kernels=kernels,
         continue_kernel=earlier,
+        continue_version=version,
     )
 
 
@@ -188,9 +204,27 @@ def stage1_kernel(cfg: Config, user: str) -> str:
 def kernel_ref(ref: str, user: str, own_slug: str, key: str) -> str:
     """A kernel named <owner>/<kernel>, <kernel> (the user's own) or `self` (this kernel), as owner/slug."""
     full = f"{user}/{own_slug}" if ref == "self" and own_slug else ref if "/" in ref else f"{user}/{ref}"
-    if not re.match(r"^[^/\s]+/[a-z0-9][a-z0-9-]*$", full):
+    owner, _, slug = full.partition("/")
+    if not (USER_RE.match(owner) and SLUG_RE.match(slug)):  # `../x` is no owner: a path, refused here
         raise KernelError(f"{key}={ref!r}: expected <owner>/<kernel> or <kernel>" + (" or self" if own_slug else ""))
     return full
+
+
+def continue_ref(ref: str, user: str, own_slug: str) -> tuple[str, int | None]:
+    """kaggle.continue_from as (owner/slug, the version named or None): self, <kernel>, <owner>/<kernel> or
+    <owner>/<kernel>/<version> (kaggle 2.2.5 accepts a kernel source at a version)."""
+    head, version = ref, None
+    parts = ref.split("/")
+    if len(parts) == 3:
+        if not parts[2].isdigit() or int(parts[2]) < 1:
+            raise KernelError(f"kaggle.continue_from={ref!r}: the version must be a number from 1 (<owner>/<kernel>/N)")
+        head, version = "/".join(parts[:2]), int(parts[2])
+    try:
+        return kernel_ref(head, user, own_slug, "kaggle.continue_from"), version
+    except KernelError:
+        raise KernelError(
+            f"kaggle.continue_from={ref!r}: expected self, <kernel>, <owner>/<kernel> or <owner>/<kernel>/<version>"
+        ) from None
 
 
 def checked_dataset(ref: str) -> str:
@@ -270,7 +304,7 @@ def kernel_metadata(cfg: Config, plan: Plan) -> dict:
         "enable_internet": False,  # the notebook installs and downloads nothing
         "dataset_sources": [plan.bundle_source, *plan.datasets],
         "competition_sources": [plan.competition],
-        "kernel_sources": list(plan.kernels),
+        "kernel_sources": list(plan.kernel_sources),
     }
     if plan.models:
         meta["model_sources"] = list(plan.models)
@@ -328,7 +362,7 @@ def check_kernel_metadata(meta: dict, folder: Path) -> None:
     if not competitions:
         raise KernelError(f"{where}: competition_sources is empty: the notebook reads the competition's files")
     _str_list(meta, "dataset_sources", re.compile(r"^[^/\s]+/[^/\s]+(/\d+)?$"), "<owner>/<dataset>[/<version>]")
-    _str_list(meta, "kernel_sources", re.compile(r"^[^/\s]+/[^/\s]+$"), "<owner>/<kernel>")
+    _str_list(meta, "kernel_sources", re.compile(r"^[^/\s]+/[^/\s]+(/\d+)?$"), "<owner>/<kernel>[/<version>]")
     shape = meta.get("machine_shape")
     if shape is not None and shape not in ACCELERATORS:
         raise KernelError(

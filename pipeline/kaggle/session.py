@@ -159,15 +159,17 @@ def processes(cfg: Config, gpus: int | None = None) -> int:
 
 def sync(src: Path, dest: Path, keep_weights: bool, keep_resume: bool = False) -> list[Path]:
     """Copy the files of `src` into `dest`, but for resume states (unless `keep_resume`: a fold cut off by the
-    session's limit, continued by the next) and weights unless kept; returns those copied.
+    session's limit, continued by the next) and weights unless kept; returns those copied. A cut fold keeps its
+    weights whatever `keep_weights` says: they are its best evaluation's, which the resume state does not hold.
 
-    A file already in `dest` with the same size and time is left alone, so syncing again is cheap.
+    A file already in `dest` with the same size and time is left alone, so syncing again is cheap. A linked file
+    (an earlier session's, read in place) is copied as the file it points to.
     """
     copied = []
     for item in sorted(p for p in src.rglob("*") if p.is_file()):
         rel = item.relative_to(src)
         skip = item.name in NOT_KEPT and not keep_resume
-        if skip or item.name.startswith(".") or (item.name == WEIGHTS and not keep_weights):
+        if skip or item.name.startswith(".") or (item.name == WEIGHTS and not (keep_weights or keep_resume)):
             continue
         target = dest / rel
         st = item.stat()
@@ -210,15 +212,23 @@ def machine_report() -> list[str]:
     return lines if torch.cuda.device_count() else [*lines, "no GPU"]
 
 
-def check_machine(cfg: Config) -> None:
-    """Stop in the first minute, in one line, when the image lacks what the run needs hours later."""
+def check_machine(cfg: Config, gpus: int | None = None) -> None:
+    """Stop in the first minute, in one line, when the machine or the image lacks what the run needs hours later:
+    a GPU (a session without one would train on CPU for its 12 hours), transformers new enough, bitsandbytes."""
     import transformers
 
+    gpus = visible_gpus() if gpus is None else gpus
+    if not gpus and cfg.train.device != "cpu":
+        raise KernelError(
+            "no GPU is visible in this session (the GPU quota used up, or the kernel pushed without one): training "
+            "on CPU would take the whole session and more; push again when a GPU session is given (kaggle.enable_gpu="
+            "true, kaggle.accelerator), or set train.device=cpu to train on CPU all the same"
+        )
     if version_tuple(transformers.__version__) < MIN_TRANSFORMERS:
         want = ".".join(map(str, MIN_TRANSFORMERS))
         raise KernelError(
             f"transformers {transformers.__version__} is too old (the pipeline needs {want} or newer): set "
-            "kaggle.docker_image_pinning=latest, or attach a newer transformers as a dataset"
+            "kaggle.docker_image_pinning=latest (the newest image) and push again"
         )
     if cfg.train.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
         raise KernelError("train.optimizer=adamw8bit needs bitsandbytes, which this image lacks: use adamw")

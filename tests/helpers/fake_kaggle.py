@@ -60,6 +60,13 @@ class FakeKaggleApi:
         self.written: list[str] = []  # output files kernels_output (re)wrote, relative to its path
         self.dataset_version = 7  # dataset_status(format="json(current_version_number)") answers it
         self.log_events: list[dict] | None = None  # kernels_logs_stream yields these (None: as kernels_logs)
+        # one list per connection of kernels_logs_stream, taken in turn (then log_events): its events, and an
+        # exception where the connection drops
+        self.log_connections: list[list] = []
+        # earlier versions of the kernel: version -> {"state": ..., "failure": ..., "outputs": {...}}; the
+        # unversioned kernel is the latest, kernel_state and outputs above
+        self.kernel_versions: dict[int, dict] = {}
+        self.current_version: int | None = None  # kernels_list's current_version_number (None: not listed)
 
     def _serve(self, path: str | None, name: str) -> None:
         if self.error is not None:
@@ -159,6 +166,7 @@ class FakeKaggleApi:
         ignore_patterns=None,
     ):
         ref = json.loads(Path(folder, "dataset-metadata.json").read_text())["id"]
+        self.dataset_version += 1  # Real: a new version, numbered after the last
         self._record(
             "dataset_create_version",
             folder=folder,
@@ -184,10 +192,41 @@ class FakeKaggleApi:
         }
         return types.SimpleNamespace(**result)
 
+    def _version(self, kernel: str) -> dict:
+        """The state, failure and outputs of `kernel` (owner/slug[/version]): the latest unless a version is named."""
+        parts = kernel.split("/")
+        latest = {"state": self.kernel_state, "failure": self.failure_message, "outputs": self.outputs}
+        if len(parts) == 3 and int(parts[2]) != self.current_version:
+            if int(parts[2]) not in self.kernel_versions:
+                raise http_error(404, "Not Found")
+            return {**latest, "failure": "", "outputs": {}, **self.kernel_versions[int(parts[2])]}
+        return latest
+
+    def kernels_list(
+        self,
+        page=1,
+        page_size=20,
+        dataset=None,
+        competition=None,
+        parent_kernel=None,
+        search=None,
+        mine=False,
+        user=None,
+        language=None,
+        kernel_type=None,
+        output_type=None,
+        sort_by=None,
+    ):
+        self._record("kernels_list", search=search, user=user, mine=mine)
+        if self.current_version is None:
+            return []
+        return [types.SimpleNamespace(ref=f"{user}/{search}", current_version_number=self.current_version)]
+
     def kernels_status(self, kernel):
         self._record("kernels_status", kernel=kernel)
+        version = self._version(kernel)
         return types.SimpleNamespace(
-            status=types.SimpleNamespace(name=self.kernel_state), failure_message=self.failure_message
+            status=types.SimpleNamespace(name=version["state"]), failure_message=version["failure"]
         )
 
     def kernels_output(self, kernel, path, file_pattern=None, force=False, quiet=True, page_token=None, page_size=20):
@@ -195,7 +234,7 @@ class FakeKaggleApi:
 
         self._record("kernels_output", kernel=kernel, path=path, file_pattern=file_pattern, force=force)
         files = []
-        for name, data in self.outputs.items():
+        for name, data in self._version(kernel)["outputs"].items():
             if file_pattern is None or re.search(file_pattern, name):
                 out = Path(path, name)
                 files.append(str(out))
@@ -206,6 +245,7 @@ class FakeKaggleApi:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(data)
                 self.written.append(name)
+        Path(path).mkdir(parents=True, exist_ok=True)
         log = Path(path, kernel.split("/")[1] + ".log")
         log.write_text("[]")
         return [*files, str(log)], None
@@ -217,7 +257,10 @@ class FakeKaggleApi:
     def kernels_logs_stream(self, kernel):
         """Real: {"data": ...} events as the session writes them (SSE), until it ends."""
         self._record("kernels_logs_stream", kernel=kernel)
-        yield from self.log_events or []
+        for event in self.log_connections.pop(0) if self.log_connections else self.log_events or []:
+            if isinstance(event, BaseException):
+                raise event  # the connection dropped
+            yield event
         self.kernel_state = "COMPLETE"  # the stream ends with the session
 
     def dataset_list_files(self, dataset, page_token=None, page_size=20):

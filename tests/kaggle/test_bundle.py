@@ -27,7 +27,7 @@ def test_notebook_kernel_type_writes_an_ipynb(tmp_path: Path) -> None:
     meta = bundle.write_kernel(cfg, kaggle_plan.make_plan(cfg, "tester"), tmp_path / "k")
     nb = json.loads((tmp_path / "k" / meta["code_file"]).read_text())
     assert meta["code_file"] == "jigsaw-sample.ipynb" and nb["nbformat"] == 4
-    assert "run(CODE_DATASET, CONFIG, CODE_DIGEST)" in nb["cells"][0]["source"]
+    assert "run(CODE_DATASET, CONFIG, CODE_DIGEST, CONTINUES)" in nb["cells"][0]["source"]
 
 
 def test_bundle_holds_the_pipeline_and_configs_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

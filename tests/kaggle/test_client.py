@@ -87,7 +87,7 @@ def test_fake_matches_real_signatures(tmp_path: Path) -> None:
                                        "kernels_push", "kernels_status", "kernels_output",
                                        "get_config_value", "kernels_logs", "dataset_list_files",
                                        "competition_download_file", "competition_submit",
-                                       "get_submission")}))
+                                       "get_submission", "kernels_list")}))
         """,
         tmp_path,
     )
