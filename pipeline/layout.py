@@ -305,10 +305,15 @@ def current_meta(cfg: Config) -> dict:
 def current_fingerprint(cfg: Config, meta: dict | None = None) -> str:
     """The fingerprint a fold of this config must carry, for the prepared data `meta` describes (by default
     current_meta's, checked against the inputs), the tiny model's tokenizer and the stage-1 model's own."""
+    return fingerprint.fold_fingerprint(current_made_from(cfg, meta))
+
+
+def current_made_from(cfg: Config, meta: dict | None = None) -> dict:
+    """What a fold of this config is made from (fingerprint.made_from): its fingerprint is this one's digest."""
     meta = current_meta(cfg) if meta is None else meta
     tokenizer = prepared_dir(cfg) / TOKENIZER
     model = fingerprint.model_identity(cfg, tokenizer, init_digest(cfg))
-    return fingerprint.fold_fingerprint(cfg, meta["table_digest"], model)
+    return fingerprint.made_from(cfg, meta["table_digest"], model)
 
 
 def init_dir(cfg: Config) -> Path | None:
