@@ -61,11 +61,11 @@ def publish(
     preds, how, each = on_one_scale(cfg, np.asarray(preds, dtype=np.float64), order, dirs)
     sample = pd.read_csv(raw / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
     sub = check_submission(pd.DataFrame({"id": ids.to_numpy(), "toxic": preds}), sample)
+    score = metrics.test_score(raw, test, sub)  # its checks (test_labels.csv's ids, labels) before any file is written
     path = layout.submission_path(cfg, name)
     write_csv(path, sub)
     if common:
         write_csv(layout.submission_csv(cfg), sub)
-    score = metrics.test_score(raw, test, sub)
     if score is not None and how is not None:  # reported beside each other, never chosen by
         how["test_auc"] = {v: metrics.test_score(raw, test, sub.assign(toxic=aligned(sub, ids, p)))["auc"]
                            for v, p in each.items()}  # fmt: skip

@@ -80,7 +80,8 @@ def fold_table(summary: dict) -> str:
 def six_line(six: dict) -> str:
     """`six-language OOF 0.8812 (es 0.87 fr 0.84 ...), weighted to the test's language mix`."""
     per = " ".join(f"{lg} {v:.4f}" for lg, v in six["per_lang"].items())
-    gone = f"; no OOF rows of {', '.join(six['missing'])} (data.held_out=0?)" if six["missing"] else ""
+    # held-out translated rows stand in for them: data.held_out of the files data.extra_files names
+    gone = f"; no OOF rows of {', '.join(six['missing'])} (data.held_out, data.extra_files)" if six["missing"] else ""
     return f"six-language OOF {six['auc']:.4f} ({per}), weighted to the test's language mix{gone}"
 
 
