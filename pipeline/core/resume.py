@@ -52,23 +52,28 @@ class FoldState:
 
 
 class StopFlag:
-    """SIGINT and SIGTERM set a flag; the loop saves a resume state at the next optimizer step and exits."""
+    """SIGINT and SIGTERM set a flag; the loop saves a resume state at the next optimizer step and exits. So does
+    distributed.LAUNCHER_GONE (torchrun's launcher died), however often it comes."""
 
     def __init__(self) -> None:
         self.raised = False
         self.previous = {}
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, distributed.LAUNCHER_GONE):
             self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame) -> None:
+        gone = signum == distributed.LAUNCHER_GONE
+        if self.raised and gone:
+            return  # sent once for each thread of the launcher that ended
         if self.raised:  # a second Ctrl-C means now
             raise KeyboardInterrupt
         self.raised = True
         if os.environ.get("RANK", "0") == "0":  # every process of a torchrun group gets it: one says so
-            print(f"\n{signal.Signals(signum).name}: saving a resume state at the next optimizer step", file=sys.stderr)
+            why = "the launcher is gone" if gone else signal.Signals(signum).name
+            print(f"\n{why}: saving a resume state at the next optimizer step", file=sys.stderr)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
