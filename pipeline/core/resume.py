@@ -122,8 +122,8 @@ def verdict(state: dict, digest: str, made: dict | None, world: int) -> tuple[bo
         return False, f"{what_changed(state, made)}, which changes the weights trained so far"
     saved_world = state.get("world", 1)
     if saved_world != world:  # the batch plan (and so a step's rows) depends on the world size
-        return False, (f"it was saved by {saved_world} processes and this run has {world} "
-                       f"(run with GPUS={saved_world} to resume)")  # fmt: skip
+        saved = f"{saved_world} process{'es' if saved_world > 1 else ''}"
+        return False, f"it was saved by {saved} and this run has {world} (run with GPUS={saved_world} to resume)"
     return True, "" if same else fingerprint.differ(made["settings"], state["made_from"]["settings"], "when saved")
 
 

@@ -157,7 +157,7 @@ def test_why_a_resume_state_is_continued_or_not() -> None:
         False, "train.lr (0.002 here, 0.001 when saved), which changes the weights trained so far")  # fmt: skip
     assert resume.verdict(state, "e", {**made, "table": "u"}, 1)[1].startswith("the training table changed")
     assert resume.verdict(state, "d", made, 2) == (
-        False, "it was saved by 1 processes and this run has 2 (run with GPUS=1 to resume)")  # fmt: skip
+        False, "it was saved by 1 process and this run has 2 (run with GPUS=1 to resume)")  # fmt: skip
     old = {"digest": "d", "world": 1}  # saved before states recorded what they were made from
     assert resume.verdict(old, "d", made, 1) == (True, "")
     assert resume.verdict(old, "e", patience, 1)[1] == (
