@@ -13,10 +13,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 STAGE = $(PY) -m pipeline
 OPTS = --config "$$CONFIG" --args "$$ARGS"
-# GPUS>1 launches one process per device through torchrun (DDP); see docs/stages.md "More than one GPU"
+# GPUS>1 launches one process per device through torchrun (DDP), errors in one line; see docs/stages.md "More than
+# one GPU"
 RUN = $(STAGE)
 ifneq ($(GPUS),1)
-RUN = $(VENV)/bin/torchrun --standalone --nproc_per_node="$$GPUS" -m pipeline
+RUN = $(PY) -m pipeline.core.launcher "$$GPUS"
 endif
 CHECK_GPUS = case "$$GPUS" in ''|*[!0-9]*|0*) echo "error: GPUS=$$GPUS: the number of processes, a whole number from 1 (GPUS=2: two GPUs)" >&2; exit 2;; esac
 
@@ -47,8 +48,9 @@ train: $(STAMP) ## train every fold (GPUS=N for DDP); writes models/<name>/
 	@$(CHECK_GPUS)
 	$(RUN) train $(OPTS)
 
-predict: $(STAMP) ## fold models on test, ensembled into submissions/submission.csv
-	$(STAGE) predict $(OPTS)
+predict: $(STAMP) ## fold models on test, ensembled into submissions/submission.csv (GPUS=N: the folds shared)
+	@$(CHECK_GPUS)
+	$(RUN) predict $(OPTS)
 
 cv: $(STAMP) ## fold and per-language AUC of what has been trained so far
 	$(STAGE) cv $(OPTS)

@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stage = importlib.import_module(f"pipeline.{argv[0]}")
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        from pipeline.errors import say  # one line, said once under pipeline.core.launcher too
+
+        return say("interrupted", 130)
     return stage.main(argv[1:])
 
 

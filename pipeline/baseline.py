@@ -11,7 +11,8 @@ Writes  models/<name>-tfidf/fold<k>/oof.csv    the fold's validation rows with t
 A yardstick for the transformer: the same training rows (other folds and fold -1) and the same
 validation rows, so the two OOF AUCs compare directly. Printed side by side with models/<name>/cv.json
 when that exists. Its folders are laid out like a trained experiment's, so `make blend` can use it as a
-member. A fold complete with the same tables and settings (its done.json digest) is not fitted again.
+member. A fold complete with the same tables and settings (its done.json digest) is not fitted again. It holds
+the lock of experiment <name>-tfidf while it runs: a second `make baseline` of it stops at once, naming the first.
 """
 
 from __future__ import annotations
@@ -91,8 +92,14 @@ def compare(cfg, summary: dict) -> None:
 
 def run(cfg) -> dict:
     base = replace(cfg, name=f"{cfg.name}-tfidf")
-    exp = layout.experiment_dir(base)
     layout.preflight(base, "baseline")
+    with layout.experiment_lock(base, "baseline"):  # a second baseline of the experiment stops at once, naming it
+        return fit_folds(cfg, base)
+
+
+def fit_folds(cfg, base) -> dict:
+    """Every fold of `cfg`'s tables fitted (or reused) into `base`'s folder, reported and submitted."""
+    exp = layout.experiment_dir(base)
     table, test, meta = tables.load_table(cfg)
     k = cfg.data.folds
     folds = list(cfg.train.folds) or list(range(k))

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline import layout
+from pipeline import files, layout
 from pipeline.config import Config
 from pipeline.errors import DataError, run_stage
 from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, write_csv, write_json
@@ -89,9 +89,8 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
         return layout.current_meta(cfg)
     log(f"data: building the tables from {raw}")
     table, test = tables.build_tables(cfg, raw)
-    for said in ("held_out", "pseudo"):
-        if table.attrs.get(said):
-            log(f"data: {table.attrs[said]}")
+    for note in table.attrs.get("notes", []):  # held-out rows, language codes read otherwise, held_out without files
+        log(f"data: {note}")
     # the frames in memory (text plus per-value overhead) bound the CSVs they become
     need = int(table.memory_usage(deep=True).sum() + test.memory_usage(deep=True).sum())
     check_free_space(out.parent, need, "the prepared tables")
@@ -118,11 +117,12 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
 def prune_caches(cfg: Config) -> list[Path]:
     """Remove the token caches that no prepared folder's tokens.json points at; returns what went.
 
-    Staging folders (.<name>.tmp-<pid>) of a `make data` running for another experiment count too, and
-    folders being written (hidden names) are never touched.
+    Staging folders (.<name>.tmp-<pid>) of a `make data` running for another experiment count too (those of a
+    killed one are removed first), and folders being written (hidden names) are never touched.
     """
     root = layout.cache_root(cfg)
     prepared = layout.prepared_root(cfg)
+    files.remove_dead_temporaries(prepared)  # the staging folder of a killed `make data` holds no cache in use
     used = set()
     names = (f"*/{layout.TOKENS_POINTER}", f".*/{layout.TOKENS_POINTER}")
     pointers = [p for name in names for p in prepared.glob(name)] if prepared.is_dir() else []

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 
 class PipelineError(Exception):
@@ -15,10 +18,17 @@ class DataError(PipelineError, ValueError):
     """A problem with the user's input files or prepared data; the message is one line that names the file."""
 
 
+# set by pipeline.core.launcher for the processes it starts: each one's last line is kept there as well, so that
+# the launcher says the line of a process that could not (stopped by the launcher first) once, not once a process
+LINES_ENV = "PIPELINE_LINES"
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 def run_stage(stage: Callable[[], None]) -> int:
     """Run a stage's body; a PipelineError becomes `error: ...` on stderr and exit status 2.
 
-    Every stage starts here, so this is also where transformers' own progress bars are switched off.
+    Every stage starts here, so this is also where transformers' own progress bars are switched off. A full disk
+    that no writer named (pipeline.files does where it writes) is one line too.
     """
     from pipeline import progress
 
@@ -29,12 +39,17 @@ def run_stage(stage: Callable[[], None]) -> int:
         progress.fresh_line()  # the message starts its own line, never at the end of a bar's
         if getattr(e, "planned", False):
             return planned_stop(e)
-        print(f"error: {e}", file=sys.stderr)
-        return getattr(e, "exit_code", 2)  # 2, or a stop the caller handles (75: the session's time is up)
+        return say(f"error: {e}", getattr(e, "exit_code", 2))  # 2, or a stop the caller handles (75: time is up)
     except KeyboardInterrupt:
         progress.fresh_line()
-        print("interrupted", file=sys.stderr)
-        return 130
+        return say("interrupted", 130)
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        progress.fresh_line()
+        where = f" writing {e.filename}" if e.filename else ""
+        return say(f"error: the disk is full{where}; free some space and run it again (nothing is damaged: "
+                   "a file is replaced only once it is complete)", 2)  # fmt: skip
     return 0
 
 
@@ -45,3 +60,17 @@ def planned_stop(e: PipelineError) -> int:
     if os.environ.get("RANK", "0") == "0":
         print(f"stopped: {e}", file=sys.stderr)
     return 0 if int(os.environ.get("WORLD_SIZE", "1")) > 1 else getattr(e, "exit_code", 2)
+
+
+def say(line: str, code: int) -> int:
+    """Print a stage's last line on stderr and return its exit status. Under pipeline.core.launcher the first
+    process prints it and every process keeps it for the launcher, which prints the others' that differ."""
+    folder, rank = os.environ.get(LINES_ENV), os.environ.get("RANK", "0")
+    if folder:
+        try:
+            Path(folder, f"rank{rank}.json").write_text(json.dumps({"line": line, "code": code}))
+        except OSError:
+            rank = "0"  # not kept: printed here instead
+    if rank == "0" or not folder:
+        print(line, file=sys.stderr)
+    return code

@@ -12,16 +12,65 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from functools import lru_cache
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.errors import DISK_FULL, PipelineError
 
 
 class DiskFullError(PipelineError, OSError):
     """Not enough free disk space for what a stage is about to write; one line, exit status 2."""
+
+
+def size_text(n: float) -> str:
+    """`1.20 GiB`, `340.0 MiB`, `12.0 KiB`, `512 bytes`: a size as a person reads it."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if abs(n) >= 1 << shift:
+            return f"{n / (1 << shift):.2f} {unit}" if unit == "GiB" else f"{n / (1 << shift):.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """An error that says the disk (or the user's quota) is full: an OSError's errno, or the text other writers
+    (safetensors) give it."""
+    if isinstance(e, OSError) and e.errno in DISK_FULL:
+        return True
+    return any(words in str(e) for words in ("No space left on device", "Disk quota exceeded"))
+
+
+def disk_full_error(path: Path | str, need: float | None = None) -> DiskFullError:
+    """The one line a full disk becomes: what could not be written, where, the space it needs and what is free."""
+    path = Path(path)
+    name = path.name if not path.name.startswith(".") else _final_name(path.name)
+    free = shutil.disk_usage(_existing(path.parent)).free
+    needs = f"needs about {size_text(need)}, " if need else ""
+    return DiskFullError(
+        f"the disk is full: {name} could not be written in {path.parent} ({needs}{size_text(free)} free); free some "
+        "space and run it again (nothing is damaged: a file is replaced only once it is complete)"
+    )
+
+
+@contextlib.contextmanager
+def disk_full(path: Path | str, need: float | None = None):
+    """A full disk while the block writes `path` becomes a DiskFullError (one line naming the folder and the space);
+    every other error passes as it is."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as e:
+        if is_disk_full(e):
+            raise disk_full_error(path, need) from None
+        raise
+
+
+def _final_name(tmp_name: str) -> str:
+    """`.resume.pt.tmp-123` -> `resume.pt`: the artifact a temporary name stands for."""
+    match = _TEMPORARY.match(tmp_name)
+    return match["name"] if match else tmp_name
 
 
 def _umask() -> int:
@@ -50,20 +99,51 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+# what the writers here and in pipeline.core.fold name their temporaries: .<name>.tmp-<pid>, .<name>.old-<pid>,
+# .save-<pid> (save_pretrained's folder)
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)$|^\.save-(?P<save>\d+)$")
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_temporaries(folder: Path | str) -> list[Path]:
+    """Remove the temporaries in `folder` of processes that are gone (killed while they wrote them: never
+    trusted, never renamed into place); a live process's are left alone. Returns what went."""
+    folder = Path(folder)
+    gone = []
+    for p in sorted(folder.glob(".*")) if folder.is_dir() else ():
+        match = _TEMPORARY.match(p.name)
+        if match and not alive(int(match["pid"] or match["save"])):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
+
+
 @contextlib.contextmanager
-def atomic_path(path: Path | str):
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+def atomic_path(path: Path | str, need: float | None = None):
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds. A full disk on the
+    way is one line (DiskFullError) naming the folder and `need`, the bytes it takes where the writer knows."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp(path)
     try:
-        yield tmp
-        if tmp.is_file():
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())  # the bytes reach the disk before the name does
-        if tmp.exists():
-            default_modes(tmp)
-        os.replace(tmp, path)
+        with disk_full(path, need):
+            yield tmp
+            if tmp.is_file():
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())  # the bytes reach the disk before the name does
+            if tmp.exists():
+                default_modes(tmp)
+            os.replace(tmp, path)
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -158,10 +238,11 @@ def check_free_space(folder: Path | str, need_bytes: int, what: str) -> None:
     while not probe.exists():
         probe = probe.parent
     free = shutil.disk_usage(probe).free
-    if free < need_bytes * 1.1 + (64 << 20):
+    want = need_bytes * 1.1 + (64 << 20)  # a margin: the estimate is rough, and a full disk stops everything else
+    if free < want:
         raise DiskFullError(
-            f"not enough disk space for {what} in {folder}: need about {need_bytes / 2**30:.2f} GiB, "
-            f"{free / 2**30:.2f} GiB free"
+            f"not enough disk space for {what} in {folder}: need about {size_text(want)} (a margin included), "
+            f"{size_text(free)} free"
         )
 
 
@@ -238,17 +319,22 @@ def acquire_lock(path: Path | str, what: str, stage: str = "") -> bool:
     key = str(path.resolve())
     if key in _held or _is_worker_rank():
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    with disk_full(path):  # creating the lock file needs an inode
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
         os.close(fd)
         raise LockError(f"{what} is in use by {holder}; wait for it to finish or stop it (lock: {path})") from None
-    os.ftruncate(fd, 0)
     command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:200]
-    os.write(fd, f"pid {os.getpid()} ({stage + ': ' if stage else ''}{command})\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} ({stage + ': ' if stage else ''}{command})\n".encode())
+    except OSError as e:  # a full disk: the lock holds all the same (flock needs no content), only unnamed
+        if e.errno not in DISK_FULL:
+            raise
     _held[key] = fd
     return True
 

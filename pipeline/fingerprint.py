@@ -57,7 +57,11 @@ def model_identity(cfg: Config, tokenizer: Path, init_digest: str | None) -> dic
 
 # settings added after folds were already trained: left out while at their default (which is what those
 # folds were trained with), so adding a setting never makes every trained fold stale
-LATER = {"train": {"eval_every_steps": 0, "patience": 0}, "data": {"held_out": 0.0, "group_encoder": ""}}
+LATER = {
+    "train": {"eval_every_steps": 0, "patience": 0},
+    "data": {"held_out": 0.0, "group_encoder": ""},
+    "model": {"pooling": "mean"},
+}
 
 
 def settings(cfg: Config) -> dict:
@@ -73,18 +77,37 @@ def later_left_out(section: str, values: dict, skip: set | tuple = ()) -> dict:
 
 def settings_differ(cfg: Config, saved: Config) -> str:
     """The weight-changing settings in which `cfg` differs from `saved`, as 'key (here, there)'."""
-    ours, theirs = settings(cfg), settings(saved)
-    for side in (ours, theirs):  # a later setting left out at its default is that default
-        for s in side:
-            side[s] = {**LATER.get(s, {}), **side[s]}
-    keys = [(s, k) for s in ours for k in ours[s] if ours[s][k] != theirs[s].get(k)]
-    return ", ".join(f"{s}.{k} ({ours[s][k]!r} here, {theirs[s].get(k)!r} there)" for s, k in keys)
+    return differ(settings(cfg), settings(saved))
 
 
-def fold_fingerprint(cfg: Config, table_digest: str, model: dict) -> str:
-    """The digest a complete fold's done.json must carry to count for this config and these inputs (trained by one
-    process; see with_world for more)."""
-    return json_digest({"table": table_digest, "model": model, "settings": settings(cfg)})
+def differ(ours: dict, theirs: dict, there: str = "there") -> str:
+    """Two `settings` values' differences, as 'train.lr (0.002 here, 0.001 there)'."""
+    ours, theirs = ({s: {**LATER.get(s, {}), **side[s]} for s in side} for side in (ours, theirs))  # defaults back
+    keys = [(s, k) for s in ours for k in ours[s] if ours[s][k] != theirs.get(s, {}).get(k)]
+    return ", ".join(f"{s}.{k} ({ours[s][k]!r} here, {theirs.get(s, {}).get(k)!r} {there})" for s, k in keys)
+
+
+def made_from(cfg: Config, table_digest: str, model: dict) -> dict:
+    """What a fold's weights are made from: the training table, the model it starts from and the settings."""
+    return {"table": table_digest, "model": model, "settings": settings(cfg)}
+
+
+def fold_fingerprint(made: dict) -> str:
+    """The digest a complete fold's done.json must carry to count for these inputs and settings (`made_from`),
+    trained by one process (see with_world for more)."""
+    return json_digest(made)
+
+
+# settings that decide only when a fold is evaluated and when it stops, never the weights of the steps trained
+# so far (an evaluation draws no random number): a resume state saved under other values of them is continued
+RESUMABLE = {"train": ("eval_every_steps", "patience")}
+
+
+def resume_key(made: dict) -> str:
+    """What a resume state must match to be continued: `made_from` less the RESUMABLE settings."""
+    every = made["settings"]
+    kept = {s: {k: v for k, v in values.items() if k not in RESUMABLE.get(s, ())} for s, values in every.items()}
+    return json_digest({**made, "settings": kept})
 
 
 def with_world(digest: str, world: int) -> str:

@@ -321,10 +321,15 @@ def current_meta(cfg: Config) -> dict:
 def current_fingerprint(cfg: Config, meta: dict | None = None) -> str:
     """The fingerprint a fold of this config must carry, for the prepared data `meta` describes (by default
     current_meta's, checked against the inputs), the tiny model's tokenizer and the stage-1 model's own."""
+    return fingerprint.fold_fingerprint(current_made_from(cfg, meta))
+
+
+def current_made_from(cfg: Config, meta: dict | None = None) -> dict:
+    """What a fold of this config is made from (fingerprint.made_from): its fingerprint is this one's digest."""
     meta = current_meta(cfg) if meta is None else meta
     tokenizer = prepared_dir(cfg) / TOKENIZER
     model = fingerprint.model_identity(cfg, tokenizer, init_digest(cfg))
-    return fingerprint.fold_fingerprint(cfg, meta["table_digest"], model)
+    return fingerprint.made_from(cfg, meta["table_digest"], model)
 
 
 def init_dir(cfg: Config) -> Path | None:
@@ -403,7 +408,7 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     if digest is not None and done["digest"] != fingerprint.with_world(digest, done.get("world", 1)):
         if done.get("model") == fingerprint.TFIDF["model"]:
             return "trained on other data or settings (make it again with `make baseline`)"
-        if done.get("head", fingerprint.HEAD) != fingerprint.HEAD or "scale" not in done:  # no scale: before the head
+        if done.get("head") != fingerprint.HEAD:  # a trained fold records the head its weights belong to
             return "made by an older version, whose model had another head (retrain it with `make train`)"
         return "trained on other data or settings (retrain it with `make train`)"
     recorded = done.get("files") or {}

@@ -23,13 +23,14 @@ and resumes an interrupted fold from its last saved state. Launch with torchrun 
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
 from pipeline import config as config_mod
-from pipeline import layout
+from pipeline import fingerprint, layout
 from pipeline.config import Config
-from pipeline.core import distributed, eta, steplog, trim
+from pipeline.core import distributed, eta, resume, steplog, trim
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import StopFlag
 from pipeline.errors import PipelineError, run_stage
@@ -92,8 +93,10 @@ def requested_folds(cfg: Config) -> list[int]:
     return folds
 
 
-def folds_to_train(cfg: Config, folds: list[int], digest: str, d: distributed.Dist) -> list[int]:
-    """The folds of `folds` not yet complete with these settings; the others are named as skipped."""
+def folds_to_train(cfg: Config, folds: list[int], made: dict, d: distributed.Dist) -> list[int]:
+    """The folds of `folds` not yet complete with these settings (`made`: what they are made from); the others
+    are named as skipped, and what each one to train does with a resume state it has is said."""
+    digest = fingerprint.fold_fingerprint(made)
     # rank 0 decides which folds are complete: on several nodes only its models folder has done.json
     todo = [f for f in folds if not layout.is_complete(layout.fold_dir(cfg, f), digest)]
     todo = distributed.broadcast_object(d, todo)
@@ -104,6 +107,8 @@ def folds_to_train(cfg: Config, folds: list[int], digest: str, d: distributed.Di
             auc = layout.read_done(folder).get("auc")
             how = "a stage-1 model" if auc is None else f"AUC {auc:.4f}"  # a stage-1 model has no validation rows
             print(f"fold {fold}: complete with these settings ({how}); skipped")
+        for fold in todo:
+            say_resume(layout.fold_dir(cfg, fold) / layout.RESUME, fold, digest, made, d.world)
     return todo
 
 
@@ -126,6 +131,24 @@ def world_problem(cfg: Config, digest: str, todo: list[int], world: int) -> str:
     )
 
 
+def say_resume(path, fold: int, digest: str, made: dict, world: int) -> None:
+    """Before any fold starts: a resume state this run cannot continue is named, with why, before anything of it
+    is replaced; one it continues under other settings that only decide when the fold is evaluated and stops
+    (train.patience, train.eval_every_steps) says which."""
+    state = resume.read_state(path, mmap=True)  # its tensors mapped, not read: a look at what it holds
+    if state is None:
+        return
+    ok, note = resume.verdict(state, digest, made, world)
+    where = f"epoch {state['epoch'] + 1}, step {state['step']['window']}"
+    if not ok:
+        print(f"warning: fold {fold}: the progress saved in {path} ({where}) will be dropped and the fold trained "
+              f"from its start: {note}. To continue it instead, stop now and run with the settings it was saved "
+              "with", file=sys.stderr)  # fmt: skip
+    elif note:
+        print(f"fold {fold}: continues its saved progress ({where}) with {note}: these decide only when the fold "
+              "is evaluated and stops, not the weights trained so far")  # fmt: skip
+
+
 def _run(cfg: Config, d: distributed.Dist) -> dict | None:
     """The train stage inside the process group: every fold to do, then (rank 0) the CV report."""
     if d.device.type == "cpu" and d.enabled:
@@ -133,19 +156,20 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
     table, data, tokenizer, keep, meta = load_inputs(cfg, d)
     folds = requested_folds(cfg)
     check_init_tokenizer(cfg, tokenizer)
-    digest = layout.current_fingerprint(cfg, meta)
+    made = layout.current_made_from(cfg, meta)
+    digest = fingerprint.fold_fingerprint(made)
     exp = layout.experiment_dir(cfg)
     if d.is_main:
         exp.mkdir(parents=True, exist_ok=True)
         config_mod.save(cfg, exp / layout.RUN_CONFIG)
-    todo = folds_to_train(cfg, folds, digest, d)
+    todo = folds_to_train(cfg, folds, made, d)
     problem = distributed.broadcast_object(d, world_problem(cfg, digest, todo, d.world) if d.is_main else "")
     if problem:  # every rank stops, before any fold starts
         raise PipelineError(problem)
     with StopFlag() as stop:
         for n, fold in enumerate(todo):
             after = len(todo) - n - 1 + eta.folds_after()  # what the ETA counts beyond this fold
-            inputs = FoldInputs(cfg, fold, table, data, tokenizer, digest, keep, folds_after=after)
+            inputs = FoldInputs(cfg, fold, table, data, tokenizer, digest, keep, folds_after=after, made_from=made)
             FoldRun(inputs, d, stop).run()
     if not d.is_main:
         return None

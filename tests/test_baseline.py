@@ -13,7 +13,7 @@ from pipeline.errors import PipelineError
 from pipeline.files import read_json
 from pipeline.inputs import tables
 from pipeline.scoring import metrics
-from tests.helpers import make_cfg
+from tests.helpers import make_cfg, one_line_error, stage_args
 
 # the fields a trained fold's done.json has that mean something for a model fitted once
 TRAINED_FIELDS = {"fold", "digest", "epochs", "best_epoch", "auc", "auc_per_lang", "minutes"}
@@ -77,3 +77,48 @@ def test_baseline_writes_folds_like_an_experiment(prepared: Path, capsys: pytest
 def test_baseline_refuses_a_fold_that_does_not_exist(prepared: Path) -> None:
     with pytest.raises(PipelineError, match="fold 9 does not exist"):
         baseline.run(cfg_at(prepared, "train.folds=[9]"))
+
+
+def test_tables_with_an_empty_test_set_stop_the_baseline_in_one_line(tmp_path: Path, raw_sample: Path, monkeypatch,
+                                                                     capsys) -> None:  # fmt: skip
+    """Tables `make data` built before it refused a test set of no rows: every later stage refuses them in one line
+    (the baseline fitted its folds, then failed with a scikit-learn traceback on 0 test rows)."""
+    for name in ("test.csv", "sample_submission.csv"):
+        pd.read_csv(raw_sample / name).head(0).to_csv(raw_sample / name, index=False)
+    args = stage_args(tmp_path, "data.source=dir", f"data.dir={raw_sample}", f"models_dir={tmp_path / 'models'}",
+                      f"submissions_dir={tmp_path / 'subs'}")  # fmt: skip
+    assert data.main(args) == 2
+    assert "test.csv: no rows (a header only)" in one_line_error(capsys)
+    monkeypatch.setattr(tables, "check_rows", lambda *a: None)  # as `make data` built them before
+    assert data.main(args) == 0
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert baseline.main(args) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("error: ") and "prepared/sample/test.csv: no rows (a header only)" in line
+    assert not (tmp_path / "models" / "sample-tfidf" / "fold0").exists()  # refused before any fold was fitted
+
+
+def test_two_baselines_of_one_experiment_at_once_the_second_stops_naming_the_first(prepared: Path, capsys) -> None:
+    import fcntl
+    import os
+
+    from pipeline import files, layout
+
+    cfg = cfg_at(prepared)
+    lock = layout.lock_path(make_cfg(prepared, "name=sample-tfidf"))
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)  # held through another open file, as another process holds it
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, b"pid 4242 (baseline: python -m pipeline baseline)\n")
+    try:
+        args = [f"input_dir={cfg.input_dir}", f"data.sample_scale={cfg.data.sample_scale}",
+                "model.tiny.vocab=1000", "data.english_negatives=60", f"models_dir={cfg.models_dir}",
+                f"submissions_dir={cfg.submissions_dir}"]  # fmt: skip
+        assert baseline.main(args) == 2
+        assert one_line_error(capsys).startswith("error: experiment 'sample-tfidf' is in use by pid 4242 (baseline: ")
+        assert not (Path(cfg.models_dir) / "sample-tfidf" / "fold0").exists()
+    finally:
+        os.close(fd)
+    assert baseline.main(args) == 0  # free again: the lock of a finished run is released
+    assert str(lock.resolve()) not in files._held  # and not kept by this process after the stage

@@ -179,7 +179,99 @@ def test_check_free_space_is_a_one_line_pipeline_error(tmp_path: Path, full_disk
     assert isinstance(info.value, PipelineError) and isinstance(info.value, OSError)
     message = str(info.value)
     assert message.startswith("not enough disk space for the token cache in ")
-    assert "need about 5.00 GiB, 0.01 GiB free" in message and "\n" not in message
+    # what the check asks for (the margin in), and sizes a person reads: never "need about 0.00 GiB, 0.00 GiB free"
+    assert "need about 5.56 GiB (a margin included), 10.0 MiB free" in message and "\n" not in message
+    with pytest.raises(files.DiskFullError, match=r"need about 65\.1 MiB \(a margin included\), 10\.0 MiB free"):
+        files.check_free_space(tmp_path, 1 << 20, "a small file")
+
+
+def test_sizes_read_as_a_person_reads_them() -> None:
+    assert [files.size_text(n) for n in (0, 512, 12 << 10, 340 << 20, int(1.2 * (1 << 30)))] == [
+        "0 bytes", "512 bytes", "12.0 KiB", "340.0 MiB", "1.20 GiB"]  # fmt: skip
+
+
+def test_a_full_disk_while_an_artifact_is_written_is_one_line_and_keeps_the_old_file(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "fold0" / "resume.pt"
+    target.parent.mkdir()
+    target.write_bytes(b"old" * 100)
+    with pytest.raises(files.DiskFullError) as info, files.atomic_path(target, need=3 << 30) as tmp:
+        half_then_crash(OSError(28, "No space left on device"))(tmp, b"new" * 100)
+    message = str(info.value)
+    assert message.startswith(f"the disk is full: resume.pt could not be written in {target.parent} (needs about ")
+    assert "3.00 GiB, " in message and " free)" in message and "\n" not in message
+    assert target.read_bytes() == b"old" * 100 and leftovers(tmp_path) == []
+    # through a stage: one line, exit status 2
+    from pipeline.errors import run_stage
+
+    def stage() -> None:
+        with files.atomic_path(target) as tmp:
+            half_then_crash(OSError(28, "No space left on device"))(tmp, b"x" * 10)
+
+    assert run_stage(stage) == 2
+    assert one_line_error(capsys).startswith("error: the disk is full: resume.pt could not be written in ")
+
+
+def test_a_full_disk_said_in_other_words_is_known() -> None:
+    class SafetensorError(Exception):  # safetensors' Rust error carries the errno in its text only
+        pass
+
+    assert files.is_disk_full(SafetensorError("I/O error: No space left on device (os error 28)"))
+    assert files.is_disk_full(OSError(122, "Disk quota exceeded"))
+    assert not files.is_disk_full(OSError(13, "Permission denied")) and not files.is_disk_full(ValueError("x"))
+    with pytest.raises(PermissionError), files.disk_full(Path("x")):
+        raise PermissionError(13, "Permission denied")  # every other error passes as it is
+
+
+def test_a_full_disk_nobody_named_is_still_one_line(capsys) -> None:
+    from pipeline.errors import run_stage
+
+    def stage() -> None:
+        raise OSError(28, "No space left on device", "/somewhere/steps.jsonl")
+
+    assert run_stage(stage) == 2
+    assert one_line_error(capsys).startswith("error: the disk is full writing /somewhere/steps.jsonl; free some space")
+
+
+def test_the_lock_is_taken_on_a_full_disk(tmp_path: Path, monkeypatch) -> None:
+    """`make data` on a full disk: the lock's note (who holds it) cannot be written, the lock holds all the same,
+    and the stage goes on to its own disk check (one line) instead of an OSError from acquire_lock."""
+    path = tmp_path / "locks" / "sample.lock"
+
+    def write(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "write", write)
+    assert files.acquire_lock(path, "experiment 'sample'", "data") is True
+    monkeypatch.undo()
+    try:
+        with pytest.raises(BlockingIOError):  # held: another open file cannot take it
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+    finally:
+        files.release_lock(path)
+
+
+def test_temporaries_of_dead_processes_are_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)  # that process has ended
+    stale = [tmp_path / f".resume.pt.tmp-{pid}", tmp_path / f".metrics.jsonl.tmp-{pid}"]
+    for p in stale:
+        p.write_bytes(b"half")
+    (tmp_path / f".save-{pid}").mkdir()
+    (tmp_path / f".save-{pid}" / "model.safetensors").write_bytes(b"half")
+    live = tmp_path / f".resume.pt.tmp-{os.getpid()}"
+    live.write_bytes(b"being written")
+    other = tmp_path / ".hidden-note"
+    other.write_text("not a temporary")
+    gone = files.remove_dead_temporaries(tmp_path)
+    assert sorted(gone) == sorted([*stale, tmp_path / f".save-{pid}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
 
 
 def test_check_free_space_passes_with_room(tmp_path: Path) -> None:

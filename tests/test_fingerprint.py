@@ -201,10 +201,10 @@ def test_the_world_size_is_in_the_fingerprint_only_when_not_one() -> None:
     from pipeline import fingerprint
 
     sample_fp = fingerprint.fold_fingerprint(
-        config.load("sample", []), "table-digest", {"tiny": True, "tokenizer": "tok"}
+        fingerprint.made_from(config.load("sample", []), "table-digest", {"tiny": True, "tokenizer": "tok"})
     )
     large_fp = fingerprint.fold_fingerprint(
-        config.load("xlmr-large", []), "table-digest", {"name": "xlm-roberta-large"}
+        fingerprint.made_from(config.load("xlmr-large", []), "table-digest", {"name": "xlm-roberta-large"})
     )
     assert (sample_fp, large_fp) == ("a35c36509e19b726", "70656d0eb5d79449")
     assert fingerprint.with_world(sample_fp, 1) == sample_fp

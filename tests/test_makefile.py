@@ -8,6 +8,7 @@ its libraries is one line, like Ctrl-C later.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,11 +44,25 @@ def test_args_reach_the_stage_as_one_word_and_never_run(tmp_path: Path) -> None:
     assert not victim.exists()
 
 
+@pytest.mark.parametrize("target", ["train", "predict"])
 @pytest.mark.parametrize("gpus", ["0", "abc", "-1", "1.5", ""])
-def test_gpus_must_be_a_whole_number_from_one(gpus: str) -> None:
-    result = make("train", f"GPUS={gpus}")
+def test_gpus_must_be_a_whole_number_from_one(gpus: str, target: str, tmp_path: Path) -> None:
+    result = make(target, f"GPUS={gpus}", f"ARGS=input_dir={tmp_path} models_dir={tmp_path} submissions_dir={tmp_path}")
     assert result.returncode == 2
     assert result.stderr.startswith(f"error: GPUS={gpus}: the number of processes"), result.stderr
+
+
+def test_predict_on_two_processes_runs_two_and_says_an_error_once(tmp_path: Path) -> None:
+    """`make predict GPUS=2` shares the folds between two processes (through the launcher), and an error is one
+    line, as from one process."""
+    dry = make("-n", "predict", "GPUS=2")
+    assert '-m pipeline.core.launcher "$GPUS" predict' in dry.stdout, dry.stdout  # one process a device
+    paths = f"input_dir={tmp_path / 'in'} models_dir={tmp_path / 'models'} submissions_dir={tmp_path / 'subs'}"
+    result = make("predict", "GPUS=2", f"ARGS={paths} train.device=cpu")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if not re.match(r"make(\[\d+\])?: \*\*\*", line)]  # make's own
+    assert lines == [f"error: {tmp_path / 'in' / 'prepared' / 'sample'}: no prepared data; run `make data "
+                     "CONFIG=...` with the same config first"], result.stderr  # fmt: skip
 
 
 def test_ctrl_c_while_a_stage_loads_is_one_line(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import config, predict
+from pipeline import config, files, predict
 from pipeline.errors import PipelineError
 from pipeline.scoring import publish
 from pipeline.scoring.submission import SubmissionError
@@ -54,6 +54,42 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(SubmissionError, match="NaN"):
         predict.run(cfg)
     assert not subs.exists() or list(subs.glob("*.csv")) == []
+
+
+def test_a_good_submission_is_never_replaced_by_a_failing_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every check comes before the first write: test_labels.csv with no id in common with the test table, or a
+    full disk while the file is written, each leaves the good submission of the run before as it was."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    SAMPLE.to_csv(raw / "sample_submission.csv", index=False)
+    test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
+    monkeypatch.setattr(predict.layout, "usable_folds", lambda cfg, digest, what, needs: [tmp_path / "fold0"])
+    monkeypatch.setattr(predict.layout, "current_fingerprint", lambda cfg, meta: "x")
+    monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
+    monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))
+    preds = [0.1, 0.2, 0.3, 0.4]  # the later runs predict other values: what they would write differs
+    monkeypatch.setattr(predict, "fold_test_preds", lambda *a: frame(["a", "b", "c", "d"], preds))
+    cfg = config.load("sample", [f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'subs'}"])
+    path = predict.run(cfg)
+    good = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    assert set(good) == {"submission.csv", "sample.csv"}
+
+    preds[:] = [0.9, 0.8, 0.7, 0.6]
+    frame(["x", "y"], [0, 1]).to_csv(raw / "test_labels.csv", index=False)  # the labels of another test set
+    with pytest.raises(PipelineError, match="no id in common with the test table"):
+        predict.run(cfg)
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == good
+    (raw / "test_labels.csv").unlink()
+
+    def full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    words = f"the disk is full: sample.csv could not be written in {path.parent}"
+    with pytest.raises(files.DiskFullError, match=words):
+        predict.run(cfg)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == good
 
 
 def test_run_without_prepared_data_says_so(tmp_path: Path) -> None:

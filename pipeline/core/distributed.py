@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,6 +43,24 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
+# what a process torchrun started gets when the launcher dies: a signal of its own, because Linux sends it once for
+# each of the launcher's threads that ends (a repeated SIGTERM would mean "stop at once", like a second Ctrl-C)
+LAUNCHER_GONE = signal.SIGUSR2
+
+
+def stop_with_launcher() -> None:
+    """A process torchrun started is told when the launcher dies, even by SIGKILL (Linux's PR_SET_PDEATHSIG): it
+    then saves a resume state at the next step and stops (resume.StopFlag), instead of training on unseen."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, int(LAUNCHER_GONE))
+    if os.getppid() == 1:  # the launcher died before this process asked: init took it over
+        os.kill(os.getpid(), LAUNCHER_GONE)
+
+
 def setup(device_name: str = "auto", timeout_minutes: float = 60) -> Dist:
     """Join the process group torchrun prepared (NCCL on CUDA, gloo on CPU), or run alone."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -49,6 +68,7 @@ def setup(device_name: str = "auto", timeout_minutes: float = 60) -> Dist:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(device_name, local_rank)
     if world > 1 and not dist.is_initialized():
+        stop_with_launcher()
         if device.type == "cuda":
             torch.cuda.set_device(device)
         backend = "nccl" if device.type == "cuda" else "gloo"

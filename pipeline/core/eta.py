@@ -13,6 +13,7 @@ the real clock, and `PIPELINE_FAKE_STEP_SECONDS` adds that many to it at each op
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -94,6 +95,13 @@ class Rate:
         # no evaluation measured yet: a forward pass is about a third of a training step's work
         return None if not self.train_tokens else tokens * self.train_seconds / self.train_tokens / 3
 
+    def over(self, earlier: Rate) -> Rate:
+        """This rate where it has measured (training and evaluation apart), else `earlier`'s: an earlier run's
+        rate, made under another load or on another machine, serves only until this run has its own."""
+        train = self if self.train_tokens else earlier
+        evals = self if self.eval_tokens else earlier
+        return Rate(train.train_tokens, train.train_seconds, evals.eval_tokens, evals.eval_seconds)
+
 
 @dataclass
 class Plan:
@@ -122,19 +130,40 @@ class Plan:
         return None if epoch is None or evaluation is None else self.fold_epochs * (epoch + evaluation)
 
 
-def read_rate(folder: Path) -> Rate:
-    """The rates an earlier fold of the run measured (eta.json beside the experiment), or nothing measured."""
+@functools.cache
+def run_id() -> str:
+    """This process's run: eta.json's rate is continued by the folds of the same run only."""
+    return f"{os.getpid()}-{time.time_ns()}"
+
+
+def as_rate(saved) -> Rate:
     try:
-        saved = read_json(folder / ETA_FILE)
-        return Rate(**{k: float(saved["rate"][k]) for k in Rate.__dataclass_fields__})
-    except (OSError, ValueError, KeyError, TypeError):
+        return Rate(**{k: float(saved[k]) for k in Rate.__dataclass_fields__})
+    except (ValueError, KeyError, TypeError):
         return Rate()
 
 
-def write_eta(folder: Path, rate: Rate, seconds_left: float | None, where: str, fold_seconds: float | None) -> None:
-    """eta.json: the latest estimate of the whole run and of one fold, where the run is, and the rates."""
+def read_rates(folder: Path) -> tuple[Rate, Rate]:
+    """(what this run measured so far, an earlier run's rate) from eta.json beside the experiment: the folds
+    of one run add to one measurement; a new run starts its own and uses the last run's until it has one."""
+    try:
+        saved = read_json(folder / ETA_FILE)
+        rate, earlier = as_rate(saved["rate"]), as_rate(saved.get("earlier"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return Rate(), Rate()
+    if saved.get("run") == run_id():
+        return rate, earlier
+    return Rate(), rate.over(earlier)  # the last run's own measurement where it had one
+
+
+def write_eta(folder: Path, rates: tuple[Rate, Rate], seconds_left: float | None, where: str,
+              fold_seconds: float | None) -> None:  # fmt: skip
+    """eta.json: the latest estimate of the whole run and of one fold, where the run is, and the rates (this
+    run's, and the earlier one it uses until it has measured)."""
+    measured, earlier = rates
     write_json(folder / ETA_FILE, {"at": now(), "where": where, "seconds_left": seconds_left,
-                                   "fold_seconds": fold_seconds, "rate": vars(rate)})  # fmt: skip
+                                   "fold_seconds": fold_seconds, "run": run_id(), "rate": vars(measured),
+                                   "earlier": vars(earlier)})  # fmt: skip
 
 
 def fold_estimate(folder: Path) -> float | None:

@@ -55,6 +55,7 @@ class FoldInputs:
     digest: str  # the fold fingerprint done.json will carry
     keep: np.ndarray | None = None  # the vocabulary ids kept (model.trim_vocab)
     folds_after: int = 0  # folds this run trains after this one: what the ETA counts beyond this fold
+    made_from: dict | None = None  # what `digest` is the digest of (fingerprint.made_from): a resume state keeps it
 
 
 def banner(cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, params: int) -> str:
@@ -73,10 +74,12 @@ def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
     file renamed into place."""
     tmp = fold_dir / f".save-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    need = modeling.count_parameters(model) * 4  # fp32 weights; a full disk is one line, the old files kept
     try:
-        modeling.save(model, tmp, cfg.model.dropout)
-        tokenizer.save_pretrained(tmp)
-        config_mod.save(cfg, tmp / layout.RUN_CONFIG)
+        with files.disk_full(fold_dir / layout.WEIGHTS, need):
+            modeling.save(model, tmp, cfg.model.dropout)
+            tokenizer.save_pretrained(tmp)
+            config_mod.save(cfg, tmp / layout.RUN_CONFIG)
         files.default_modes(tmp)  # safetensors writes its file 0600; every artifact gets the same mode
         for p in tmp.iterdir():
             os.replace(p, fold_dir / p.name)
@@ -160,10 +163,11 @@ class FoldRun:
             # done.json, nor old test predictions beside new weights
             for name in (layout.DONE, layout.TEST_PREDS, layout.TEST_KEY):
                 (self.fold_dir / name).unlink(missing_ok=True)
+            files.remove_dead_temporaries(self.fold_dir)  # of a run killed while it wrote one
         resume.set_seed(inputs.cfg.train.seed + inputs.fold)
         self.precision = precision.resolve_precision(inputs.cfg.train.precision, d.device)
         self.choose_rows()
-        self.build(resume.load_resume_everywhere(self.fold_dir / layout.RESUME, self.digest, d))
+        self.build(resume.load_resume_everywhere(self.fold_dir / layout.RESUME, self.digest, d, inputs.made_from))
 
     def choose_rows(self) -> None:
         """Which rows train this fold and which score it (none for a stage-1 model)."""
@@ -200,7 +204,10 @@ class FoldRun:
         if state is not None:
             self.restore(state)
         self.log = steplog.StepLog(cfg, self.fold, d, self.step_count(), self.progress.steplog)
-        self.rate = eta.read_rate(layout.experiment_dir(cfg))  # what earlier folds of the run measured
+        # what this run's earlier folds measured, and an earlier run's rate for the estimates until then
+        self.measured, self.earlier = eta.read_rates(layout.experiment_dir(cfg))
+        self.fresh = state is None  # a fold started from its first step (see unsaved_stop)
+        self.started = time.perf_counter()  # progress.seconds: what the processes before this one ran
         self.epoch_tokens = padded_tokens(self.epoch_plan(0), self.data)
         self.eval_tokens = float(self.data.lengths[self.valid_idx].sum())  # one evaluation
         evals = evaluation.per_epoch(0 if self.stage1 else t.eval_every_steps, self.windows)
@@ -209,6 +216,11 @@ class FoldRun:
     @property
     def stage1(self) -> bool:
         return self.fold == layout.STAGE1
+
+    @property
+    def rate(self) -> eta.Rate:
+        """The rate every estimate uses: this run's own once it has measured, else an earlier run's."""
+        return self.measured.over(self.earlier)
 
     def step_count(self) -> int:
         """Optimizer steps done in this fold, over every epoch: the x axis of its records."""
@@ -236,9 +248,16 @@ class FoldRun:
         rngs = distributed.gather_objects(self.d, resume.rng_state())
         carries = distributed.gather_objects(self.d, self.log.carry())
         if self.d.is_main:
+            self.log.open()  # the records of an earlier run go before a state of this one replaces its state
             p = self.progress
+            made = self.inputs.made_from
             state = {
                 "digest": self.digest,
+                # what the weights were made from: a run with other settings says which, and continues the state
+                # where they only decide when the fold is evaluated and stops (fingerprint.RESUMABLE)
+                "made_from": made,
+                "resume_key": fingerprint.resume_key(made) if made is not None else None,
+                "seconds": self.seconds(),  # the fold's time so far: done.json's minutes count it after a resume
                 "token": os.urandom(8).hex(),  # tells a rank whether the file it sees is the one rank 0 saved
                 "world": self.d.world,
                 "plan": (self.cfg.train.micro_batch, self.cfg.train.accumulation),  # as auto-fit chose them
@@ -253,9 +272,16 @@ class FoldRun:
                 "steplog": carries,
                 "rng": rngs,
             }
-            with atomic_path(self.fold_dir / layout.RESUME) as tmp:
-                torch.save(state, tmp)
+            need = modeling.count_parameters(self.model) * 16  # fp32 weights and AdamW's two moments
+            # through a Python file: a full disk is then an OSError (ENOSPC), which atomic_path says in one line;
+            # torch's own writer says only "unexpected pos"
+            with atomic_path(self.fold_dir / layout.RESUME, need=need) as tmp, open(tmp, "wb") as f:
+                torch.save(state, f)
         distributed.barrier(self.d)
+
+    def seconds(self) -> float:
+        """The seconds this fold has run, over every process that trained it (a resumed fold's included)."""
+        return self.progress.seconds + time.perf_counter() - self.started
 
     def train_epoch(self, epoch: int) -> None:
         """Train the rest of the epoch, evaluating every train.eval_every_steps steps; a stop (Ctrl-C, SIGTERM)
@@ -270,8 +296,8 @@ class FoldRun:
             if d.is_main:
                 eta.spend_step()  # a simulated clock (tests) advances by a step's simulated time
             # the rate, step by step (evaluations and resume states apart), for the ETA of evaluations inside epochs
-            self.rate.train_tokens += self.epoch_tokens / self.windows
-            self.rate.train_seconds += eta.now() - mark
+            self.measured.train_tokens += self.epoch_tokens / self.windows
+            self.measured.train_seconds += eta.now() - mark
             p.step = state
             step = self.step_count()
             scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
@@ -284,7 +310,9 @@ class FoldRun:
             stopped = expired or distributed.any_rank(d, self.stop.raised)
             every = t.save_every_steps
             # the last window is saved by the stop only: the epoch's own end saves after the evaluation
-            if stopped or (every and state.window % every == 0 and state.window < self.windows):
+            if (stopped and not self.unsaved_stop(expired)) or (
+                every and state.window % every == 0 and state.window < self.windows
+            ):
                 self.checkpoint()
             mark = eta.now()
             return stopped or self.exhausted()
@@ -297,10 +325,17 @@ class FoldRun:
             max_bad_steps=t.max_bad_steps,
         )  # fmt: skip
         where = f"fold {self.fold} stopped at epoch {epoch + 1}, step {p.step.window}"
+        if stopped and self.unsaved_stop(expired):
+            raise Interrupted(f"fold {self.fold} stopped at its first step; nothing was saved or replaced")
         if expired:
             self.time_up(f"{where}: the session's time is up; the resume state is saved")
         if stopped:
             raise Interrupted(f"{where}; `make train` again resumes from there")
+
+    def unsaved_stop(self, expired: bool) -> bool:
+        """A stop (Ctrl-C) at the first step of a fold started afresh saves nothing: a resume state this run could
+        not continue (other settings: `make train` named it before the fold started) is left as it was."""
+        return self.fresh and not expired and self.step_count() == 1
 
     def exhausted(self) -> bool:
         p, t = self.progress, self.cfg.train
@@ -351,8 +386,8 @@ class FoldRun:
         plan = self.plan(epoch, window)
         seconds = plan.seconds(self.rate)
         if self.d.is_main:
-            eta.write_eta(layout.experiment_dir(self.cfg), self.rate, seconds, f"fold {self.fold} epoch {epoch + 1}",
-                          plan.fold_seconds(self.rate))  # fmt: skip
+            eta.write_eta(layout.experiment_dir(self.cfg), (self.measured, self.earlier), seconds,
+                          f"fold {self.fold} epoch {epoch + 1}", plan.fold_seconds(self.rate))  # fmt: skip
         return "" if seconds is None else f" | ETA {eta.hours(seconds)} for the run"
 
     def eval_record(self, epoch: int, preds: np.ndarray, seconds: float, steps_run: int) -> dict:
@@ -381,8 +416,8 @@ class FoldRun:
         p, d, t = self.progress, self.d, self.cfg.train
         start, clock = time.perf_counter(), eta.now()
         preds = evaluation.predict_rows(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
-        self.rate.eval_tokens += self.eval_tokens
-        self.rate.eval_seconds += eta.now() - clock
+        self.measured.eval_tokens += self.eval_tokens
+        self.measured.eval_seconds += eta.now() - clock
         record = self.eval_record(epoch, preds, time.perf_counter() - start, steps_run)
         p.history.append(record)
         best, improved = evaluation.judge(p.best, record, self.stage1)
@@ -433,7 +468,7 @@ class FoldRun:
             seconds = self.plan(p.epoch, p.step.window).seconds(self.rate)  # from earlier folds, once measured
             if seconds is not None:
                 print(f"ETA {eta.hours(seconds)} for the run ({self.inputs.folds_after} more folds after this one)")
-        fold_start = time.perf_counter() - sum(h["seconds"] for h in p.history if self.at_epoch_end(h))
+        self.started = time.perf_counter()  # p.seconds: what the processes before this one ran
         for epoch in range(p.epoch, t.epochs):
             if self.exhausted():
                 break
@@ -450,7 +485,7 @@ class FoldRun:
                 self.checkpoint()
             # micro-batches halved after running out of memory stay halved
             p.epoch, p.step = epoch + 1, loop.StepState(halvings=p.step.halvings)
-        return self.finish(time.perf_counter() - fold_start)
+        return self.finish(self.seconds())
 
     def finish(self, seconds: float) -> dict:
         p, t = self.progress, self.cfg.train

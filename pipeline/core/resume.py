@@ -9,6 +9,7 @@ and OOF as an uninterrupted one, under DDP too. It is saved at each epoch end, e
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import signal
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline import fingerprint
 from pipeline.core import distributed
 from pipeline.core.loop import StepState
 from pipeline.errors import PipelineError
@@ -47,25 +49,32 @@ class FoldState:
     history: list = dataclasses.field(default_factory=list)
     best: dict = dataclasses.field(default_factory=lambda: {"auc": -1.0, "epoch": -1, "step": -1, "since": 0})
     steplog: dict = dataclasses.field(default_factory=dict)  # core.steplog's sums since its last record
+    seconds: float = 0.0  # the time the fold ran before this process, up to the state's save
 
 
 class StopFlag:
-    """SIGINT and SIGTERM set a flag; the loop saves a resume state at the next optimizer step and exits."""
+    """SIGINT and SIGTERM set a flag; the loop saves a resume state at the next optimizer step and exits. So does
+    distributed.LAUNCHER_GONE (torchrun's launcher died), however often it comes."""
 
     def __init__(self) -> None:
         self.raised = False
         self.previous = {}
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, distributed.LAUNCHER_GONE):
             self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame) -> None:
+        gone = signum == distributed.LAUNCHER_GONE
+        if self.raised and gone:
+            return  # sent once for each thread of the launcher that ended
         if self.raised:  # a second Ctrl-C means now
             raise KeyboardInterrupt
         self.raised = True
-        print(f"\n{signal.Signals(signum).name}: saving a resume state at the next optimizer step", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # every process of a torchrun group gets it: one says so
+            why = "the launcher is gone" if gone else signal.Signals(signum).name
+            print(f"\n{why}: saving a resume state at the next optimizer step", file=sys.stderr)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
@@ -93,41 +102,65 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def load_resume(path: Path, digest: str, world: int) -> dict | None:
-    """The saved state of an interrupted fold, or None where there is none this run can continue."""
+def read_state(path: Path, mmap: bool = False) -> dict | None:
+    """The resume state at `path`, or None where there is none; a damaged one is refused, never half-loaded.
+    `mmap`: its tensors mapped, not read (a look at what it holds, whatever its size)."""
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as e:  # a damaged state is refused, not half-loaded
         print(f"warning: {path} is unreadable ({type(e).__name__}); starting the fold again", file=sys.stderr)
         return None
-    if state.get("digest") != digest:
-        return None
-    if state.get("world", 1) != world:  # the batch plan (and so a step's rows) depends on the world size
-        print(
-            f"warning: {path} was saved by {state.get('world', 1)} processes and this run has {world}; "
-            f"starting the fold again (run with the same GPUS to resume)",
-            file=sys.stderr,
-        )
-        return None
-    return state
 
 
-def load_resume_everywhere(path: Path, digest: str, d: distributed.Dist) -> dict | None:
+def verdict(state: dict, digest: str, made: dict | None, world: int) -> tuple[bool, str]:
+    """(whether this run continues `state`, what to say): the settings it carries over that differ (a
+    fingerprint.RESUMABLE one, as 'train.patience (8 here, 6 when saved)'), or why it cannot be continued."""
+    same = state.get("digest") == digest
+    carried = made is not None and state.get("resume_key") == fingerprint.resume_key(made)
+    if not same and not carried:
+        return False, f"{what_changed(state, made)}, which changes the weights trained so far"
+    saved_world = state.get("world", 1)
+    if saved_world != world:  # the batch plan (and so a step's rows) depends on the world size
+        saved = f"{saved_world} process{'es' if saved_world > 1 else ''}"
+        return False, f"it was saved by {saved} and this run has {world} (run with GPUS={saved_world} to resume)"
+    return True, "" if same else fingerprint.differ(made["settings"], state["made_from"]["settings"], "when saved")
+
+
+def what_changed(state: dict, made: dict | None) -> str:
+    """Why a saved state is not this run's, in words."""
+    saved = state.get("made_from")
+    if not isinstance(saved, dict) or made is None:  # a state saved before it recorded what it was made from
+        return "it was saved with other data or settings"
+    if saved.get("table") != made["table"]:
+        return "the training table changed since it was saved (`make data` rebuilt it)"
+    if saved.get("model") != made["model"]:
+        return "the model the fold starts from changed since it was saved"
+    return fingerprint.differ(made["settings"], saved.get("settings") or {}, "when saved") or "other settings"
+
+
+def load_resume(path: Path, digest: str, world: int, made: dict | None = None) -> dict | None:
+    """The saved state of an interrupted fold, or None where there is none this run can continue (`make
+    train` says why before any fold starts: pipeline.train)."""
+    state = read_state(path)
+    return state if state is not None and verdict(state, digest, made, world)[0] else None
+
+
+def load_resume_everywhere(path: Path, digest: str, d: distributed.Dist, made: dict | None = None) -> dict | None:
     """Rank 0's resume state on every rank, the model weights left out (DDP copies rank 0's weights).
 
     Rank 0 decides whether there is a state; a rank that sees the same file (a shared folder) reads it
     itself, and only when some rank cannot (another node) does rank 0 send it.
     """
-    state = load_resume(path, digest, d.world) if d.is_main else None
+    state = load_resume(path, digest, d.world, made) if d.is_main else None
     if not d.enabled:
         return state
     token = distributed.broadcast_object(d, state.get("token", "") if state else None)
     if token is None:
         return None
     if not d.is_main:
-        mine = load_resume(path, digest, d.world)
+        mine = load_resume(path, digest, d.world, made)
         state = mine if mine is not None and mine.get("token") == token else None
     if distributed.any_rank(d, state is None):
         sent = distributed.broadcast_object(d, {k: v for k, v in state.items() if k != "model"} if d.is_main else None)
@@ -139,8 +172,14 @@ def fold_state(state: dict, rank: int = 0) -> FoldState:
     """The FoldState a saved state holds, with this rank's step-record sums."""
     best = {**FoldState().best, **state["best"]}
     carries = state.get("steplog") or []
-    return FoldState(state["epoch"], StepState(**state["step"]), state["history"], best,
-                     carries[rank] if rank < len(carries) else {})  # fmt: skip
+    step = StepState(**state["step"])
+    if "seconds" in state:
+        seconds = state["seconds"]
+    else:  # saved before states kept their time: each earlier epoch's last record, and this epoch's training
+        last = {h["epoch"]: h["seconds"] for h in state["history"] if h["epoch"] <= state["epoch"]}
+        seconds = sum(last.values()) + step.seconds
+    return FoldState(state["epoch"], step, state["history"], best,
+                     carries[rank] if rank < len(carries) else {}, seconds)  # fmt: skip
 
 
 def own_rng(state: dict, rank: int) -> dict:

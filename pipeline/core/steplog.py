@@ -8,7 +8,8 @@ far. Rank 0 writes it, a line at a time and flushed, so the file can be read whi
 
 Resume-safe: what the steps since the last record add up to travels in the resume state, and a resumed
 fold drops the lines past the step it resumes at (they are written again), so the file holds every
-record once, as an uninterrupted run writes it; TensorBoard is told the same (purge_step).
+record once, as an uninterrupted run writes it; TensorBoard is told the same (purge_step), and a fold
+trained again from its start leaves no events of the earlier run.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 from pathlib import Path
 
-from pipeline import layout
+from pipeline import files, layout
 from pipeline.config import Config
 from pipeline.core import distributed
 from pipeline.core.loop import Window
@@ -78,15 +80,24 @@ class StepLog:
         self.every, self.d = cfg.train.log_every_steps, d
         self.path = layout.fold_dir(cfg, fold) / layout.STEPS
         self.since = Since(**carry) if carry else Since()
-        self.tb = None
-        if d.is_main:
-            keep_until(self.path, step)
-            if cfg.train.tensorboard:
-                from torch.utils.tensorboard import SummaryWriter
+        self.start, self.tb, self.opened = step, None, False
+        self.tb_folder = layout.tensorboard_dir(cfg, fold) if cfg.train.tensorboard else None
 
-                folder = layout.tensorboard_dir(cfg, fold)
-                # purge_step: events a crashed run wrote past the resumed step are hidden, not shown twice
-                self.tb = SummaryWriter(str(folder), purge_step=step or None)
+    def open(self) -> None:
+        """Rank 0, before the first record or resume state (not before: a run stopped at its first step leaves an
+        earlier run's records as they were): drop the records past the step the fold starts at, open TensorBoard."""
+        if self.opened:
+            return
+        self.opened = True
+        keep_until(self.path, self.start)
+        if self.tb_folder is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            if self.start == 0:  # a fold trained again from its start: the events of the earlier run go
+                shutil.rmtree(self.tb_folder, ignore_errors=True)
+            # purge_step: events a crashed run wrote past the resumed step are hidden, not shown twice. The resumed
+            # step itself was recorded before its state was saved and is not recorded again: it is kept
+            self.tb = SummaryWriter(str(self.tb_folder), purge_step=self.start + 1 if self.start else None)
 
     def add(self, step: int, epoch: int, window: Window, lr: float, scale: float | None, peak_mb: float) -> None:
         """Optimizer step `step` (counted over the whole fold) is done; every `every` steps, a record."""
@@ -114,7 +125,8 @@ class StepLog:
         }
         self.since = Since()
         if self.d.is_main:
-            with open(self.path, "a") as f:
+            self.open()
+            with files.disk_full(self.path), open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
                 f.flush()
             self.scalars("train", step, {k: v for k, v in record.items() if k not in ("step", "epoch")})
@@ -126,6 +138,7 @@ class StepLog:
             self.scalars("valid", record["step"], {"auc": record["auc"], **per})
 
     def scalars(self, group: str, step: int, values: dict) -> None:
+        self.open()
         if self.tb is None:
             return
         for key, value in values.items():
@@ -138,5 +151,7 @@ class StepLog:
         return dataclasses.asdict(self.since)
 
     def close(self) -> None:
+        if self.d.is_main:
+            self.open()  # a fold that wrote no record keeps none of an earlier run's
         if self.tb is not None:
             self.tb.close()

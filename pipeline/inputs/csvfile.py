@@ -55,17 +55,23 @@ def strict_problem(path: Path) -> DataError | None:
     pandas' parser is lenient: a stray quote that opens a field in the middle of a file makes it read on,
     across the line breaks, until the next quote, so two rows become one with no word. Strict parsing stops
     there instead (a character after a closing quote, a quoted field that never closes)."""
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, strict=True)
-        try:
-            for _ in reader:
-                pass
-        except csv.Error as e:
-            return DataError(
-                f"{path}: not a readable CSV at line {reader.line_num} ({e}; a stray quote?); fix the file"
-            )
-        except UnicodeDecodeError:
-            return not_utf8(path)
+    limit = csv.field_size_limit()
+    # a field may be as long as the file (the module's default stops at 128 KiB: a 1 MB comment is valid CSV)
+    csv.field_size_limit(max(limit, path.stat().st_size + 1))
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.reader(f, strict=True)
+            try:
+                for _ in reader:
+                    pass
+            except csv.Error as e:
+                return DataError(
+                    f"{path}: not a readable CSV at line {reader.line_num} ({e}; a stray quote?); fix the file"
+                )
+            except UnicodeDecodeError:
+                return not_utf8(path)
+    finally:
+        csv.field_size_limit(limit)
     return None
 
 
@@ -167,7 +173,19 @@ def check_unique(frame: pd.DataFrame, col: str, path: Path) -> None:
         raise DataError(f"{path}: {int(dup.sum())} duplicate {col}(s), e.g. {frame[col][dup].iloc[0]!r}")
 
 
-def check_lang(frame: pd.DataFrame, path: Path) -> None:
-    empty = frame["lang"].str.strip() == ""
+def check_lang(frame: pd.DataFrame, path: Path, notes: list[str] | None = None) -> None:
+    """No empty language code; the others as the pipeline compares them, lower case without surrounding spaces
+    (`ES`, `es ` -> `es`), changed in `frame`; what was changed is said in `notes`, naming the first row."""
+    raw = frame["lang"]
+    clean = raw.str.strip().str.lower()
+    empty = clean == ""
     if empty.any():
         raise DataError(f"{path}: empty lang at data row {int(np.argmax(empty.to_numpy())) + 1}")
+    changed = (raw != clean).to_numpy()
+    if changed.any():
+        frame["lang"] = clean
+        pairs = sorted(set(zip(raw[changed], clean[changed])))
+        said = ", ".join(f"{a!r} as {b!r}" for a, b in pairs[:3]) + (", ..." if len(pairs) > 3 else "")
+        if notes is not None:
+            notes.append(f"{path.name}: {int(changed.sum())} lang value(s) read in lower case without spaces "
+                         f"({said}; the first at data row {int(np.argmax(changed)) + 1})")  # fmt: skip

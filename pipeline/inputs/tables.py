@@ -47,14 +47,14 @@ def lang_from_name(path: Path) -> str:
     return found[0]
 
 
-def read_extra(path: Path, lang: str) -> pd.DataFrame:
+def read_extra(path: Path, lang: str, notes: list[str]) -> pd.DataFrame:
     """comment_text, lang, toxic of an extra file; lang as given for it, else its lang column, else its name."""
     frame = read_csv(path, ["comment_text", "toxic"], labels=("toxic",), usecols=False)
     if lang:  # given for the file: it wins over a lang column
         frame["lang"] = lang
     elif "lang" not in frame.columns:
         frame["lang"] = lang_from_name(path)
-    check_lang(frame, path)
+    check_lang(frame, path, notes)
     # the competition's translated files carry the id of the English comment each row translates
     frame["source_id"] = frame["id"].astype(str) if "id" in frame.columns else ""
     return frame[["comment_text", "lang", "toxic", "source_id"]]
@@ -101,9 +101,9 @@ def bias_part(cfg: Config, path) -> pd.DataFrame:
     return source_rows(bias["id"], bias["comment_text"], "en", bias["toxic"], path.stem, -1)
 
 
-def extra_part(path, lang: str) -> pd.DataFrame:
+def extra_part(path, lang: str, notes: list[str]) -> pd.DataFrame:
     """A translated training file; its rows are named <file>-<row> (a source id is not unique across files)."""
-    extra = read_extra(path, lang)
+    extra = read_extra(path, lang, notes)
     ids = [f"{path.stem}-{i}" for i in range(len(extra))]
     part = source_rows(ids, extra["comment_text"].to_numpy(), extra["lang"].to_numpy(), extra["toxic"].to_numpy(),
                        path.stem, -1)  # fmt: skip
@@ -140,12 +140,12 @@ def hold_out(cfg: Config, extra: pd.DataFrame, english: list[pd.DataFrame]) -> t
     return extra.assign(fold=folds[: len(extra)]), out, words
 
 
-def validation_part(cfg: Config, path) -> pd.DataFrame:
+def validation_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
     """The validation rows, each in one of data.folds folds."""
     k = cfg.data.folds
     valid = read_csv(path, ["id", "comment_text", "lang", "toxic"], labels=("toxic",))
     check_unique(valid, "id", path)
-    check_lang(valid, path)
+    check_lang(valid, path, notes)
     if len(valid) < k:
         raise DataError(f"{path}: {len(valid)} rows cannot make {k} folds")
     label = (valid["toxic"] >= 0.5).astype(int).astype(str)
@@ -158,12 +158,13 @@ def validation_part(cfg: Config, path) -> pd.DataFrame:
     return source_rows(valid["id"], valid["comment_text"], valid["lang"], valid["toxic"], path.stem, folds)
 
 
-def test_table(raw) -> pd.DataFrame:
+def test_table(raw, notes: list[str]) -> pd.DataFrame:
     """id, text, lang of test.csv, whose ids must be sample_submission.csv's."""
     path, sub_path = raw / layout.TEST, raw / layout.SAMPLE_SUBMISSION
     test = read_csv(path, ["id", "content", "lang"])
+    check_rows(test, path, "put the competition's rows back")
     check_unique(test, "id", path)
-    check_lang(test, path)
+    check_lang(test, path, notes)
     sub = read_csv(sub_path, ["id", "toxic"], usecols=False)
     check_unique(sub, "id", sub_path)
     if set(sub["id"]) != set(test["id"]):
@@ -173,25 +174,36 @@ def test_table(raw) -> pd.DataFrame:
 
 
 def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(training table, test table) from the raw files."""
+    """(training table, test table) from the raw files; `table.attrs["notes"]`: what `make data` says about them."""
+    notes: list[str] = []
     parts = [english_part(cfg, raw / layout.TRAIN)]
     if cfg.data.bias_rows > 0:
         parts.append(bias_part(cfg, raw / layout.BIAS))
-    extras = [extra_part(path, lang) for path, lang in layout.extra_files(cfg, raw)]
-    held = ""
+    extras = [extra_part(path, lang, notes) for path, lang in layout.extra_files(cfg, raw)]
     if extras:
         extra, parts, held = hold_out(cfg, pd.concat(extras, ignore_index=True), parts)
         parts = [*parts, extra]
-    parts.append(validation_part(cfg, raw / layout.VALID))
+        notes += [held] if held else []
+    parts.append(validation_part(cfg, raw / layout.VALID, notes))
     table = pd.concat(parts, ignore_index=True)
     # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
     table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
     table["fold"] = table["fold"].astype(np.int64)
     check_fold_classes(table, cfg.data.folds, raw / layout.VALID)
-    test = test_table(raw)
+    test = test_table(raw, notes)
+    if cfg.data.held_out > 0 and not extras:
+        notes.append(nothing_held_out(cfg, table, test))
     table = pseudo.add(cfg, table[TABLE_COLUMNS], test)
-    table.attrs["held_out"] = held  # said by `make data`, with attrs["pseudo"]
+    notes += [table.attrs["pseudo"]] if table.attrs.get("pseudo") else []
+    table.attrs["notes"] = notes  # said by `make data`
     return table, test
+
+
+def nothing_held_out(cfg: Config, table: pd.DataFrame, test: pd.DataFrame) -> str:
+    """What data.held_out without translated files means, in words: nothing is held out."""
+    lacking = sorted(set(test["lang"]) - set(table.loc[table["fold"] >= 0, "lang"]))
+    gone = f": the test's {', '.join(lacking)} get no OOF rows" if lacking else ""
+    return f"data.held_out={cfg.data.held_out:g} holds out nothing, as data.extra_files names no translated file{gone}"
 
 
 def check_fold_classes(table: pd.DataFrame, k: int, valid_path) -> None:
@@ -237,7 +249,17 @@ def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     dtypes = {"id": str, "text": str, "lang": str, "source": str}
     table = pd.read_csv(out / layout.TABLE, dtype=dtypes, keep_default_na=False)
     test = pd.read_csv(out / layout.TEST_TABLE, dtype=dtypes, keep_default_na=False)
+    # tables built before `make data` refused an empty test set
+    check_rows(
+        test, out / layout.TEST_TABLE, "the competition's test.csv had none; put them back and rerun `make data`"
+    )
     return table, test, meta
+
+
+def check_rows(test: pd.DataFrame, path: Path, fix: str) -> None:
+    """A test set with no rows has nothing to predict or submit: one line, before any stage works on it."""
+    if test.empty:
+        raise DataError(f"{path}: no rows (a header only): a test set needs its rows; {fix}")
 
 
 def training_rows(table: pd.DataFrame, fold: int, training_only_rows: bool = True) -> np.ndarray:

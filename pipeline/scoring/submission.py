@@ -1,6 +1,7 @@
 """A submission: the folds' test predictions ensembled, checked against sample_submission.csv before it is written.
 
-The check: the same id set as sample_submission (returned in its order), no NaN, every value in [0, 1].
+The check: at least one row, the same id set as sample_submission (returned in its order), no NaN, every
+value in [0, 1].
 A failed check is an error and leaves no file.
 """
 
@@ -45,6 +46,8 @@ def check_submission(sub: pd.DataFrame, sample: pd.DataFrame) -> pd.DataFrame:
     """Same id set as sample_submission (returned in its order), no NaN, every value in [0, 1]."""
     if list(sub.columns) != ["id", "toxic"]:
         raise SubmissionError(f"submission columns are {list(sub.columns)}, expected ['id', 'toxic']")
+    if sub.empty:
+        raise SubmissionError("submission has no rows (an empty test set?)")
     if sub["id"].duplicated().any():
         raise SubmissionError(f"submission has duplicate ids, e.g. {sub['id'][sub['id'].duplicated()].iloc[0]!r}")
     missing = set(sample["id"]) - set(sub["id"])

@@ -1,20 +1,27 @@
 """One fold trained in process (pipeline.core.fold.FoldRun): a stop at an epoch's last step, checkpointing in
-the real fold, a fold with one class, and a resumed fold that keeps the plan auto-fit chose."""
+the real fold, a fold with one class, a resumed fold that keeps the plan auto-fit chose; a resume under other
+settings (continued, or named as dropped before anything is replaced), a resumed fold's minutes, TensorBoard
+and the ETA after a resume, a killed run's temporaries and a full disk while a state is saved."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
-from pipeline import layout
-from pipeline.core import distributed
+from pipeline import files, fingerprint, layout, train
+from pipeline.core import distributed, resume
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import Interrupted
 from pipeline.errors import PipelineError
+from pipeline.files import read_json, write_json
 from pipeline.inputs import tables
+from tests.helpers import digests
 from tests.helpers.folds import StopAt, fold_run
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -81,3 +88,175 @@ def test_a_resumed_fold_keeps_the_micro_batch_auto_fit_chose(prepared, monkeypat
     assert (resumed.cfg.train.micro_batch, resumed.cfg.train.accumulation) == (8, 4)  # 16 x 2 fitted to 8 x 4
     assert resumed.progress.step.window == 3
     resumed.run()
+
+
+# ---------------------------------------------------------------- a resume under other settings, its time, its files
+
+
+def with_train(cfg, **changes):
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))
+
+
+def say_resume(cfg, capsys) -> tuple[str, str]:
+    """What `make train` says of fold 0's resume state before any fold starts, under `cfg`: (stdout, stderr)."""
+    capsys.readouterr()
+    path = layout.fold_dir(cfg, 0) / layout.RESUME
+    train.say_resume(path, 0, layout.current_fingerprint(cfg), layout.current_made_from(cfg), 1)
+    return capsys.readouterr()
+
+
+def test_a_patience_change_continues_the_saved_progress(prepared, tmp_path, capsys) -> None:
+    """train.patience decides only when the fold stops: a state saved under patience=6 is continued under 8 and
+    ends as an uninterrupted run with 8 does."""
+    six, eight = (with_train(prepared, eval_every_steps=3, patience=p) for p in (6, 8))
+    want = fold_run(dataclasses.replace(eight, models_dir=str(tmp_path / "reference")), StopAt(10**9)).run()
+    with pytest.raises(Interrupted):
+        fold_run(six, StopAt(5)).run()  # Ctrl-C at step 5
+    out, _ = say_resume(eight, capsys)
+    assert out.startswith("fold 0: continues its saved progress (epoch 1, step 5) with train.patience (8 here, 6 when")
+    run = fold_run(eight, StopAt(10**9))
+    assert run.progress.step.window == 5  # not trained again from step 0
+    got = run.run()
+    for key in ("auc", "best_step", "steps", "evaluations"):
+        assert got[key] == want[key], key
+    oof = [
+        pd.read_csv(base / "sample" / "fold0" / layout.OOF) for base in (tmp_path / "models", tmp_path / "reference")
+    ]
+    assert (oof[0]["pred"] - oof[1]["pred"]).abs().max() < 1e-6
+
+
+def test_a_weight_changing_setting_says_what_is_dropped_before_anything_is_replaced(prepared, capsys) -> None:
+    cfg = with_train(prepared, log_every_steps=2)
+    with pytest.raises(Interrupted):
+        fold_run(cfg, StopAt(5)).run()
+    exp = layout.experiment_dir(cfg)
+    before = digests(exp)
+    other = with_train(cfg, lr=2e-3)
+    out, err = say_resume(other, capsys)
+    path = exp / "fold0" / layout.RESUME
+    assert err.startswith(f"warning: fold 0: the progress saved in {path} (epoch 1, step 5) will be dropped and the "
+                          "fold trained from its start: train.lr (0.002 here, 0.001 when saved), which changes the "
+                          "weights trained so far. To continue it instead, stop now")  # fmt: skip
+    assert err.count("\n") == 1 and out == ""
+    # Ctrl-C as soon as the fold starts: nothing of the saved progress is replaced (its state, its step records)
+    with pytest.raises(Interrupted, match="fold 0 stopped at its first step; nothing was saved or replaced"):
+        fold_run(other, StopAt(1)).run()
+    assert digests(exp) == before
+    # with the settings it was saved with, it continues
+    assert fold_run(cfg, StopAt(10**9)).progress.step.window == 5
+
+
+def test_why_a_resume_state_is_continued_or_not() -> None:
+    made = {"table": "t", "model": {"tiny": True}, "settings": {"train": {"lr": 0.001, "patience": 6}, "model": {}}}
+    state = {"digest": "d", "world": 1, "made_from": made, "resume_key": fingerprint.resume_key(made)}
+    patience = {**made, "settings": {"train": {"lr": 0.001, "patience": 8}, "model": {}}}
+    lr = {**made, "settings": {"train": {"lr": 0.002, "patience": 6}, "model": {}}}
+    assert resume.verdict(state, "d", made, 1) == (True, "")
+    assert resume.verdict(state, "e", patience, 1) == (True, "train.patience (8 here, 6 when saved)")
+    assert resume.verdict(state, "e", lr, 1) == (
+        False, "train.lr (0.002 here, 0.001 when saved), which changes the weights trained so far")  # fmt: skip
+    assert resume.verdict(state, "e", {**made, "table": "u"}, 1)[1].startswith("the training table changed")
+    assert resume.verdict(state, "d", made, 2) == (
+        False, "it was saved by 1 process and this run has 2 (run with GPUS=1 to resume)")  # fmt: skip
+    old = {"digest": "d", "world": 1}  # saved before states recorded what they were made from
+    assert resume.verdict(old, "d", made, 1) == (True, "")
+    assert resume.verdict(old, "e", patience, 1)[1] == (
+        "it was saved with other data or settings, which changes the weights trained so far"
+    )
+
+
+def test_a_resumed_folds_minutes_count_the_time_before_the_resume(prepared) -> None:
+    with pytest.raises(Interrupted):
+        fold_run(prepared, StopAt(5)).run()
+    path = layout.experiment_dir(prepared) / "fold0" / layout.RESUME
+    state = torch.load(path, weights_only=False)
+    assert state["seconds"] > 0  # the time the fold ran before it was cut
+    state["seconds"] = 600.0  # as if it had trained ten minutes before the cut
+    torch.save(state, path)
+    done = fold_run(prepared, StopAt(10**9)).run()
+    assert 10 <= done["minutes"] < 11
+
+
+def test_tensorboard_keeps_the_step_a_fold_resumes_at(prepared, tmp_path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = with_train(prepared, log_every_steps=2, eval_every_steps=4, tensorboard=True)
+    reference = dataclasses.replace(cfg, models_dir=str(tmp_path / "reference"))
+    fold_run(reference, StopAt(10**9)).run()
+    with pytest.raises(Interrupted):
+        fold_run(cfg, StopAt(8)).run()  # saved at step 8, which has a training record and an evaluation
+    fold_run(cfg, StopAt(10**9)).run()
+
+    def steps(models) -> dict[str, list[int]]:
+        events = EventAccumulator(str(models / "sample" / "tb" / "fold0"))
+        events.Reload()
+        return {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+    got, want = steps(tmp_path / "models"), steps(tmp_path / "reference")
+    assert 8 in want["train/loss"] and 8 in want["valid/auc"]
+    assert got == want  # every step once, the resumed one included
+
+
+def test_the_eta_uses_this_runs_rate_not_an_earlier_runs(prepared, monkeypatch, capsys) -> None:
+    """eta.json of an earlier run made under ten times the load: once this run has measured, its estimate is its
+    own (a simulated clock, 60 s an optimizer step), not a mix of every run the folder has seen."""
+    from pipeline.core import eta
+
+    monkeypatch.setenv("PIPELINE_FAKE_CLOCK", str(prepared.input_dir + "/clock"))
+    monkeypatch.setenv("PIPELINE_FAKE_STEP_SECONDS", "60")
+    cfg = with_train(prepared, epochs=2)
+    run = fold_run(cfg, StopAt(10**9))
+    slow = eta.Rate(train_tokens=run.epoch_tokens * 20, train_seconds=20 * run.windows * 600.0)
+    exp = layout.experiment_dir(cfg)
+    write_json(exp / eta.ETA_FILE, {"run": "an earlier one", "rate": vars(slow), "earlier": vars(eta.Rate())})
+    run = fold_run(cfg, StopAt(10**9))
+    assert run.rate.train(run.epoch_tokens) == pytest.approx(run.windows * 600.0)  # until it has measured
+    capsys.readouterr()
+    run.run()
+    out = capsys.readouterr().out
+    found = re.search(r"fold 0 epoch 1: .* \| ETA (?:(\d+)h)?(\d+)m for the run", out)
+    minutes = int(found.group(1) or 0) * 60 + int(found.group(2))
+    assert run.windows * 0.9 <= minutes <= run.windows * 1.1 + 1, (
+        minutes,
+        run.windows,
+    )  # one epoch left at 1 min a step
+    saved = read_json(exp / eta.ETA_FILE)
+    assert saved["run"] == eta.run_id() and saved["earlier"]["train_seconds"] == slow.train_seconds
+    assert eta.read_rates(exp)[0].train_tokens > 0  # a later fold of this run goes on with this run's rate
+
+
+def test_a_fold_removes_the_temporaries_of_a_killed_run(prepared) -> None:
+    import subprocess
+    import sys
+
+    pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    folder = layout.experiment_dir(prepared) / "fold0"
+    folder.mkdir(parents=True)
+    stale = folder / f".resume.pt.tmp-{pid}"  # a resume state's write cut by SIGKILL
+    stale.write_bytes(b"half a state")
+    fold_run(prepared, StopAt(10**9))
+    assert not stale.exists()
+
+
+def test_a_full_disk_while_a_resume_state_is_saved_is_one_line_and_keeps_the_last_one(prepared, monkeypatch) -> None:
+    cfg = with_train(prepared, save_every_steps=3)
+    with pytest.raises(Interrupted):
+        fold_run(cfg, StopAt(4)).run()
+    folder = layout.experiment_dir(cfg) / "fold0"
+    saved = (folder / layout.RESUME).read_bytes()
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        """The disk fills up half-way through the state, as torch says it (measured on a full tmpfs): its own
+        writer, given a path, only "unexpected pos"; a Python file raises the OSError."""
+        real_save({"half": torch.zeros(10)}, f)
+        if isinstance(f, str | Path):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(files.DiskFullError) as info:
+        fold_run(cfg, StopAt(10**9)).run()  # its next save is at step 6
+    assert str(info.value).startswith(f"the disk is full: resume.pt could not be written in {folder} (needs about ")
+    assert (folder / layout.RESUME).read_bytes() == saved
+    assert not list(folder.glob(".*"))

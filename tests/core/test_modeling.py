@@ -184,6 +184,5 @@ def test_every_reader_refuses_a_fold_trained_under_the_old_head_in_one_line(tmp_
     assert layout.fold_status(folder, "now") == (
         "made by an older version, whose model had another head (retrain it with `make train`)"
     )
-    write_json(folder / layout.DONE, {"fold": 0, "digest": "before", "files": {}, "scale": "probability",
-                                      "head": modeling.HEAD})  # fmt: skip
+    write_json(folder / layout.DONE, {"fold": 0, "digest": "before", "files": {}, "head": modeling.HEAD})
     assert "other data or settings" in layout.fold_status(folder, "now")

@@ -93,6 +93,13 @@ def damage_too_few_rows(raw: Path) -> str:
     return "validation.csv"
 
 
+def damage_header_only_test(raw: Path) -> str:
+    """A test set of no rows: a submission of no rows would follow, over a good one."""
+    for name in ("test.csv", "sample_submission.csv"):
+        rewrite(raw / name, lambda f: f.head(0))
+    return "test.csv"
+
+
 # each damage, and the words that say what is wrong
 DAMAGES = [
     (damage_missing, "missing file"),
@@ -108,4 +115,5 @@ DAMAGES = [
     (damage_empty_lang, "empty lang at data row 3"),
     (damage_missing_extra, "extra training file not found"),
     (damage_too_few_rows, "3 rows cannot make 5 folds"),
+    (damage_header_only_test, "no rows (a header only): a test set needs its rows"),
 ]

@@ -125,7 +125,9 @@ class Competition:
     def fold(cfg: Config, k: int, rows: pd.DataFrame, digest: str, kind: str, meta: dict, test, done: dict) -> None:
         folder = layout.fold_dir(cfg, k)
         folder.mkdir(parents=True, exist_ok=True)
-        record = {"fold": k, "digest": digest, "epochs": 1, "minutes": 1.5}
+        record = {"fold": k, "digest": digest, "epochs": 1, "minutes": 1.5, "scale": layout.PROBABILITY}
+        if kind == "model":
+            record["head"] = fingerprint.HEAD  # as a fold trained under the pipeline's head records it
         if k != layout.STAGE1:
             write_csv(folder / layout.OOF, rows)
             record["auc"] = metrics.auc(rows["toxic"], rows["pred"])

@@ -25,5 +25,6 @@ def fold_run(cfg, stop, fold=0) -> FoldRun:
     table, _, meta = tables.load_table(cfg)
     splits, _ = tokens.load_cache(cfg, meta)
     tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
-    d = distributed.Dist()
-    return FoldRun(FoldInputs(cfg, fold, table, splits["train"], tokenizer, layout.current_fingerprint(cfg)), d, stop)
+    made = layout.current_made_from(cfg, meta)
+    inputs = FoldInputs(cfg, fold, table, splits["train"], tokenizer, layout.current_fingerprint(cfg), made_from=made)
+    return FoldRun(inputs, distributed.Dist(), stop)

@@ -201,3 +201,50 @@ def test_translated_file_without_a_language_is_one_line(tmp_path: Path, raw_samp
     cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", "data.extra_files=[nothing-*.csv]")
     with pytest.raises(DataError, match=r"^nothing-\*\.csv: extra training file not found"):
         data.prepare(cfg, log=quiet)
+
+
+def test_language_codes_in_other_case_or_with_spaces_are_read_as_one_and_said(tmp_path: Path, raw_sample: Path) -> None:
+    """`ES` in validation.csv and `es ` in test.csv are the language es: read so, and `make data` says so, naming a
+    row; otherwise the six-language OOF would silently lose es."""
+    valid = pd.read_csv(raw_sample / layout.VALID, dtype=str, keep_default_na=False)
+    es = valid.index[valid["lang"] == "es"]
+    valid.loc[es[:3], "lang"] = "ES"
+    valid.to_csv(raw_sample / layout.VALID, index=False)
+    test = pd.read_csv(raw_sample / layout.TEST, dtype=str, keep_default_na=False)
+    test.loc[test["lang"] == "es", "lang"] = "es "
+    test.to_csv(raw_sample / layout.TEST, index=False)
+    said = []
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}")
+    data.prepare(cfg, log=said.append)
+    table, test_table, _ = tables.load_table(cfg)
+    assert set(table.loc[table["fold"] >= 0, "lang"]) == {"es", "it", "tr"}
+    assert "es" in set(test_table["lang"]) and "es " not in set(test_table["lang"])
+    first = int(es[0]) + 1
+    words = "data: validation.csv: 3 lang value(s) read in lower case without spaces ('ES' as 'es'; the first at"
+    assert f"{words} data row {first})" in said
+    assert any(line.startswith("data: test.csv: ") and "('es ' as 'es';" in line for line in said), said
+
+
+def test_a_comment_longer_than_the_csv_modules_field_limit_is_read(tmp_path: Path, raw_sample: Path) -> None:
+    """A 1 MB comment is valid CSV (the csv module's default limit is 128 KiB): read, byte for byte."""
+    valid = pd.read_csv(raw_sample / layout.VALID, dtype=str, keep_default_na=False)
+    long = "una frase muy larga, " * 50_000
+    valid.loc[1, "comment_text"] = long
+    valid.to_csv(raw_sample / layout.VALID, index=False)
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}")
+    data.prepare(cfg, log=lambda *_: None)
+    table, _, _ = tables.load_table(cfg)
+    assert len(long) > 1_000_000 and long in set(table["text"])
+    import csv
+
+    assert csv.field_size_limit() == 131072  # the module's limit is put back
+
+
+def test_held_out_without_translated_files_says_it_holds_nothing(tmp_path: Path) -> None:
+    said = []
+    cfg = make_cfg(tmp_path, "data.held_out=0.3", "data.extra_files=[]")
+    data.prepare(cfg, log=said.append)
+    assert (
+        "data: data.held_out=0.3 holds out nothing, as data.extra_files names no translated file: the test's fr, pt, "
+        "ru get no OOF rows"
+    ) in said
