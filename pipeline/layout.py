@@ -202,8 +202,9 @@ def cache_root(cfg: Config) -> Path:
 
 
 def vectors_cache(cfg: Config, key: str) -> Path:
-    """The sentence vectors data.group_encoder made of some texts (pipeline.inputs.encoder), by their key."""
-    return cache_root(cfg) / "vectors" / f"{key}.npy"
+    """The sentence vectors data.group_encoder made of some texts (pipeline.inputs.encoder), by their key: beside
+    the token caches, not among them (`make data` removes the token caches no prepared table uses)."""
+    return input_dir(cfg) / "vectors" / f"{key}.npy"
 
 
 def lock_path(cfg: Config) -> Path:
