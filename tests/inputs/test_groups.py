@@ -212,3 +212,10 @@ def test_the_real_encoder_finds_translations_of_one_comment() -> None:
     frame = rows.assign(key=keys)
     assert (frame.groupby("comment")["key"].nunique() == 1).all()
     assert (frame.groupby("key")["comment"].nunique() == 1).all()
+
+
+def test_sentence_vectors_are_kept_apart_from_the_token_caches_make_data_prunes(tmp_path: Path) -> None:
+    from pipeline import layout
+
+    cfg = make_cfg(tmp_path)
+    assert layout.cache_root(cfg) not in layout.vectors_cache(cfg, "key").parents
