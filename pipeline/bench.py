@@ -28,12 +28,13 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from pipeline import config as config_mod
 from pipeline import layout
 from pipeline.benchmark import report
 from pipeline.benchmark.rows import plan, same_job, trainer_spec
-from pipeline.benchmark.runner import ROW_TAG, run_row, run_subprocess
+from pipeline.benchmark.runner import ROW_TAG, matmul_peak, run_row, run_subprocess
 from pipeline.config import Config
 from pipeline.errors import run_stage
 from pipeline.files import atomic_write_text
@@ -60,6 +61,15 @@ def measure(cfg: Config, runner, log=print) -> list[dict]:
     return results
 
 
+def measure_peaks(cfg: Config) -> dict[str, float]:
+    """The matmul peak of each precision the rows use, in FLOP/s (runner.matmul_peak)."""
+    from pipeline.core import distributed, precision
+
+    device = distributed.pick_device(cfg.train.device)
+    used = {precision.resolve_precision(p, device) for p in ("fp32", "auto")}
+    return {p: matmul_peak(device, p) for p in sorted(used)}
+
+
 def _brief(r: dict) -> str:
     if "na" in r:
         return f"n/a ({r['na']})"
@@ -70,18 +80,19 @@ def _brief(r: dict) -> str:
 
 def run(cfg: Config, runner, log=print) -> dict:
     """Measure every row with `runner(spec) -> result` (a fresh process each), print and write the table."""
-    summary = report.summarize(measure(cfg, runner, log))
+    peaks = measure_peaks(cfg)  # before the rows, in this process, alone on the machine
+    summary = report.summarize(measure(cfg, runner, log), peaks, cfg.bench.seq_len)
     summary["seq_len"] = cfg.bench.seq_len  # samples/s x this: the tokens/s a Kaggle time plan can start from
     table = report.bench_table(cfg.bench, summary, explain=[])
-    out = layout.bench_dir(cfg)
+    out, stem = layout.bench_dir(cfg), Path(cfg.bench.model).name  # a model folder: its name
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / f"{cfg.bench.model}.md", table)
-    atomic_write_text(out / f"{cfg.bench.model}.json", json.dumps(summary, indent=1, default=str))
-    report.plot_bench(summary, out / f"{cfg.bench.model}.png", f"{cfg.bench.model}, seq {cfg.bench.seq_len}")
+    atomic_write_text(out / f"{stem}.md", table)
+    atomic_write_text(out / f"{stem}.json", json.dumps(summary, indent=1, default=str))
+    report.plot_bench(summary, out / f"{stem}.png", f"{cfg.bench.model}, seq {cfg.bench.seq_len}")
     if cfg.bench.profile:
-        atomic_write_text(out / f"{cfg.bench.model}.profile.md", report.format_profiles(summary))
+        atomic_write_text(out / f"{stem}.profile.md", report.format_profiles(summary))
     log("\n" + table)
-    log(f"wrote {out}/{cfg.bench.model}.md, .json, .png")
+    log(f"wrote {out}/{stem}.md, .json, .png")
     return summary
 
 

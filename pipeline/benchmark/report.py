@@ -15,6 +15,24 @@ import numpy as np
 FLOOR_BYTES = 16  # fp32 weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4, per trainable parameter
 
 
+def train_flops_per_token(config, seq_len: int) -> float:
+    """Model FLOPs of one training token of a transformer encoder at `seq_len`: three forwards (the forward
+    and a backward of twice its cost), each 2 FLOPs a weight of the layers' matrix products (Q, K, V, the
+    output projection and the two FFN matrices) plus the attention's own products (scores and their mix,
+    4 x seq_len x hidden a layer). Recomputation by checkpointing is not counted: it is work, not model FLOPs
+    (the MFU convention), so a row that recomputes shows it as a lower MFU. Embedding lookups and the head
+    are left out (no or next to no FLOPs)."""
+    h, n = config.hidden_size, config.num_hidden_layers
+    ffn = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * h)  # DistilBERT: hidden_dim
+    forward = n * (2 * (4 * h * h + 2 * h * ffn) + 4 * seq_len * h)
+    return 3.0 * forward
+
+
+def achieved_flops(row: dict, seq_len: int) -> float:
+    """A row's model FLOP/s at its median step: FLOPs a token x tokens a second."""
+    return row["flops_per_token"] * seq_len * row["samples_per_second"]
+
+
 # ---------------------------------------------------------------- median, spread, ties
 
 
@@ -55,8 +73,9 @@ def _ok(r: dict | None) -> bool:
     return r is not None and "peak_mb" in r
 
 
-def summarize(results: list[dict]) -> dict:
-    """Ratios to the baseline (the first row), to the floor, and ours / Trainer, added to each row."""
+def summarize(results: list[dict], peaks: dict[str, float] | None = None, seq_len: int = 0) -> dict:
+    """Ratios to the baseline (the first row), to the floor, and ours / Trainer, added to each row; with this
+    machine's measured matmul `peaks` (FLOP/s by precision), each row's model FLOP/s and MFU."""
     base = results[0]["ours"]
     params = next((r["ours"]["parameters"] for r in results if _ok(r["ours"])), 0)
     floor_mb = FLOOR_BYTES * params / 2**20
@@ -65,6 +84,9 @@ def summarize(results: list[dict]) -> dict:
         if not _ok(o):
             continue
         r["floor_mb"] = FLOOR_BYTES * o["trained_parameters"] / 2**20
+        if peaks and "flops_per_token" in o and o.get("precision") in peaks:
+            r["tflops"] = achieved_flops(o, seq_len) / 1e12
+            r["mfu"] = achieved_flops(o, seq_len) / peaks[o["precision"]]
         r["mem_vs_floor"] = o["peak_mb"] / floor_mb
         if r is results[0]:
             r["speed_vs_base"] = {"ratio": 1.0, "low": 1.0, "high": 1.0, "verdict": "baseline"}
@@ -76,7 +98,7 @@ def summarize(results: list[dict]) -> dict:
             r["speed_vs_trainer"] = speed_ratio(o, t)
             if t["peak_mb"] > 0:
                 r["mem_vs_trainer"] = o["peak_mb"] / t["peak_mb"]
-    return {"parameters": params, "floor_mb": floor_mb, "rows": results}
+    return {"parameters": params, "floor_mb": floor_mb, "rows": results, "peaks": peaks or {}}
 
 
 def ties(summary: dict) -> list[str]:
@@ -127,7 +149,8 @@ def _row_line(r: dict, cuda: bool) -> str:
         f"| {r['spec']['label']} | {r['spec'].get('only_ours', '-')} | {shape} | {peak} | "
         f"{_cell(r, 'mem_vs_base', '.2f')} | {_cell(r, 'mem_vs_floor', '.2f')} | "
         f"{speed_cell(o)} | {ratio_cell(r.get('speed_vs_base'))} | {tpeak} | {speed_cell(t)} | "
-        f"{_cell(r, 'mem_vs_trainer', '.2f')} | {ratio_cell(r.get('speed_vs_trainer'))} |"
+        f"{_cell(r, 'mem_vs_trainer', '.2f')} | {ratio_cell(r.get('speed_vs_trainer'))} | "
+        f"{_cell(r, 'tflops', '.3f')} | {_cell(r, 'mfu', '.0%')} |"
     )
 
 
@@ -190,8 +213,8 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
         f"# make bench: {bench.model}, sequence length {bench.seq_len}, effective batch {bench.effective_batch}, "
         f"{bench.steps} timed optimizer steps per row after a warm-up, {device}\n\n"
         "| row | switches Trainer lacks | micro x accum | peak MB | x baseline | x floor | samples/s | x baseline | "
-        "Trainer peak MB | Trainer samples/s | memory ours/Trainer | speed ours/Trainer |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "Trainer peak MB | Trainer samples/s | memory ours/Trainer | speed ours/Trainer | TFLOP/s | MFU |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = [_row_line(r, cuda) for r in rows]
     notes = [
@@ -218,6 +241,13 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
             else "with bench.sparse=false, dense word-embedding gradients, as Trainer's."
         ),
     ]
+    if summary.get("peaks"):
+        said = ", ".join(f"{p} {v / 1e12:.2f} TFLOP/s" for p, v in summary["peaks"].items())
+        notes.append(
+            f"TFLOP/s: ours' model FLOPs at the median step (3 forwards a token: 2 FLOPs a weight of the layers' "
+            f"matrices plus attention's own products; recomputation not counted); MFU: that over this machine's "
+            f"own matmul peak, measured in the same run ({said}, the fastest 2048 x 2048 product)."
+        )
     notes += trainer_notes(rows)
     notes.append(
         f"Trimming keeps the {bench.vocab_used:,} ids the data is drawn from (a stand-in for the distinct "

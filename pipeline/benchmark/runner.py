@@ -70,6 +70,23 @@ def bench_model(cfg: Config, mconf):
     return modeling.Classifier(encoder, cfg.model.pooling, cfg.model.dropout)
 
 
+def matmul_peak(device, precision: str, n: int = 2048, repeats: int = 10) -> float:
+    """This machine's own peak: the FLOP/s of the fastest of `repeats` n x n matrix products in `precision`
+    (fp32, or bf16/fp16 operands), the physical limit every throughput figure is read against."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    a @ b  # warmed up: kernels chosen, memory touched
+    best = float("inf")
+    for _ in range(repeats):
+        start = _now(device)
+        a @ b
+        best = min(best, _now(device) - start)
+    return 2 * n**3 / best
+
+
 def bench_data(cfg: Config, vocab_size: int):
     """(ids [rows, seq_len], labels, vocabulary): the same for every row, drawn from `vocab_used` ids.
 
@@ -175,6 +192,7 @@ def run_row(cfg: Config, spec: dict) -> dict:
 
     model = bench_model(cfg, mconf)
     out["parameters"] = modeling.count_parameters(model)
+    out["flops_per_token"] = report.train_flops_per_token(mconf, cfg.bench.seq_len)
     if spec["trim"]:
         vmap = trim.vocab_map(vocab, mconf.vocab_size, unk_id=3)  # before trimming changes the shared config
         trim.trim_model(model, vocab)

@@ -60,6 +60,34 @@ def test_table_rows_ratios_and_files(tmp_path) -> None:
     assert ("computed natively" in table) == precision.cpu_has_bf16()
     assert (tmp_path / "bench" / "tiny.png").stat().st_size > 0
     assert json.loads((tmp_path / "bench" / "tiny.json").read_text())["parameters"] == summary["parameters"]
+    # model FLOP/s against this machine's matmul peak, measured in the same run
+    assert set(summary["peaks"]) >= {"fp32"} and all(v > 1e8 for v in summary["peaks"].values())
+    assert all(0 < rows[k]["mfu"] < 1.5 for k in rows if k != "adamw8bit") and "| MFU |" in table
+    assert rows["fp32"]["tflops"] == pytest.approx(
+        rows["fp32"]["ours"]["flops_per_token"] * cfg.bench.seq_len * rows["fp32"]["ours"]["samples_per_second"] / 1e12
+    )
+
+
+def test_the_flops_a_token_are_the_matrix_products_torch_counts() -> None:
+    """train_flops_per_token against torch's own FLOP counter over a forward of the encoder (x3 for training)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import XLMRobertaConfig
+
+    from pipeline.benchmark import report
+    from pipeline.core import modeling
+
+    conf = XLMRobertaConfig(vocab_size=300, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                            intermediate_size=256, max_position_embeddings=80, pad_token_id=1,
+                            attn_implementation="eager")  # fmt: skip
+    # eager attention: its two products are plain matmuls the counter sees (CPU's fused kernel it does not count)
+    model = modeling.Classifier(modeling.encoder_from_config(conf), "mean", 0.0).eval()
+    batch, seq = 3, 48
+    ids = torch.randint(5, 300, (batch, seq))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(ids, torch.ones_like(ids))
+    head = 2 * 64 * batch  # the one-logit head: not counted by the formula
+    assert counter.get_total_flops() - head == pytest.approx(report.train_flops_per_token(conf, seq) / 3 * batch * seq,
+                                                             rel=0.01)  # fmt: skip
 
 
 def test_one_row_in_a_fresh_process() -> None:
@@ -145,10 +173,15 @@ def test_table_marks_ties() -> None:
     summary = bench_report.summarize(rows)
     assert bench_report.ties(summary) == ["row b"]
     table = bench_report.bench_table(config.BenchConfig(), summary)
-    line_a = next(x for x in table.splitlines() if x.startswith("| row a"))
-    line_b = next(x for x in table.splitlines() if x.startswith("| row b"))
-    assert line_a.endswith("2.00 (2.00-2.00) faster |") and "tie" not in line_a
-    assert line_b.endswith("**tie** |")
+    head = next(x for x in table.splitlines() if x.startswith("| row |"))
+    cells = {r: dict(zip(_cells(head), _cells(next(x for x in table.splitlines() if x.startswith(f"| row {r}")))))
+             for r in "ab"}  # fmt: skip
+    assert cells["a"]["speed ours/Trainer"] == "2.00 (2.00-2.00) faster" and "tie" not in "".join(cells["a"].values())
+    assert cells["b"]["speed ours/Trainer"].endswith("**tie**") and cells["b"]["MFU"] == "-"
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 # ---------------------------------------------------------------- the GPU preset
