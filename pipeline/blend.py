@@ -28,7 +28,9 @@ over all test rows together, and test holds languages (fr, pt, ru) that no valid
 per-language weights would have nothing to be fit on for them; per language, a fold also has few
 positives, and weights fit on them overfit.
 
-The blend's folder holds no model: its members and weights are in cv.json and each fold's done.json.
+A blend is of the folds every member has (predict's rule: complete and current), two at least; the others
+are named on stderr. The blend's folder holds no model: its members and weights are in cv.json and each
+fold's done.json.
 """
 
 from __future__ import annotations
@@ -93,19 +95,46 @@ def check_replaceable(exp: Path) -> None:
 
 
 def load_member(cfg: Config, name: str) -> Member:
-    """A member's folds through the same rule as predict's: every fold complete, intact and current for the
-    member's own inputs and settings, with its test predictions."""
+    """A member's folds through the same rule as predict's: complete, intact and current for the member's own
+    inputs and settings, with their test predictions. A fold not made yet is left out and named on stderr; a
+    finished fold that does not count (stale, damaged, without test predictions) refuses the member."""
     exp = layout.experiment_dir(cfg, name)
+    needs = (layout.OOF, layout.TEST_PREDS)
     try:
-        dirs = layout.experiment_folds(cfg, name, needs=(layout.OOF, layout.TEST_PREDS))
+        use, left_out = layout.experiment_check(cfg, name, needs)
+        finished = {layout.fold_name(k) for k in layout.done_dirs(exp)}
+        if not use or finished & set(left_out):
+            layout.experiment_folds(cfg, name, needs)  # raises: the folds, why, and the command that makes them
     except PipelineError as e:
         raise BlendError(f"blend member {e}") from None
+    if left_out:
+        print(f"blend: {name} leaves out {layout.describe(left_out)}", file=sys.stderr)
+    dirs = {layout.fold_index(d): d for d in use}
     done = {k: layout.read_done(d) for k, d in dirs.items()}
     tests = {k: pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for k, d in dirs.items()}
     oof = report.read_oof(list(dirs.values()))
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
         raise BlendError(f"blend member {name!r}: its OOF rows in {exp}/fold*/oof.csv repeat an id or hold NaN")
     return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done)
+
+
+def shared_folds(members: list[Member]) -> list[Member]:
+    """The members cut to the folds every one of them has: a blend of some folds, as predict ensembles the
+    folds there are. Two at least: fold k's weights are fit on the other folds' rows."""
+    shared = sorted(set.intersection(*(set(m.done) for m in members)))
+    if len(shared) < 2:
+        have = ", ".join(f"{m.name} {sorted(m.done)}" for m in members)
+        raise BlendError(
+            f"the members share {len(shared)} usable fold(s) ({have}); a blend needs two, since each fold's "
+            "weights are fit on the others: train the missing folds (`make train` with its CONFIG and ARGS)"
+        )
+    cut = []
+    for m in members:
+        if len(shared) < len(m.done):
+            print(f"blend: {m.name} blended on folds {shared} only, the folds every member has", file=sys.stderr)
+        oof = m.oof[m.oof["fold"].isin(shared)].reset_index(drop=True)
+        cut.append(Member(m.name, oof, {k: m.tests[k] for k in shared}, {k: m.done[k] for k in shared}))
+    return cut
 
 
 def check_aligned(members: list[Member]) -> pd.Series:
@@ -274,7 +303,7 @@ def run(cfg: Config) -> dict:
             "fit on probabilities cannot map; blend with predict.calibration=none"
         )
     check_replaceable(exp)
-    members = [load_member(cfg, n) for n in names]
+    members = shared_folds([load_member(cfg, n) for n in names])
     ids = check_aligned(members)
     sample = read_sample_submission(cfg)
     raw = layout.raw_dir(cfg)

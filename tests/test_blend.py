@@ -102,7 +102,7 @@ def test_a_blend_refuses_a_calibration_before_any_work(tmp_path: Path) -> None:
     assert not (tmp_path / "models" / "cal").exists() and not (tmp_path / "subs" / "cal.csv").exists()
 
 
-def test_blend_name_and_refusals(tmp_path: Path) -> None:
+def test_blend_name_and_refusals(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     comp, _ = two_members(tmp_path)
     rng = np.random.default_rng(0)
     blend.run(comp.config("blend.members=[a,b]", "blend.name=mine"))
@@ -121,11 +121,20 @@ def test_blend_name_and_refusals(tmp_path: Path) -> None:
     with pytest.raises(BlendError, match="blend member nope: no experiment in"):
         blend.run(comp.config("blend.members=[a,nope]"))
 
-    # a member with a fold missing: the command that makes it
+    # a member with a fold missing: the blend is of the folds both have, and says so
     tests = {k: rng.random(90) for k in range(5)}
     comp.experiment("c", rng.random(len(comp.rows)), tests, folds=(0, 1, 2, 3))
-    with pytest.raises(BlendError, match=r"blend member c: fold4: not trained; make it again with `make train"):
-        blend.run(comp.config("blend.members=[a,c]"))
+    capsys.readouterr()
+    part = blend.run(comp.config("blend.members=[a,c]"))
+    err = capsys.readouterr().err
+    assert "c leaves out fold4: not trained" in err and "a blended on folds [0, 1, 2, 3] only" in err
+    assert sorted(part["blend"]["fold_weights"]) == [0, 1, 2, 3]
+    assert not (tmp_path / "models" / "a+c" / "fold4").exists()
+    assert sorted(read_json(tmp_path / "models" / "a+c" / "cv.json")["folds"]) == ["0", "1", "2", "3"]
+    # one fold in common: nothing to fit fold k's weights on without it
+    comp.experiment("one", rng.random(len(comp.rows)), tests, folds=(0,))
+    with pytest.raises(BlendError, match=r"the members share 1 usable fold\(s\) \(a \[0, 1, 2, 3, 4\], one \[0\]\)"):
+        blend.run(comp.config("blend.members=[a,one]"))
     # a member without test predictions
     comp.experiment("d", rng.random(len(comp.rows)), None)
     with pytest.raises(BlendError, match=r"blend member d: fold0, .*: no test predictions \(run `make predict`\)"):
