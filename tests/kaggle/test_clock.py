@@ -14,11 +14,12 @@ from pipeline import config, data, layout, train
 from pipeline.core import eta
 from pipeline.inputs import tables
 from pipeline.kaggle.clock import SessionClock
+from tests.helpers import under
 from tests.helpers.tinyrun import TINY, overrides
 
 
-def test_the_deadline_leaves_room_for_saving_copying_and_predicting(monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = config.load("xlmr-large", ["kaggle.margin_minutes=10"])
+def test_the_deadline_leaves_room_for_saving_copying_and_predicting(tmp_path: Path, monkeypatch) -> None:
+    cfg = config.load("xlmr-large", [*under(tmp_path), "kaggle.margin_minutes=10"])
     clock = SessionClock.begin(cfg, start=1000.0)
     assert clock.end == 1000.0 + 12 * 3600
     costs = clock.costs()
@@ -42,10 +43,11 @@ def test_the_deadline_leaves_room_for_saving_copying_and_predicting(monkeypatch:
     assert clock.copy_rate == pytest.approx(30e6)
 
 
-def test_a_session_timeout_shorter_than_the_limit_is_the_end() -> None:
-    clock = SessionClock.begin(config.load("sample", ["kaggle.timeout=3600"]), start=0.0)
+def test_a_session_timeout_shorter_than_the_limit_is_the_end(tmp_path: Path) -> None:
+    clock = SessionClock.begin(config.load("sample", [*under(tmp_path), "kaggle.timeout=3600"]), start=0.0)
     assert clock.end == 3600.0
-    assert SessionClock.begin(config.load("sample", ["kaggle.timeout=99999"]), start=0.0).end == 12 * 3600
+    long = config.load("sample", [*under(tmp_path), "kaggle.timeout=99999"])
+    assert SessionClock.begin(long, start=0.0).end == 12 * 3600
 
 
 def windows(cfg: config.Config, fold: int) -> int:

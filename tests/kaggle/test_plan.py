@@ -16,6 +16,7 @@ from pipeline import config, kernel
 from pipeline.kaggle import bundle, disk
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.plan import KernelError
+from tests.helpers import under
 from tests.helpers.fake_kaggle import FakeKaggleApi
 from tests.helpers.kernels import COMPETITION, dry, make_cfg
 
@@ -28,7 +29,7 @@ def no_credentials(no_kaggle_env: Path) -> Path:
 def cfg_for(tmp_path: Path, name: str = "sample", *overrides: str) -> config.Config:
     return config.load(
         name,
-        [f"kaggle.dir={tmp_path / 'kernel'}", f"models_dir={tmp_path / 'models'}", "kaggle.user=tester", *overrides],
+        [f"kaggle.dir={tmp_path / 'kernel'}", *under(tmp_path), "kaggle.user=tester", *overrides],
     )
 
 
