@@ -43,9 +43,10 @@ import pandas as pd
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.config import Config, check_name
+from pipeline.config import check_name
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_dir, file_record, json_digest, write_csv, write_json
+from pipeline.schema import Config
 from pipeline.scoring import metrics, report
 from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
 from pipeline.scoring.publish import publish

@@ -24,9 +24,9 @@ import yaml
 
 from pipeline import config as config_mod
 from pipeline import fingerprint, layout
-from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
+from pipeline.schema import Config
 from pipeline.scoring import metrics, report
 
 NOT_YET = ("not trained", "not made", "not complete")  # why a fold does not count yet, not why it no longer does

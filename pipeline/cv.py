@@ -14,8 +14,8 @@ import sys
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.errors import run_stage
+from pipeline.schema import Config
 from pipeline.scoring import report
 
 

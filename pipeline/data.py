@@ -24,10 +24,10 @@ from pathlib import Path
 
 from pipeline import config as config_mod
 from pipeline import files, layout
-from pipeline.config import Config
 from pipeline.errors import DataError, run_stage
 from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, write_csv, write_json
 from pipeline.inputs import sample, tables, tokens
+from pipeline.schema import Config
 
 # ---------------------------------------------------------------- acquire
 

@@ -31,9 +31,10 @@ from pathlib import Path
 
 from pipeline import config as config_mod
 from pipeline import files, fingerprint
-from pipeline.config import Config, ConfigError, check_name
+from pipeline.config import ConfigError, check_name
 from pipeline.errors import DataError, PipelineError
 from pipeline.files import file_digest, read_json
+from pipeline.schema import Config
 
 STAGE1 = -1  # the fold number of a stage-1 model: trained on the training-only rows
 
@@ -163,7 +164,7 @@ def teacher_files(cfg: Config) -> dict[int, Path]:
 def data_settings(cfg: Config) -> dict:
     """The data settings that decide what the tables hold: all but where the files are read from (data.source,
     data.dir), which the files' digests make irrelevant."""
-    return fingerprint.later_left_out("data", cfg.to_dict()["data"], ("source", "dir"))
+    return fingerprint.later_left_out("data", cfg.to_dict()["data"], fingerprint.NOT_TABLES, cfg)
 
 
 def input_signature(cfg: Config, raw: Path | None = None) -> dict:

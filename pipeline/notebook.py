@@ -34,7 +34,6 @@ import yaml
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.core import eta
 from pipeline.files import read_json
 from pipeline.kaggle import continuation
@@ -61,6 +60,7 @@ from pipeline.kaggle.session import (
     sync,
     visible_gpus,
 )
+from pipeline.schema import Config
 
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}  # the usual cure for an all-reduce that hangs on PCIe peer-to-peer (T4s)
 

@@ -24,12 +24,12 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import fingerprint, layout
-from pipeline.config import Config
 from pipeline.core import distributed, loop, modeling, precision, trim
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import file_digest, file_record, read_json, write_csv, write_json
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
+from pipeline.schema import Config
 from pipeline.scoring import metrics
 from pipeline.scoring.publish import publish
 from pipeline.scoring.submission import align

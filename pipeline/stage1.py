@@ -13,9 +13,9 @@ with GPUS=N), and afterwards `make data train predict` with the same CONFIG and 
 from __future__ import annotations
 
 from pipeline import config as config_mod
-from pipeline.config import Config
 from pipeline.core import distributed
 from pipeline.errors import run_stage
+from pipeline.schema import Config
 
 
 def stage1_of(cfg: Config) -> Config:

@@ -29,13 +29,13 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import fingerprint, layout
-from pipeline.config import Config
 from pipeline.core import distributed, eta, resume, steplog, trim
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import StopFlag
 from pipeline.errors import PipelineError, run_stage
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
+from pipeline.schema import Config
 from pipeline.scoring import report
 
 

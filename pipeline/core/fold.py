@@ -20,7 +20,6 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import files, fingerprint, layout
-from pipeline.config import Config
 from pipeline.core import (
     batching,
     distributed,
@@ -40,6 +39,7 @@ from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text, check_free_space, write_csv, write_json
 from pipeline.inputs.tables import training_rows
 from pipeline.inputs.tokens import Ragged
+from pipeline.schema import Config
 from pipeline.scoring import metrics
 
 

@@ -21,13 +21,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.config import TrainConfig
 from pipeline.core.batching import accumulation_windows, collate, halve_window, to_device
 from pipeline.core.optim import optimizer_step, reset_scaler
 from pipeline.core.precision import autocast
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
 from pipeline.progress import bar as progress_bar
+from pipeline.schema import TrainConfig
 
 
 class NonFiniteError(PipelineError):

@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from pipeline import fingerprint, layout
-from pipeline.config import Config
 from pipeline.errors import PipelineError
+from pipeline.schema import Config
 
 HEAD = fingerprint.HEAD  # the head's version: in every fold's fingerprint and head.json
 HEAD_JSON = "head.json"

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.errors import DataError, PipelineError
+from pipeline.schema import Config
 
 SOURCE = "pseudo"
 

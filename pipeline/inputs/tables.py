@@ -20,10 +20,10 @@ import pandas as pd
 from sklearn.model_selection import StratifiedKFold
 
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.errors import DataError
 from pipeline.inputs import encoder, groups, pseudo
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
+from pipeline.schema import Config
 
 TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
 

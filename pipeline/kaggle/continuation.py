@@ -19,10 +19,10 @@ import shutil
 from pathlib import Path
 
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.files import atomic_write_text
 from pipeline.kaggle.output import FINAL, experiments
 from pipeline.kaggle.plan import KernelError, Plan
+from pipeline.schema import Config
 
 RECORD = "kernel-session.json"  # in /kaggle/working: the session's id, processes and folds
 VERSIONS_BACK = 10  # versions looked at, newest first, for one that finished with folds

@@ -28,11 +28,11 @@ from pathlib import Path
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.core.eta import hours
 from pipeline.errors import PipelineError
 from pipeline.files import read_json
 from pipeline.kaggle import disk
+from pipeline.schema import Config
 
 T4_FP16_FLOPS, T4_UTILISATION = 65e12, 0.10
 T4_GPUS = 2  # kaggle.accelerator NvidiaTeslaT4

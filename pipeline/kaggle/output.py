@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text
 from pipeline.kaggle.plan import KernelError, make_plan, resolve_user
 from pipeline.kaggle.session import RUN_CONFIG
+from pipeline.schema import Config
 
 FINAL = {"complete", "error", "cancel_acknowledged"}  # kernel states that do not change any more
 TAIL = 20  # log lines shown

@@ -11,16 +11,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline import config as config_mod
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import layout, schema
 from pipeline.errors import PipelineError
 from pipeline.files import write_csv, write_json
+from pipeline.schema import Config
 from pipeline.scoring import calibration, metrics, report
 from pipeline.scoring.submission import check_submission, ensemble
 
 # predict.calibration's settings other than none: each is reported where test labels are present
-CHOICES = tuple(c for c in config_mod.CHOICES["predict.calibration"] if c != "none")
+CHOICES = tuple(c for c in schema.CHOICES["predict.calibration"] if c != "none")
 
 
 class PublishError(PipelineError):

@@ -16,8 +16,8 @@ import pandas as pd
 from sklearn.metrics import roc_curve
 
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.files import atomic_path, read_json, write_csv, write_json
+from pipeline.schema import Config
 from pipeline.scoring.metrics import FROM_PRIOR, auc, auc_by_lang, on_validation, read_profile, six_language, stand_ins
 
 

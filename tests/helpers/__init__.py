@@ -7,8 +7,8 @@ import socket
 from pathlib import Path
 
 from pipeline import config
-from pipeline.config import Config
 from pipeline.files import file_digest
+from pipeline.schema import Config
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 SHARED = ROOT.parent / "shared" / "jigsaw-real"

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from pipeline import config, data, fingerprint, layout
-from pipeline.config import Config
 from pipeline.files import file_record, write_csv, write_json
 from pipeline.inputs import tables
+from pipeline.schema import Config
 from pipeline.scoring import metrics
 
 LANGS = np.array(["es", "it", "tr"])
