@@ -7,7 +7,7 @@ change the weights. It leaves out what does not: the device, the evaluation batc
 which folds a run trains, checkpointing (the same gradients), and paths (`data.dir`, `model.path`, the
 folders). So a fold trained in a Kaggle notebook is complete on a laptop that holds the same inputs.
 
-Everything here is a pure function of values; pipeline.layout reads the files these values come from
+Everything here is a pure function of values; pipeline.validity reads the files these values come from
 and decides, with them, whether a fold counts.
 """
 
@@ -76,12 +76,7 @@ def later_left_out(section: str, values: dict, skip: set | tuple = (), cfg: Conf
 
 def applies(cfg: Config, meta: schema.Setting) -> bool:
     """Whether a setting means anything in `cfg`: always, or while the setting its `when` names has that value."""
-    if meta.when is None:
-        return True
-    value = cfg
-    for part in meta.when[0].split("."):
-        value = getattr(value, part)
-    return value == meta.when[1]
+    return meta.when is None or schema.value_of(cfg, meta.when[0]) == meta.when[1]
 
 
 def settings_differ(cfg: Config, saved: Config) -> str:

@@ -434,6 +434,13 @@ def plain(x):
     return x
 
 
+def value_of(cfg, dotted: str):
+    """The value of a dotted key (`train.lr`) in a config."""
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
 # ---------------------------------------------------------------- read from the fields
 
 

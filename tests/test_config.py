@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import config, schema
-from pipeline.config import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.schema import CHOICES, Config
 
 CONFIGS = sorted(config.CONFIG_DIR.glob("*.yaml"))
@@ -227,7 +227,7 @@ def test_any_value_loads_in_range_or_fails_naming_the_key(key: str, value) -> No
     except ConfigError as e:
         assert key in str(e) and "\n" not in str(e), str(e)
         return
-    got = config._get(cfg, key)
+    got = schema.value_of(cfg, key)
     ok = next(test for k, test, _ in schema.RANGES if k == key)
     assert ok(got), (key, got)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import config, fingerprint, schema
+from pipeline.errors import ConfigError
 from pipeline.files import json_digest
 from tests.helpers import ROOT
 
@@ -89,7 +90,7 @@ def test_choices_and_ranges_come_from_the_fields() -> None:
     keys = [key for key, _, _ in schema.walk()]
     assert len(keys) == len(set(keys)) and all(schema.of(k).doc for k in keys)
     assert {key for key, _, _ in schema.RANGES} <= set(keys)
-    with pytest.raises(config.ConfigError, match="train.patience=-1 is out of range: must be an integer >= 0"):
+    with pytest.raises(ConfigError, match="train.patience=-1 is out of range: must be an integer >= 0"):
         config.load("sample", ["train.patience=-1"], device=False)
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from pipeline import config as config_mod
-from pipeline import files, fingerprint, layout
+from pipeline import files, fingerprint, layout, validity
 from pipeline.core import (
     batching,
     distributed,
@@ -96,7 +96,7 @@ def padded_tokens(plan: list[list[np.ndarray]], data: Ragged) -> float:
 def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path):
     """The model as this fold trains it: trimmed, sparse embedding gradients or DDP, checkpointing, on device."""
     model = modeling.build_model(cfg, tokenizer)
-    init = layout.init_dir(cfg)
+    init = validity.init_dir(cfg)
     init_map = trim.load_map(init) if init is not None else None
     if init_map is not None:  # a trimmed stage-1 model: its embedding rows are already the kept ones
         if keep is None or not np.array_equal(init_map, trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)):
@@ -510,7 +510,7 @@ class FoldRun:
             "profile": self.profile,  # the test's languages and toxic rates the fold was scored by
         }
         if self.d.is_main:
-            result["files"] = layout.fold_records(self.fold_dir)
+            result["files"] = validity.fold_records(self.fold_dir)
             write_json(self.fold_dir / layout.DONE, result)  # last: its presence means the fold is complete
             (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
         distributed.barrier(self.d)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline import files, fingerprint, layout, train
+from pipeline import files, fingerprint, layout, train, validity
 from pipeline.core import distributed, resume
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import Interrupted
@@ -101,7 +101,7 @@ def say_resume(cfg, capsys) -> tuple[str, str]:
     """What `make train` says of fold 0's resume state before any fold starts, under `cfg`: (stdout, stderr)."""
     capsys.readouterr()
     path = layout.fold_dir(cfg, 0) / layout.RESUME
-    train.say_resume(path, 0, layout.current_fingerprint(cfg), layout.current_made_from(cfg), 1)
+    train.say_resume(path, 0, validity.current_fingerprint(cfg), validity.current_made_from(cfg), 1)
     return capsys.readouterr()
 
 

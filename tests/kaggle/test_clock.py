@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import config, data, layout, train
+from pipeline import config, data, layout, train, validity
 from pipeline.core import eta
 from pipeline.inputs import tables
 from pipeline.kaggle.clock import SessionClock
@@ -87,7 +87,7 @@ def test_an_epoch_longer_than_a_session_progresses_in_every_session(tmp_path: Pa
     assert codes == [75, 75, 75, 0], [s.err[-500:] for s in said]
     assert "more than a session gives" in said[1].out and "training into it" in said[1].out
     assert "fold 0: resuming at epoch 2, step" in said[2].out  # the second session got into epoch 2
-    assert layout.is_complete(layout.fold_dir(cfg, 0), layout.current_fingerprint(cfg))
+    assert validity.is_complete(layout.fold_dir(cfg, 0), validity.current_fingerprint(cfg))
     assert all(s.err.count("stopped: ") == 1 and "error:" not in s.err for s in said[:3])  # a planned stop
 
     # an epoch that fits a session but not what is left of this one waits for the next, with nothing trained

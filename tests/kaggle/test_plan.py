@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import config, kernel
+from pipeline.errors import ConfigError
 from pipeline.kaggle import bundle, disk
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.plan import KernelError
@@ -184,7 +185,7 @@ def test_accelerator_and_pinning_checks(tmp_path: Path, change: dict, message: s
     meta.update(change)
     with pytest.raises(KernelError, match=message):
         kaggle_plan.check_kernel_metadata(meta, tmp_path / "kernel" / "jigsaw-sample" / "notebook")
-    with pytest.raises(config.ConfigError, match="kaggle.docker_image_pinning"):
+    with pytest.raises(ConfigError, match="kaggle.docker_image_pinning"):
         cfg_for(tmp_path, "sample", "kaggle.docker_image_pinning=newest")
 
 
