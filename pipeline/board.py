@@ -11,7 +11,8 @@ every test language, OOF AUC overall and per language on validation.csv's rows, 
 data.folds), minutes (a blend: its members'), test AUC where the experiment's cv.json has `test_auc`
 (written when the competition's test labels are known), and the settings that matter: model, max_length,
 epochs, lr, effective batch. An experiment with folds still to train is marked (incomplete); one with
-folds that no longer match their inputs, (stale).
+folds that no longer match their inputs, (stale); one made by a newer version of the pipeline (settings this
+version does not know), (newer version), with one line that says so.
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ from pipeline.scoring import metrics, report
 NOT_YET = ("not trained", "not made", "not complete")  # why a fold does not count yet, not why it no longer does
 
 
-def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str]:
+def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str, str]:
     """(the folds that count, by number, a stage-1 model's included; why others that are there no longer do:
-    stale; which are still to make: incomplete)."""
+    stale; which are still to make: incomplete; the line that says it, or a member, was made by a newer version
+    of the pipeline, which this one cannot check: newer)."""
     try:
         use, left_out = experiments.experiment_check(cfg, exp.name, needs=(layout.OOF,))
+    except validity.NewerVersion as e:  # not stale: this version cannot tell
+        return set(), "", "", str(e)
     except PipelineError as e:  # its config or prepared data is gone or changed: nothing can be vouched for
-        return set(), str(e), ""
+        return set(), str(e), "", ""
     stale = validity.describe({f: why for f, why in left_out.items() if why not in NOT_YET})
     incomplete = validity.describe({f: why for f, why in left_out.items() if why in NOT_YET})
     counted = {layout.fold_index(d) for d in use}
@@ -47,7 +51,7 @@ def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str]:
         counted.add(layout.STAGE1)  # a stage-1 model: no OOF to score, only complete
         if not any(k >= 0 for k in layout.fold_dirs(exp)):
             incomplete = ""  # a stage-1 experiment: its one model is all it makes
-    return counted, stale, incomplete
+    return counted, stale, incomplete, ""
 
 
 def experiment_profile(cfg: Config, exp: Path, depth: int = 0) -> dict | None:
@@ -141,7 +145,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
     the experiment's own test profile); None for a folder with no folds."""
     if not layout.done_dirs(exp):
         return None
-    counted, stale, incomplete = counted_folds(cfg, exp)
+    counted, stale, incomplete, newer = counted_folds(cfg, exp)
     summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp))
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
@@ -156,6 +160,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
         "incomplete": incomplete,  # folds still to train (or being trained)
+        "newer": newer,  # made by a newer version (or a member was): this one cannot say whether its folds count
         **s,
     }
 
@@ -216,6 +221,7 @@ def board_table(board: list[dict]) -> str:
             r["name"]
             + (" (stale)" if r.get("stale") else "")
             + (" (incomplete)" if r.get("incomplete") else "")
+            + (" (newer version)" if r.get("newer") else "")
             + (" (!)" if r.get("below") else ""),
             cell(r.get("oof6"), ".4f"),
             cell(r["oof"], ".4f"),
@@ -242,6 +248,7 @@ def stale_notes(board: list[dict]) -> str:
     inputs; its OOF and test AUC disagree with another experiment's."""
     notes = [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
+    notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]
     for r in board:
         if r.get("below"):
             q = next(x for x in board if x["name"] == r["below"])

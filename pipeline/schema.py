@@ -458,6 +458,19 @@ def walk(cls=Config, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field,
             yield key, f, f.metadata["setting"]
 
 
+def unknown_keys(tree: dict, cls=Config, prefix: str = "") -> list[str]:
+    """The dotted keys of a config tree (a saved pipeline.yaml) that no field declares: a newer version's settings."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    found = []
+    for name, value in tree.items():
+        f = fields.get(name)
+        if f is None:
+            found.append(f"{prefix}{name}")
+        elif is_section(f) and isinstance(value, dict):
+            found += unknown_keys(value, f.default_factory, f"{prefix}{name}.")
+    return found
+
+
 def of(key: str) -> Setting:
     """The Setting of a dotted key."""
     return next(meta for k, _, meta in walk() if k == key)

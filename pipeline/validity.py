@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline import files, fingerprint, layout
+from pipeline import files, fingerprint, layout, schema
 from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.files import file_digest, read_json
 from pipeline.schema import Config
@@ -284,6 +284,11 @@ def fold_digests(dirs: list[Path]) -> list[str]:
     return [(read_done(d) or {}).get("digest", "") for d in dirs]
 
 
+class NewerVersion(PipelineError):
+    """An experiment made by a newer version of the pipeline: its config holds settings this version does not
+    know, so what its folds are made from cannot be told here (they are not stale: this version is old)."""
+
+
 def experiment_config(cfg: Config, name: str) -> Config:
     """The resolved config models/<name>/ was made with (its pipeline.yaml), or one line saying why not."""
     path = layout.experiment_dir(cfg, name) / layout.RUN_CONFIG
@@ -294,6 +299,12 @@ def experiment_config(cfg: Config, name: str) -> Config:
     try:
         return config_mod.load_file(path)
     except ConfigError as e:
+        newer = schema.unknown_keys(config_mod.read_yaml(path))
+        if newer:
+            raise NewerVersion(
+                f"made by a newer version of the pipeline ({path} sets {', '.join(newer)}, which this version does "
+                "not know); read it with that version, or update this checkout"
+            ) from None
         raise PipelineError(f"{path}: not a config this version reads ({e}); make the experiment again") from None
 
 
@@ -313,6 +324,8 @@ def experiment_digest(cfg: Config, name: str, kind: str) -> tuple[str, int]:
     try:
         saved = experiment_as_prepared(cfg, name)
         meta = current_meta(saved)
+    except NewerVersion as e:  # not stale: this version cannot tell
+        raise NewerVersion(f"{name}: {e}") from None
     except (DataError, PipelineError) as e:  # its own inputs are gone or changed: it cannot count now
         raise PipelineError(f"{name}: {e}") from None
     if kind == fingerprint.TFIDF["model"]:
