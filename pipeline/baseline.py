@@ -28,7 +28,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
 from pipeline import config as config_mod
-from pipeline import fingerprint, layout
+from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import file_record, read_json, write_csv, write_json
 from pipeline.inputs import tables
@@ -92,8 +92,8 @@ def compare(cfg, summary: dict) -> None:
 
 def run(cfg) -> dict:
     base = replace(cfg, name=f"{cfg.name}-tfidf")
-    layout.preflight(base, "baseline")
-    with layout.experiment_lock(base, "baseline"):  # a second baseline of the experiment stops at once, naming it
+    experiments.preflight(base, "baseline")
+    with experiments.experiment_lock(base, "baseline"):  # a second baseline of the experiment stops at once, naming it
         return fit_folds(cfg, base)
 
 
@@ -112,8 +112,8 @@ def fit_folds(cfg, base) -> dict:
     config_mod.save(cfg, exp / layout.RUN_CONFIG)  # the prepared tables it was fit on: those of cfg.name
     for fold in folds:
         fold_dir = layout.fold_dir(base, fold)
-        if layout.is_complete(fold_dir, digest, needs=(layout.OOF, layout.TEST_PREDS)):
-            auc = layout.read_done(fold_dir)["auc"]
+        if validity.is_complete(fold_dir, digest, needs=(layout.OOF, layout.TEST_PREDS)):
+            auc = validity.read_done(fold_dir)["auc"]
             print(f"tfidf fold {fold}: complete with these settings (AUC {auc:.4f}); skipped")
             continue
         result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed, profile)
@@ -129,7 +129,7 @@ def fit_folds(cfg, base) -> dict:
 def write_submission(base, digest: str, test: pd.DataFrame, raw: Path, profile: dict) -> Path:
     """The folds' test predictions ensembled into submissions/<name>-tfidf.csv, as `make predict` writes an
     experiment's (on one scale across languages with predict.calibration), with its test AUC."""
-    dirs = layout.usable_folds(base, digest, what="baseline", needs=(layout.OOF, layout.TEST_PREDS))
+    dirs = validity.usable_folds(base, digest, what="baseline", needs=(layout.OOF, layout.TEST_PREDS))
     frames = [pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for d in dirs]
     return publish(base, raw, base.name, frames[0]["id"], align(frames), test, dirs, profile)[0]
 

@@ -44,14 +44,15 @@ import numpy as np
 import pandas as pd
 
 from pipeline import config as config_mod
-from pipeline import layout
-from pipeline.config import Config, check_name
+from pipeline import experiments, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_dir, file_record, json_digest, write_csv, write_json
+from pipeline.schema import Config
 from pipeline.scoring import metrics, report
 from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
 from pipeline.scoring.publish import publish
 from pipeline.scoring.submission import check_submission, ensemble
+from pipeline.validation import check_name
 
 
 class BlendError(PipelineError):
@@ -89,7 +90,7 @@ def blend_name(cfg: Config, names: list[str]) -> str:
 def check_replaceable(exp: Path) -> None:
     """The blend rewrites its whole folder: refuse a folder that holds an experiment, not an earlier blend."""
     if (exp / layout.RUN_CONFIG).exists() or any(
-        "members" not in (layout.read_done(d) or {}) for d in layout.done_dirs(exp).values()
+        "members" not in (validity.read_done(d) or {}) for d in layout.done_dirs(exp).values()
     ):
         raise BlendError(f"{exp} holds an experiment, not a blend; choose another blend.name")
 
@@ -101,16 +102,16 @@ def load_member(cfg: Config, name: str) -> Member:
     exp = layout.experiment_dir(cfg, name)
     needs = (layout.OOF, layout.TEST_PREDS)
     try:
-        use, left_out = layout.experiment_check(cfg, name, needs)
+        use, left_out = experiments.experiment_check(cfg, name, needs)
         finished = {layout.fold_name(k) for k in layout.done_dirs(exp)}
         if not use or finished & set(left_out):
-            layout.experiment_folds(cfg, name, needs)  # raises: the folds, why, and the command that makes them
+            experiments.experiment_folds(cfg, name, needs)  # raises: the folds, why, and the command that makes them
     except PipelineError as e:
         raise BlendError(f"blend member {e}") from None
     if left_out:
-        print(f"blend: {name} leaves out {layout.describe(left_out)}", file=sys.stderr)
+        print(f"blend: {name} leaves out {validity.describe(left_out)}", file=sys.stderr)
     dirs = {layout.fold_index(d): d for d in use}
-    done = {k: layout.read_done(d) for k, d in dirs.items()}
+    done = {k: validity.read_done(d) for k, d in dirs.items()}
     tests = {k: pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for k, d in dirs.items()}
     oof = report.read_oof(list(dirs.values()))
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
@@ -168,7 +169,7 @@ def fold_test(m: Member, k: int, ids: pd.Series, column: str = "toxic") -> np.nd
 
 def fold_prob(m: Member, k: int, ids: pd.Series) -> np.ndarray | None:
     """A member's fold-k test probabilities: a model's predictions, a blend's `prob`; None where it has none."""
-    if layout.pred_scale(m.done[k]) == layout.PROBABILITY:
+    if experiments.pred_scale(m.done[k]) == layout.PROBABILITY:
         return fold_test(m, k, ids)
     return fold_test(m, k, ids, "prob") if "prob" in m.tests[k] else None
 
@@ -296,7 +297,7 @@ def run(cfg: Config) -> dict:
     names = member_names(cfg)
     name = blend_name(cfg, names)
     exp = layout.experiment_dir(cfg, name)
-    layout.preflight(cfg, "blend", name)
+    experiments.preflight(cfg, "blend", name)
     if cfg.predict.calibration != "none":  # before any work: publish would refuse it at the end
         raise BlendError(
             f"predict.calibration={cfg.predict.calibration}: a blend's predictions are ranks, which a calibration "
@@ -360,7 +361,7 @@ def write_folds(
             "auc_per_lang": per_lang,
             "profile": profile,
             "minutes": round(sum(m.done[k].get("minutes", 0) for m in members), 2),
-            # what the fold was blended from: checked again whenever the blend is read (layout.experiment_folds)
+            # what the fold was blended from: checked again whenever the blend is read (experiments.experiment_folds)
             "member_digests": {m.name: m.done[k]["digest"] for m in members},
             "files": {name: file_record(folder / name) for name in (layout.OOF, layout.TEST_PREDS)},
         }

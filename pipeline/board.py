@@ -11,7 +11,8 @@ every test language, OOF AUC overall and per language on validation.csv's rows, 
 data.folds), minutes (a blend: its members'), test AUC where the experiment's cv.json has `test_auc`
 (written when the competition's test labels are known), and the settings that matter: model, max_length,
 epochs, lr, effective batch. An experiment with folds still to train is marked (incomplete); one with
-folds that no longer match their inputs, (stale).
+folds that no longer match their inputs, (stale); one made by a newer version of the pipeline (settings this
+version does not know), (newer version), with one line that says so.
 """
 
 from __future__ import annotations
@@ -23,40 +24,43 @@ from pathlib import Path
 import yaml
 
 from pipeline import config as config_mod
-from pipeline import fingerprint, layout
-from pipeline.config import Config
+from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
+from pipeline.schema import Config
 from pipeline.scoring import metrics, report
 
 NOT_YET = ("not trained", "not made", "not complete")  # why a fold does not count yet, not why it no longer does
 
 
-def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str]:
+def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str, str]:
     """(the folds that count, by number, a stage-1 model's included; why others that are there no longer do:
-    stale; which are still to make: incomplete)."""
+    stale; which are still to make: incomplete; the line that says it, or a member, was made by a newer version
+    of the pipeline, which this one cannot check: newer)."""
     try:
-        use, left_out = layout.experiment_check(cfg, exp.name, needs=(layout.OOF,))
+        use, left_out = experiments.experiment_check(cfg, exp.name, needs=(layout.OOF,))
+    except validity.NewerVersion as e:  # not stale: this version cannot tell
+        return set(), "", "", str(e)
     except PipelineError as e:  # its config or prepared data is gone or changed: nothing can be vouched for
-        return set(), str(e), ""
-    stale = layout.describe({f: why for f, why in left_out.items() if why not in NOT_YET})
-    incomplete = layout.describe({f: why for f, why in left_out.items() if why in NOT_YET})
+        return set(), str(e), "", ""
+    stale = validity.describe({f: why for f, why in left_out.items() if why not in NOT_YET})
+    incomplete = validity.describe({f: why for f, why in left_out.items() if why in NOT_YET})
     counted = {layout.fold_index(d) for d in use}
     stage1 = layout.done_dirs(exp).get(layout.STAGE1)
-    if stage1 is not None and not layout.fold_status(stage1):
+    if stage1 is not None and not validity.fold_status(stage1):
         counted.add(layout.STAGE1)  # a stage-1 model: no OOF to score, only complete
         if not any(k >= 0 for k in layout.fold_dirs(exp)):
             incomplete = ""  # a stage-1 experiment: its one model is all it makes
-    return counted, stale, incomplete
+    return counted, stale, incomplete, ""
 
 
 def experiment_profile(cfg: Config, exp: Path, depth: int = 0) -> dict | None:
     """The test profile of an experiment whose folds do not record one (made by an older version): its own
     prepared tables', a blend's first member's; None where they cannot be read."""
     try:
-        if layout.experiment_kind(exp) != "blend":
-            return metrics.read_profile(layout.experiment_as_prepared(cfg, exp.name))
-        members = next((d.get("members") for d in map(layout.read_done, layout.done_dirs(exp).values()) if d), None)
+        if experiments.experiment_kind(exp) != "blend":
+            return metrics.read_profile(validity.experiment_as_prepared(cfg, exp.name))
+        members = next((d.get("members") for d in map(validity.read_done, layout.done_dirs(exp).values()) if d), None)
         return (
             experiment_profile(cfg, layout.experiment_dir(cfg, members[0]), depth + 1)
             if members and depth < 8
@@ -73,7 +77,7 @@ def summary_of(exp: Path, counted: set[int], profile=None) -> dict:
     weights only while it describes these very folds. Folds without OOF rows (a stage-1 model, fold -1)
     count as done, without AUC."""
     dirs = {k: d for k, d in layout.done_dirs(exp).items() if k in counted}
-    done = {k: layout.read_done(d) for k, d in dirs.items()}
+    done = {k: validity.read_done(d) for k, d in dirs.items()}
     scored = [dirs[k] for k in done if k >= 0]
     if not scored:
         return {"oof_auc": math.nan, "per_lang": {}, "folds": {}, "fold_details": done}
@@ -111,10 +115,10 @@ def display_settings(exp: Path, summary: dict) -> dict:
     """model, max_length, epochs, lr, effective batch and the number of folds the experiment has."""
     details = list(summary.get("fold_details", {}).values())
     first = details[0] if details else {}
-    kind = layout.experiment_kind(exp)
+    kind = experiments.experiment_kind(exp)
     if kind == "blend":
         b = summary.get("blend")
-        dones = [d for d in map(layout.read_done, layout.done_dirs(exp).values()) if d]
+        dones = [d for d in map(validity.read_done, layout.done_dirs(exp).values()) if d]
         names = b["members"] if b else (dones[0].get("members") or []) if dones else []
         members = " + ".join(f"{n} {b['weights'][n]:.2f}" for n in names) if b else " + ".join(map(str, names))
         return {"model": f"blend: {members or '?'}", "folds_total": len(layout.done_dirs(exp))}
@@ -141,7 +145,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
     the experiment's own test profile); None for a folder with no folds."""
     if not layout.done_dirs(exp):
         return None
-    counted, stale, incomplete = counted_folds(cfg, exp)
+    counted, stale, incomplete, newer = counted_folds(cfg, exp)
     summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp))
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
@@ -156,6 +160,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
         "incomplete": incomplete,  # folds still to train (or being trained)
+        "newer": newer,  # made by a newer version (or a member was): this one cannot say whether its folds count
         **s,
     }
 
@@ -216,6 +221,7 @@ def board_table(board: list[dict]) -> str:
             r["name"]
             + (" (stale)" if r.get("stale") else "")
             + (" (incomplete)" if r.get("incomplete") else "")
+            + (" (newer version)" if r.get("newer") else "")
             + (" (!)" if r.get("below") else ""),
             cell(r.get("oof6"), ".4f"),
             cell(r["oof"], ".4f"),
@@ -242,6 +248,7 @@ def stale_notes(board: list[dict]) -> str:
     inputs; its OOF and test AUC disagree with another experiment's."""
     notes = [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
+    notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]
     for r in board:
         if r.get("below"):
             q = next(x for x in board if x["name"] == r["below"])
@@ -254,7 +261,7 @@ def stale_notes(board: list[dict]) -> str:
 
 def run(cfg: Config) -> str:
     models = layout.models_root(cfg)
-    layout.preflight(cfg, "board")
+    experiments.preflight(cfg, "board")
     board = rows(cfg) if models.is_dir() else []
     if not board:
         raise PipelineError(f"nothing to list in {models}/: run `make train`, `make baseline` or `make blend` first")

@@ -5,7 +5,7 @@ Writes  models/<name>/oof.csv   every validation row with its out-of-fold predic
         models/<name>/cv.json   AUC per fold, overall OOF AUC and per language
         models/<name>/cv.png    ROC curves per language, AUC per fold
 
-Folds of other settings or inputs are left out and named with the reason (pipeline.layout.usable_folds).
+Folds of other settings or inputs are left out and named with the reason (pipeline.validity.usable_folds).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from __future__ import annotations
 import sys
 
 from pipeline import config as config_mod
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import experiments, layout
 from pipeline.errors import run_stage
+from pipeline.schema import Config
 from pipeline.scoring import report
 
 
 def run(cfg: Config) -> dict:
-    layout.preflight(cfg, "cv")
+    experiments.preflight(cfg, "cv")
     summary = report.cv_report(cfg)
     print(report.fold_table(summary))
     print(f"wrote {layout.experiment_dir(cfg)}/cv.json, cv.png, curves.png, oof.csv")

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline import files, layout
-from pipeline.config import Config
+from pipeline import experiments, files, layout, validity
 from pipeline.errors import DataError, run_stage
 from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, write_csv, write_json
 from pipeline.inputs import sample, tables, tokens
+from pipeline.schema import Config
 
 # ---------------------------------------------------------------- acquire
 
@@ -61,11 +61,11 @@ def acquire(cfg: Config, api=None) -> Path:
 
 
 def up_to_date(cfg: Config) -> bool:
-    """The prepared tables were made from these inputs, as they are now, by content (layout.current_meta)."""
+    """The prepared tables were made from these inputs, as they are now, by content (validity.current_meta)."""
     if not (layout.prepared_dir(cfg) / layout.DATA_JSON).exists():
         return False
     try:
-        layout.current_meta(cfg)
+        validity.current_meta(cfg)
     except DataError:
         return False
     return True
@@ -86,7 +86,7 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
             table, test, meta = tables.load_table(cfg)
             finish(out, table, test, meta)
             return meta
-        return layout.current_meta(cfg)
+        return validity.current_meta(cfg)
     log(f"data: building the tables from {raw}")
     table, test = tables.build_tables(cfg, raw)
     for note in table.attrs.get("notes", []):  # held-out rows, language codes read otherwise, held_out without files
@@ -102,7 +102,7 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
         write_csv(tmp / layout.TEST_TABLE, test)
         meta = {
             "raw": str(raw.resolve()),
-            "signature": layout.input_signature(cfg, raw),
+            "signature": validity.input_signature(cfg, raw),
             "table_digest": file_digest(tmp / layout.TABLE),
             "test_digest": file_digest(tmp / layout.TEST_TABLE),
             "summary": tables.table_summary(table, test),
@@ -167,14 +167,14 @@ def report(meta: dict, cache: dict, seconds: float, pruned: int = 0) -> str:
 def run(cfg) -> None:
     """The data stage for a loaded config: the fold table, the tokenizer and the token cache."""
     start = time.perf_counter()
-    layout.preflight(cfg, "data")
+    experiments.preflight(cfg, "data")
     tokens.check_max_length(cfg)
     cache: dict = {}
 
     def finish(folder: Path, table, test, meta: dict) -> None:
         cache.update(tokens.build(cfg, folder, table, test, meta))
 
-    with layout.experiment_lock(cfg, "data"):
+    with experiments.experiment_lock(cfg, "data"):
         meta = prepare(cfg, finish=finish)
         pruned = prune_caches(cfg)
     print(report(meta, cache, time.perf_counter() - start, len(pruned)))

@@ -14,6 +14,10 @@ class PipelineError(Exception):
     """A problem with the user's input, settings or environment; the message is one clear line."""
 
 
+class ConfigError(PipelineError, ValueError):
+    """A setting that cannot be used (unknown, of the wrong type, out of range); the message names the key."""
+
+
 class DataError(PipelineError, ValueError):
     """A problem with the user's input files or prepared data; the message is one line that names the file."""
 

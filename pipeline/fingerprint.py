@@ -7,7 +7,7 @@ change the weights. It leaves out what does not: the device, the evaluation batc
 which folds a run trains, checkpointing (the same gradients), and paths (`data.dir`, `model.path`, the
 folders). So a fold trained in a Kaggle notebook is complete on a laptop that holds the same inputs.
 
-Everything here is a pure function of values; pipeline.layout reads the files these values come from
+Everything here is a pure function of values; pipeline.validity reads the files these values come from
 and decides, with them, whether a fold counts.
 """
 
@@ -15,25 +15,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.config import Config
+from pipeline import schema
 from pipeline.files import json_digest, tree_digest
+from pipeline.schema import Config
 
-# settings that never change a fold's weights (everything else in `train` and `model` does)
-NOT_WEIGHTS = {
-    "train": {
-        "folds",
-        "device",
-        "eval_batch",
-        "save_every_steps",
-        "max_bad_steps",
-        "checkpointing",
-        "log_every_steps",
-        "tensorboard",
-    },  # fmt: skip
-    # the model is named by `model_identity`, not by where it was read from; a stage-1 model's settings
-    # (init_args) reach the fold through that model's own fingerprint
-    "model": {"name", "path", "init_args"},
-}
+FOLD_SECTIONS = ("train", "model")  # the config sections a fold's weights are made from (data: by its table)
+
+
+def _roles(role: str) -> dict[str, dict[str, object]]:
+    """{section: {key: default}} of the settings of `role` in the data, model and train sections (pipeline.schema)."""
+    found = {s: schema.fields_of(s) for s in ("data", *FOLD_SECTIONS)}
+    return {s: {k: f.default for k, f in fs.items() if f.metadata["setting"].role == role} for s, fs in found.items()}
+
+
+# settings that never change a fold's weights (everything else in `train` and `model` does): in pipeline.schema,
+# the role NEVER. The model is named by `model_identity`, not by where it was read from; a stage-1 model's
+# settings (init_args) reach the fold through that model's own fingerprint
+NOT_WEIGHTS = {s: set(keys) for s, keys in _roles(schema.NEVER).items() if s in FOLD_SECTIONS}
+# the data settings that never change the prepared tables: where the files are read from, which their digests
+# make irrelevant
+NOT_TABLES = set(_roles(schema.NEVER)["data"])
 
 
 # the pipeline's classification head (pipeline.core.modeling): a fold trained under another head is another
@@ -56,23 +57,26 @@ def model_identity(cfg: Config, tokenizer: Path, init_digest: str | None) -> dic
 
 
 # settings added after folds were already trained: left out while at their default (which is what those
-# folds were trained with), so adding a setting never makes every trained fold stale
-LATER = {
-    "train": {"eval_every_steps": 0, "patience": 0},
-    "data": {"held_out": 0.0, "group_encoder": ""},
-    "model": {"pooling": "mean"},
-}
+# folds were trained with), so adding a setting never makes every trained fold stale (role LATER in pipeline.schema)
+LATER = {s: keys for s, keys in _roles(schema.LATER).items() if keys}
 
 
 def settings(cfg: Config) -> dict:
     d = cfg.to_dict()
-    return {section: later_left_out(section, d[section], NOT_WEIGHTS[section]) for section in NOT_WEIGHTS}
+    return {section: later_left_out(section, d[section], NOT_WEIGHTS[section], cfg) for section in FOLD_SECTIONS}
 
 
-def later_left_out(section: str, values: dict, skip: set | tuple = ()) -> dict:
-    """`values` of a config section without the keys in `skip` and the LATER keys at their defaults."""
+def later_left_out(section: str, values: dict, skip: set | tuple = (), cfg: Config | None = None) -> dict:
+    """`values` of a config section without the keys in `skip`, the LATER keys at their defaults and, given the
+    whole `cfg`, the keys that count only while another setting has a value (`when` in pipeline.schema) when not."""
     later = LATER.get(section, {})
-    return {k: v for k, v in values.items() if k not in skip and (k not in later or v != later[k])}
+    kept = {k: v for k, v in values.items() if k not in skip and (k not in later or v != later[k])}
+    return {k: v for k, v in kept.items() if cfg is None or applies(cfg, schema.roles(section)[k])}
+
+
+def applies(cfg: Config, meta: schema.Setting) -> bool:
+    """Whether a setting means anything in `cfg`: always, or while the setting its `when` names has that value."""
+    return meta.when is None or schema.value_of(cfg, meta.when[0]) == meta.when[1]
 
 
 def settings_differ(cfg: Config, saved: Config) -> str:
@@ -100,7 +104,7 @@ def fold_fingerprint(made: dict) -> str:
 
 # settings that decide only when a fold is evaluated and when it stops, never the weights of the steps trained
 # so far (an evaluation draws no random number): a resume state saved under other values of them is continued
-RESUMABLE = {"train": ("eval_every_steps", "patience")}
+RESUMABLE = {s: tuple(k for k, meta in schema.roles(s).items() if meta.resumable) for s in FOLD_SECTIONS}
 
 
 def resume_key(made: dict) -> str:

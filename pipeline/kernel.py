@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline.config import Config
 from pipeline.errors import run_stage
 from pipeline.files import check_writable_dir
 from pipeline.kaggle import continuation, hours
@@ -41,6 +40,7 @@ from pipeline.kaggle.plan import (
     placeholder_model_source,
     resolve_user,
 )
+from pipeline.schema import Config
 
 
 def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:

@@ -22,9 +22,9 @@ import pandas as pd
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.inputs import encoder, groups, tables
+from pipeline.schema import Config
 
 NEAREST = 0.85
 _RARE = re.compile(r"\d{5,}|\d+\.\d+\.\d+\.\d+")

@@ -33,8 +33,7 @@ from pathlib import Path
 import yaml
 
 from pipeline import config as config_mod
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import layout, validity
 from pipeline.core import eta
 from pipeline.files import read_json
 from pipeline.kaggle import continuation
@@ -61,6 +60,7 @@ from pipeline.kaggle.session import (
     sync,
     visible_gpus,
 )
+from pipeline.schema import Config
 
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}  # the usual cure for an all-reduce that hangs on PCIe peer-to-peer (T4s)
 
@@ -226,7 +226,7 @@ def attached_stage1(cfg: Config, paths: KagglePaths) -> Path | None:
         return None
     mount = locate(paths.input, cfg.kaggle.init_kernel.split("/")[-1], "the stage-1 kernel")
     src = mount / "models" / cfg.model.init_from / layout.fold_name(layout.STAGE1)
-    if layout.fold_status(src, needs=(WEIGHTS,)):
+    if validity.fold_status(src, needs=(WEIGHTS,)):
         raise KernelError(
             f"{src}: kernel {cfg.kaggle.init_kernel}'s output holds no complete stage-1 model {cfg.model.init_from} "
             "(done.json and model.safetensors): run that kernel to the end"
@@ -289,7 +289,7 @@ def run_experiment(cfg: Config, run_cfg: Path, session: Session) -> Run:
     _stage(data, run_cfg)
     kept = kept_config(cfg, session.paths)  # the same layout under working: what the user downloads
     run = Run(list(cfg.train.folds) or list(range(cfg.data.folds)))
-    digest, predicts = layout.current_fingerprint(cfg), run.folds != [layout.STAGE1]
+    digest, predicts = validity.current_fingerprint(cfg), run.folds != [layout.STAGE1]
     took: list[float] = []  # seconds of the folds trained from their start in this session
     unpredicted = False  # complete folds kept since the last predict
     for n, fold in enumerate(run.folds):
@@ -329,11 +329,11 @@ def counted(cfg: Config, fold: int, digest: str) -> bool:
     if not (folder / layout.DONE).is_file():
         return False
     needs = (WEIGHTS,) if fold == layout.STAGE1 else (layout.TESTED, layout.ALL)
-    why = layout.fold_status(folder, digest, needs)
+    why = validity.fold_status(folder, digest, needs)
     if why:
         print(f"kernel: {cfg.name} fold {fold} from the earlier session does not count ({why}): trained again")
         return False
-    auc = (layout.read_done(folder) or {}).get("auc")
+    auc = (validity.read_done(folder) or {}).get("auc")
     print(f"kernel: {cfg.name} fold {fold}: complete from the earlier session"
           f"{f' (AUC {auc:.4f})' if auc is not None else ''}; not trained again")  # fmt: skip
     return True

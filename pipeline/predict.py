@@ -23,13 +23,13 @@ import pandas as pd
 import torch
 
 from pipeline import config as config_mod
-from pipeline import fingerprint, layout
-from pipeline.config import Config
+from pipeline import experiments, fingerprint, layout, validity
 from pipeline.core import distributed, loop, modeling, precision, trim
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import file_digest, file_record, read_json, write_csv, write_json
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
+from pipeline.schema import Config
 from pipeline.scoring import metrics
 from pipeline.scoring.publish import publish
 from pipeline.scoring.submission import align
@@ -86,14 +86,14 @@ def cached(fold_dir: Path, key: dict) -> pd.DataFrame | None:
         return None
     if not isinstance(stamp, dict) or stamp.get("key") != key:
         return None
-    if layout.file_problem(fold_dir, layout.TEST_PREDS, stamp.get("file") or {}):  # {}: no record, no trust
+    if validity.file_problem(fold_dir, layout.TEST_PREDS, stamp.get("file") or {}):  # {}: no record, no trust
         return None
     return pd.read_csv(fold_dir / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
 
 
 def checked_weights(fold_dir: Path) -> str:
     """The sha256 of a fold's weights, checked against the one its done.json records."""
-    recorded = ((layout.read_done(fold_dir) or {}).get("files") or {}).get(layout.WEIGHTS)
+    recorded = ((validity.read_done(fold_dir) or {}).get("files") or {}).get(layout.WEIGHTS)
     if recorded is not None and not (fold_dir / layout.WEIGHTS).is_file():  # kept without them: its cached test
         return str(recorded.get("sha256"))  # predictions, made with these very weights, stand for them
     digest = file_digest(fold_dir / layout.WEIGHTS)
@@ -108,13 +108,15 @@ def checked_weights(fold_dir: Path) -> str:
 def run(cfg: Config) -> Path | None:
     """Every usable fold on test, ensembled and checked into the submission. Under torchrun (the Kaggle notebook
     on two GPUs) each process predicts its share of the folds on its own GPU, and rank 0 ensembles them."""
-    layout.preflight(cfg, "predict")  # paths and permissions, before any fold runs
-    layout.hold_experiment_lock(cfg, "predict")  # a second run on this experiment stops at once
+    experiments.preflight(cfg, "predict")  # paths and permissions, before any fold runs
+    experiments.hold_experiment_lock(cfg, "predict")  # a second run on this experiment stops at once
     _, test, meta = tables.load_table(cfg)
-    digest = layout.current_fingerprint(cfg, meta)
+    digest = validity.current_fingerprint(cfg, meta)
     d = distributed.setup(cfg.train.device)
     try:
-        dirs = layout.usable_folds(cfg, digest, what="predict", needs=(layout.TESTED, layout.ALL)) if d.is_main else []
+        dirs = (
+            validity.usable_folds(cfg, digest, what="predict", needs=(layout.TESTED, layout.ALL)) if d.is_main else []
+        )
         dirs = distributed.broadcast_object(d, dirs)
         splits, _ = tokens.load_cache(cfg, meta)
         mine = dirs[d.rank :: d.world]  # each process its folds, cached in fold<k>/test.csv

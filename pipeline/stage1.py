@@ -13,15 +13,15 @@ with GPUS=N), and afterwards `make data train predict` with the same CONFIG and 
 from __future__ import annotations
 
 from pipeline import config as config_mod
-from pipeline.config import Config
 from pipeline.core import distributed
-from pipeline.errors import run_stage
+from pipeline.errors import ConfigError, run_stage
+from pipeline.schema import Config
 
 
 def stage1_of(cfg: Config) -> Config:
     s1 = config_mod.stage1_config(cfg)
     if s1 is None:
-        raise config_mod.ConfigError(
+        raise ConfigError(
             "model.init_from is empty: a stage-1 model is made for a config that starts from one "
             "(model.init_from=<name>, with model.init_args for how it trains)"
         )

@@ -26,9 +26,9 @@ import pandas as pd
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text, read_json
+from pipeline.schema import Config
 from pipeline.scoring.submission import check_submission
 
 

@@ -28,20 +28,20 @@ import sys
 import torch
 
 from pipeline import config as config_mod
-from pipeline import fingerprint, layout
-from pipeline.config import Config
+from pipeline import experiments, fingerprint, layout, validity
 from pipeline.core import distributed, eta, resume, steplog, trim
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import StopFlag
 from pipeline.errors import PipelineError, run_stage
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
+from pipeline.schema import Config
 from pipeline.scoring import report
 
 
 def check_init_tokenizer(cfg: Config, tokenizer) -> None:
     """A stage-2 experiment reads its texts with the tokenizer its stage-1 model learned them with."""
-    init = layout.init_dir(cfg)
+    init = validity.init_dir(cfg)
     if init is not None and load_tokenizer(init).get_vocab() != tokenizer.get_vocab():
         raise PipelineError(
             f"model.init_from={cfg.model.init_from}: its tokenizer differs from this experiment's; "
@@ -53,10 +53,10 @@ def check_init_tokenizer(cfg: Config, tokenizer) -> None:
 
 
 def run(cfg: Config) -> dict | None:
-    layout.preflight(cfg, "train")  # paths and permissions, before any epoch
+    experiments.preflight(cfg, "train")  # paths and permissions, before any epoch
     if cfg.train.tensorboard:
         steplog.require_tensorboard()
-    layout.hold_experiment_lock(cfg, "train")  # a second run on this experiment stops at once
+    experiments.hold_experiment_lock(cfg, "train")  # a second run on this experiment stops at once
     d = distributed.setup(cfg.train.device)
     try:
         result = _run(cfg, d)
@@ -98,13 +98,13 @@ def folds_to_train(cfg: Config, folds: list[int], made: dict, d: distributed.Dis
     are named as skipped, and what each one to train does with a resume state it has is said."""
     digest = fingerprint.fold_fingerprint(made)
     # rank 0 decides which folds are complete: on several nodes only its models folder has done.json
-    todo = [f for f in folds if not layout.is_complete(layout.fold_dir(cfg, f), digest)]
+    todo = [f for f in folds if not validity.is_complete(layout.fold_dir(cfg, f), digest)]
     todo = distributed.broadcast_object(d, todo)
     if d.is_main:
         for fold in sorted(set(folds) - set(todo)):
             folder = layout.fold_dir(cfg, fold)
             (folder / layout.RESUME).unlink(missing_ok=True)  # killed after done.json
-            auc = layout.read_done(folder).get("auc")
+            auc = validity.read_done(folder).get("auc")
             how = "a stage-1 model" if auc is None else f"AUC {auc:.4f}"  # a stage-1 model has no validation rows
             print(f"fold {fold}: complete with these settings ({how}); skipped")
         for fold in todo:
@@ -117,8 +117,8 @@ def world_problem(cfg: Config, digest: str, todo: list[int], world: int) -> str:
     trained by as many processes, since the effective batch (micro-batch x accumulation x world) changes the weights."""
     if not todo:
         return ""
-    done, _ = layout.select_folds(layout.experiment_dir(cfg), digest, cfg.data.folds)
-    others = {d.name: (layout.read_done(d) or {}).get("world", 1) for d in done if layout.fold_index(d) not in todo}
+    done, _ = validity.select_folds(layout.experiment_dir(cfg), digest, cfg.data.folds)
+    others = {d.name: (validity.read_done(d) or {}).get("world", 1) for d in done if layout.fold_index(d) not in todo}
     other = sorted({w for w in others.values() if w != world})
     if not other:
         return ""
@@ -156,7 +156,7 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
     table, data, tokenizer, keep, meta = load_inputs(cfg, d)
     folds = requested_folds(cfg)
     check_init_tokenizer(cfg, tokenizer)
-    made = layout.current_made_from(cfg, meta)
+    made = validity.current_made_from(cfg, meta)
     digest = fingerprint.fold_fingerprint(made)
     exp = layout.experiment_dir(cfg)
     if d.is_main:

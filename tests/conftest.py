@@ -1,5 +1,6 @@
-"""Shared fixtures: the real data slice, a writable sample competition, an empty Kaggle environment, one
-torch thread, and a prepared tiny experiment. Helpers are in tests/helpers."""
+"""Shared fixtures: the checkout's own folders kept out of every test, the real data slice, a writable sample
+competition, an empty Kaggle environment, one torch thread, and a prepared tiny experiment. Helpers are in
+tests/helpers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,25 @@ import pytest
 
 from pipeline.inputs import sample
 from tests.helpers import SCALE, SHARED, make_cfg, prepare_tokens
+from tests.helpers.checkout import Watch
+
+_watch: list[Watch] = []  # one for the session: its audit hook stays installed once added
+
+
+@pytest.fixture(autouse=True)
+def checkout_untouched():
+    """Fail a test that reads or writes the checkout's own input/, models/ or submissions/: they hold what
+    `make data train predict` left there, which a test must neither lean on nor change (a test gives its
+    stages input_dir=, models_dir= and submissions_dir= under tmp_path, as make_cfg and stage_args do)."""
+    if not _watch:
+        _watch.append(Watch())
+    watch = _watch[0]
+    watch.start()
+    yield
+    touched = watch.stop()
+    if touched:
+        shown = "; ".join(touched[:6]) + (f"; and {len(touched) - 6} more" if len(touched) > 6 else "")
+        pytest.fail(f"the test touched the checkout's own folders: {shown}", pytrace=False)
 
 
 @pytest.fixture

@@ -12,10 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import baseline, blend, data, layout
+from pipeline import baseline, blend, data, layout, validity
 from pipeline.blend import BlendError
-from pipeline.config import ConfigError
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError, PipelineError
 from pipeline.files import read_json
 from pipeline.inputs import tables
 from pipeline.scoring import blending, metrics
@@ -255,7 +254,7 @@ def test_a_blend_teaches_with_its_members_probabilities_not_its_ranks(tmp_path: 
         got = rows[rows["pseudo_for"] == k]["toxic"].to_numpy()
         np.testing.assert_allclose(got, fold_test.loc[test["id"], "prob"].to_numpy())
     assert rows["toxic"].mean() < 0.15  # the members' rate, not the ranks' 0.5
-    assert layout.read_done(exp / "fold0")["scale"] == "rank"
+    assert validity.read_done(exp / "fold0")["scale"] == "rank"
 
     fold0 = exp / "fold0" / "test.csv"  # a blend made before blends wrote probabilities: ranks only
     pd.read_csv(fold0, dtype={"id": str})[["id", "toxic"]].to_csv(fold0, index=False)

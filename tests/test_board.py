@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import blend, board, config
+from pipeline import blend, board, config, validity
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
 from pipeline.scoring import report
@@ -104,3 +104,22 @@ def test_board_marks_stale_experiments_and_skips_broken_folders(tmp_path: Path, 
     assert sorted(names) == ["stage1", "xlmr (stale)", "xlmr+xlmr-tfidf (stale)", "xlmr-tfidf"]
     assert "- xlmr (stale): fold0, fold1, fold2, fold3, fold4: trained on other data or settings" in text
     assert "- xlmr+xlmr-tfidf (stale): " in text  # its member no longer counts
+
+
+def test_an_experiment_made_by_a_newer_version_says_so_and_is_not_stale(tmp_path: Path, capsys) -> None:
+    """A newer version's pipeline.yaml holds every key, its new ones too: this version cannot tell whether the folds
+    count, and says that in one line instead of calling them stale."""
+    models = make_models(tmp_path)
+    saved = models / "xlmr" / "pipeline.yaml"
+    saved.write_text(saved.read_text().replace("train:\n", "train:\n  focal_gamma: 2.0\n", 1))
+    text = board.run(board_config(models))
+    names = [r["experiment"] for r in board_rows(text)]
+    assert {"xlmr (newer version)", "xlmr+xlmr-tfidf (newer version)"} <= set(names)  # the blend's member is newer
+    assert not any("stale" in n for n in names)
+    notes = [line for line in text.splitlines() if line.startswith("- xlmr ")]
+    assert notes == [
+        f"- xlmr (newer version): xlmr: made by a newer version of the pipeline ({saved} sets train.focal_gamma, "
+        "which this version does not know); read it with that version, or update this checkout"
+    ]
+    with pytest.raises(validity.NewerVersion, match="train.focal_gamma"):
+        validity.experiment_config(board_config(models), "xlmr")

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import config
-from pipeline.config import CHOICES, Config, ConfigError
+from pipeline import config, schema
+from pipeline.errors import ConfigError
+from pipeline.schema import CHOICES, Config
 
 CONFIGS = sorted(config.CONFIG_DIR.glob("*.yaml"))
 
@@ -22,7 +23,7 @@ def test_defaults_load() -> None:
     assert cfg.name == "sample"
     assert cfg.data.source == "sample"
     assert cfg.model.name == "tiny"
-    assert cfg.model.tiny == config.TinyConfig()  # untouched sections keep the dataclass defaults
+    assert cfg.model.tiny == schema.TinyConfig()  # untouched sections keep the dataclass defaults
     assert config.from_dict({}) == Config()
 
 
@@ -215,7 +216,7 @@ def test_range_edges_are_accepted() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    key=st.sampled_from([k for k, _, _ in config.RANGES if k != "train.folds"]),
+    key=st.sampled_from([k for k, _, _ in schema.RANGES if k != "train.folds"]),
     value=st.one_of(st.integers(-(10**6), 10**6), st.floats(allow_nan=True, allow_infinity=True, width=32)),
 )
 def test_any_value_loads_in_range_or_fails_naming_the_key(key: str, value) -> None:
@@ -226,8 +227,8 @@ def test_any_value_loads_in_range_or_fails_naming_the_key(key: str, value) -> No
     except ConfigError as e:
         assert key in str(e) and "\n" not in str(e), str(e)
         return
-    got = config._get(cfg, key)
-    ok = next(test for k, test, _ in config.RANGES if k == key)
+    got = schema.value_of(cfg, key)
+    ok = next(test for k, test, _ in schema.RANGES if k == key)
     assert ok(got), (key, got)
 
 

@@ -17,8 +17,7 @@ import pandas as pd
 import pytest
 
 from pipeline import data, layout
-from pipeline.config import ConfigError
-from pipeline.errors import DataError, PipelineError
+from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.inputs import sample, tables, tokenizer, tokens
 from pipeline.kaggle import client
 from tests.helpers import SCALE, SHARED, digests, make_cfg, one_line_error, prepare_tokens, stage_args

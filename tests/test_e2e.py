@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import config, cv, layout, predict, train
+from pipeline import config, cv, layout, predict, train, validity
 from pipeline import data as data_mod
 from pipeline.inputs import tables
 from pipeline.scoring import publish
@@ -88,7 +88,7 @@ def test_submission_matches_sample_ids_and_order(pipeline_run) -> None:
 
 def test_fold_artifacts(pipeline_run) -> None:
     folds = pipeline_run.table["fold"].to_numpy()
-    digest = layout.current_fingerprint(pipeline_run.cfg)
+    digest = validity.current_fingerprint(pipeline_run.cfg)
     for k in range(FOLDS):
         d = pipeline_run.exp / f"fold{k}"
         for name in FOLD_FILES:
@@ -105,7 +105,7 @@ def test_fold_artifacts(pipeline_run) -> None:
         assert oof["pred"].between(0, 1).all()
         done = json.loads((d / "done.json").read_text())
         assert done["digest"] == digest and done["fold"] == k and done["epochs"] == 1
-        assert layout.is_complete(d, digest)
+        assert validity.is_complete(d, digest)
         assert config.load_file(d / "pipeline.yaml") == pipeline_run.cfg  # the config travels with the weights
 
 
@@ -133,14 +133,16 @@ def test_rerun_skips_complete_folds(pipeline_run, capsys: pytest.CaptureFixture)
 
 
 def test_changed_setting_makes_folds_incomplete(pipeline_run) -> None:
-    digest = layout.current_fingerprint(pipeline_run.cfg)
+    digest = validity.current_fingerprint(pipeline_run.cfg)
     changed = config.load("sample", overrides(pipeline_run.root, "train.lr=0.004"))
-    assert layout.current_fingerprint(changed) != digest
-    assert layout.current_fingerprint(config.load("sample", overrides(pipeline_run.root, "train.folds=[0]"))) == digest
+    assert validity.current_fingerprint(changed) != digest
+    assert (
+        validity.current_fingerprint(config.load("sample", overrides(pipeline_run.root, "train.folds=[0]"))) == digest
+    )
     for k in range(FOLDS):
         d = pipeline_run.exp / f"fold{k}"
-        assert layout.is_complete(d, digest)
-        assert not layout.is_complete(d, layout.current_fingerprint(changed))
+        assert validity.is_complete(d, digest)
+        assert not validity.is_complete(d, validity.current_fingerprint(changed))
 
 
 def test_predict_with_failing_check_writes_no_file(pipeline_run, monkeypatch: pytest.MonkeyPatch, capsys) -> None:

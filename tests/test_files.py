@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline import baseline, blend, board, cv, data, files, layout, train
+from pipeline import baseline, blend, board, cv, data, experiments, files, layout, train
 from pipeline.core.fold import save_model
 from pipeline.errors import PipelineError
 from pipeline.layout import VALID
@@ -388,7 +388,7 @@ def test_second_run_on_the_same_experiment_stops_at_once(tmp_path: Path, capsys,
         monkeypatch.setenv("RANK", "1")
         assert files.acquire_lock(layout.lock_path(cfg), "experiment") is False
         monkeypatch.delenv("RANK")
-        with layout.experiment_lock(make_cfg(tmp_path, "name=another"), "data"):  # other experiments are free
+        with experiments.experiment_lock(make_cfg(tmp_path, "name=another"), "data"):  # other experiments are free
             pass
     finally:
         os.close(fd)
@@ -399,8 +399,8 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
     path = layout.lock_path(cfg)
     path.parent.mkdir(parents=True)
     path.write_text("pid 999999 (data: killed with -9)\n")  # its holder died: the kernel released the flock
-    with layout.experiment_lock(cfg, "data"):
+    with experiments.experiment_lock(cfg, "data"):
         assert path.read_text().startswith(f"pid {os.getpid()} (data: ")
-        with layout.experiment_lock(cfg, "train"):  # the same process again: no self-refusal
+        with experiments.experiment_lock(cfg, "train"):  # the same process again: no self-refusal
             pass
     assert path.read_text() == ""

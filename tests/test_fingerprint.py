@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from pipeline import config, cv, layout, predict, train
+from pipeline import config, cv, layout, predict, train, validity
 from pipeline import data as data_mod
 from pipeline.core.resume import Interrupted
 from pipeline.errors import PipelineError
@@ -46,7 +46,7 @@ def copy_run(trained, dest: Path) -> Path:
 
 
 def test_settings_that_do_not_change_weights_keep_the_fingerprint(trained, tmp_path) -> None:
-    digest = layout.current_fingerprint(trained.cfg)
+    digest = validity.current_fingerprint(trained.cfg)
     same = [
         "train.eval_batch=7",
         "train.save_every_steps=5",
@@ -58,9 +58,9 @@ def test_settings_that_do_not_change_weights_keep_the_fingerprint(trained, tmp_p
         f"models_dir={tmp_path}",
     ]
     for item in same:
-        assert layout.current_fingerprint(cfg_of(trained.argv + [item])) == digest, item
+        assert validity.current_fingerprint(cfg_of(trained.argv + [item])) == digest, item
     for item in ["train.lr=0.002", "train.epochs=2", "model.dropout=0.2", "train.precision=bf16", "train.seed=1"]:
-        assert layout.current_fingerprint(cfg_of(trained.argv + [item])) != digest, item
+        assert validity.current_fingerprint(cfg_of(trained.argv + [item])) != digest, item
 
 
 def test_a_copy_of_the_data_elsewhere_uses_the_same_folds(trained, tmp_path, capsys) -> None:
@@ -68,7 +68,7 @@ def test_a_copy_of_the_data_elsewhere_uses_the_same_folds(trained, tmp_path, cap
     raw = copy_run(trained, tmp_path)
     argv = stage_argv(tmp_path, raw)
     assert data_mod.main(argv) == 0
-    assert layout.current_fingerprint(cfg_of(argv)) == layout.current_fingerprint(trained.cfg)
+    assert validity.current_fingerprint(cfg_of(argv)) == validity.current_fingerprint(trained.cfg)
     assert train.main(argv) == 0
     out = capsys.readouterr().out
     assert out.count("complete with these settings") == 2 and "=== fold" not in out
@@ -83,7 +83,7 @@ def test_changed_data_retrains_and_stale_folds_are_never_used(trained, tmp_path,
     valid.to_csv(raw / "validation.csv", index=False)
     assert data_mod.main(argv) == 0
     cfg = cfg_of(argv)
-    assert layout.current_fingerprint(cfg) != layout.current_fingerprint(trained.cfg)
+    assert validity.current_fingerprint(cfg) != validity.current_fingerprint(trained.cfg)
     # before retraining, predict and cv refuse the old folds, and say why
     with pytest.raises(PipelineError, match="trained on other data or settings"):
         predict.run(cfg)
@@ -100,13 +100,13 @@ def test_fewer_folds_leave_the_old_ones_out(trained, tmp_path, capsys) -> None:
     exp = tmp_path / "models" / "sample"
     shutil.copytree(exp / "fold1", exp / "fold2")  # an old fold of a 3-fold run
     (exp / "fold0" / "done.json").unlink()  # and an unfinished one
-    digest = layout.current_fingerprint(trained.cfg)
-    use, left_out = layout.select_folds(exp, digest, 2)
+    digest = validity.current_fingerprint(trained.cfg)
+    use, left_out = validity.select_folds(exp, digest, 2)
     assert [p.name for p in use] == ["fold1"]
     assert left_out == {"fold0": "not complete", "fold2": "not a fold of data.folds=2"}
     cfg = cfg_of(stage_argv(tmp_path, trained.raw))
     cfg = config.from_dict({**cfg.to_dict(), "input_dir": str(trained.root / "input")})
-    layout.usable_folds(cfg, digest, what="predict")
+    validity.usable_folds(cfg, digest, what="predict")
     err = capsys.readouterr().err
     assert "predict: using fold1; left out fold0: not complete; fold2: not a fold of data.folds=2" in err
 
@@ -120,8 +120,8 @@ def test_a_retrain_removes_the_old_done_json_first(trained, tmp_path) -> None:
     assert not (fold_dir / "done.json").exists() and not (fold_dir / "test.csv").exists()
     with pytest.raises(Interrupted):
         run.run()  # stopped at the first step: the old done.json must not make it look complete
-    assert not layout.is_complete(fold_dir, layout.current_fingerprint(cfg))
-    assert not layout.is_complete(fold_dir, layout.current_fingerprint(trained.cfg))
+    assert not validity.is_complete(fold_dir, validity.current_fingerprint(cfg))
+    assert not validity.is_complete(fold_dir, validity.current_fingerprint(trained.cfg))
 
 
 def test_test_predictions_are_recomputed_when_what_they_depend_on_changes(trained, monkeypatch) -> None:
@@ -144,15 +144,15 @@ def test_test_predictions_are_recomputed_when_what_they_depend_on_changes(traine
 def test_model_path_is_where_not_what(tmp_path) -> None:
     base = ["model.name=xlm-roberta-large"]
     meta = {"table_digest": "t"}
-    a = layout.current_fingerprint(config.load("sample", [*base, "model.path=/kaggle/input/x"]), meta)
-    b = layout.current_fingerprint(config.load("sample", [*base, "model.path=/home/me/xlmr"]), meta)
+    a = validity.current_fingerprint(config.load("sample", [*base, "model.path=/kaggle/input/x"]), meta)
+    b = validity.current_fingerprint(config.load("sample", [*base, "model.path=/home/me/xlmr"]), meta)
     assert a == b
     for name in ("one", "two"):  # a folder given as model.name counts by its content
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text("{}")
 
     def of(folder: str) -> str:
-        return layout.current_fingerprint(config.load("sample", [f"model.name={tmp_path / folder}"]), meta)
+        return validity.current_fingerprint(config.load("sample", [f"model.name={tmp_path / folder}"]), meta)
 
     assert of("one") == of("two")
     (tmp_path / "two" / "config.json").write_text('{"hidden_size": 8}')
@@ -219,15 +219,15 @@ def test_a_fold_counts_with_the_world_size_that_trained_it_and_folds_never_mix_t
 
     copy_run(trained, tmp_path)
     cfg = config.load("sample", [*trained.argv[2:], f"models_dir={tmp_path / 'models'}"])
-    digest = layout.current_fingerprint(cfg)
+    digest = validity.current_fingerprint(cfg)
     fold0 = layout.experiment_dir(cfg) / "fold0"
     done = json.loads((fold0 / layout.DONE).read_text())
     assert done["world"] == 1 and done["digest"] == digest  # one process: the fingerprint as it always was
-    assert layout.fold_status(fold0, digest) == ""
+    assert validity.fold_status(fold0, digest) == ""
     (fold0 / layout.DONE).write_text(json.dumps({**done, "world": 2}))  # the same digest, said to be two processes
-    assert layout.fold_status(fold0, digest) == "trained on other data or settings (retrain it with `make train`)"
+    assert validity.fold_status(fold0, digest) == "trained on other data or settings (retrain it with `make train`)"
     (fold0 / layout.DONE).write_text(json.dumps({**done, "world": 2, "digest": fingerprint.with_world(digest, 2)}))
-    assert layout.fold_status(fold0, digest) == ""  # what a two-process run writes: it counts, here too
+    assert validity.fold_status(fold0, digest) == ""  # what a two-process run writes: it counts, here too
     (layout.experiment_dir(cfg) / "fold1" / layout.DONE).unlink()  # fold 1 left to train
     problem = train.world_problem(cfg, digest, [1], world=1)
     assert problem.startswith(f"fold0 of {layout.experiment_dir(cfg)} were trained by 2 process(es) (effective batch")

@@ -30,6 +30,7 @@ from pipeline.kaggle import client, launch, output, session
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.client import KaggleError
 from pipeline.kaggle.plan import KernelError
+from tests.helpers import under
 from tests.helpers.fake_kaggle import FakeKaggleApi, http_error, run_python
 from tests.helpers.kernels import COMPETITION, dry, make_cfg
 
@@ -172,7 +173,8 @@ def test_push_without_credentials_says_how(tmp_path: Path) -> None:
     with pytest.raises(KaggleError, match="No Kaggle credentials found") as info:
         kernel.build_and_push(make_cfg(tmp_path))
     assert client.credentials_hint() in str(info.value)
-    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "data.extra_files=[]"]) == 2
+    argv = ["--config", "sample", *under(tmp_path), f"kaggle.dir={tmp_path / 'kernel'}", "data.extra_files=[]"]
+    assert kernel.main(argv) == 2
 
 
 @pytest.mark.parametrize(
@@ -317,7 +319,8 @@ def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: 
     api.calls.clear()
     assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=sleep) == "complete"
     assert [n for n, _ in api.calls].count("kernels_status") == 3
-    assert kernel.main(["--config", "sample", f"kaggle.dir={tmp_path / 'k'}", "--status"]) == 2  # no credentials
+    argv = ["--config", "sample", *under(tmp_path), f"kaggle.dir={tmp_path / 'k'}", "--status"]
+    assert kernel.main(argv) == 2  # no credentials
 
 
 def test_following_survives_a_dropped_log_stream(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -791,14 +794,15 @@ def test_the_number_of_processes_is_kept_from_the_earlier_session(monkeypatch: p
         notebook.session_processes(cfg, 2)
 
 
-def test_a_fold_that_cannot_finish_is_not_started(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    cfg = config.load("sample", ["train.epochs=2", "kaggle.keep_resume=false"])
+def test_a_fold_that_cannot_finish_is_not_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    # under tmp_path: the checkout's own models/sample/eta.json, which `make train` wrote, is another run's estimate
+    cfg = config.load("sample", [*under(tmp_path), "train.epochs=2", "kaggle.keep_resume=false"])
     monkeypatch.setattr(notebook.eta, "left", lambda: 1.5 * 3600)
     assert notebook.fits(cfg, []) is True  # nothing timed yet: the first fold starts, its epochs guarded
     assert notebook.fits(cfg, [3600.0]) is True
     assert notebook.fits(cfg, [2 * 3600.0]) is False  # 2 h a fold, 1.5 h left
     assert "the next fold needs about 2h00m; 1h30m are left before the deadline" in capsys.readouterr().out
-    keep = config.load("sample", ["train.epochs=2", "kaggle.keep_resume=true"])
+    keep = config.load("sample", [*under(tmp_path), "train.epochs=2", "kaggle.keep_resume=true"])
     assert notebook.fits(keep, [2 * 3600.0]) is True  # one epoch fits; its state carries to the next session
 
 

@@ -1,4 +1,4 @@
-"""The one owner of paths and validity (pipeline.layout): fold folders, what a fold's done.json vouches for,
+"""The owners of paths and validity (pipeline.layout, pipeline.validity): fold folders, what done.json vouches for,
 prepared tables checked against their inputs by content, and every reader asking it.
 
 The property test damages one artifact at a time (truncates, overwrites, copies a fold's file over
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import baseline, blend, board, config, cv, layout, predict, train
+from pipeline import baseline, blend, board, config, cv, layout, predict, train, validity
 from pipeline import data as data_mod
 from pipeline.files import read_json, write_json
 from pipeline.inputs import sample
@@ -216,23 +216,23 @@ def test_done_json_vouches_for_its_fold_and_files(made, tmp_path: Path) -> None:
     fold = tmp_path / "fold1"
     shutil.copytree(made.root / "models" / "x" / "fold1", fold)
     done = read_json(fold / "done.json")
-    assert layout.fold_status(fold, done["digest"], needs=(layout.ALL,)) == ""
+    assert validity.fold_status(fold, done["digest"], needs=(layout.ALL,)) == ""
     assert set(done["files"]) >= {"model.safetensors", "oof.csv", "config.json", "pipeline.yaml"}
 
     copied = tmp_path / "fold0"
     shutil.copytree(fold, copied)  # cp -a fold1 fold0
-    assert "fold 1's (a copied folder?)" in layout.fold_status(copied, done["digest"])
+    assert "fold 1's (a copied folder?)" in validity.fold_status(copied, done["digest"])
     oof = (fold / "oof.csv").read_bytes()
     (fold / "oof.csv").write_bytes(oof.replace(b"0.", b"9.", 1))  # one prediction edited, the size kept
-    assert "oof.csv differs from what done.json records" in layout.fold_status(fold, done["digest"], (layout.OOF,))
+    assert "oof.csv differs from what done.json records" in validity.fold_status(fold, done["digest"], (layout.OOF,))
     (fold / "oof.csv").write_text("".join(oof.decode().splitlines(keepends=True)[:5]))  # cut to 4 rows
-    assert "oof.csv has" in layout.fold_status(fold, done["digest"], needs=(layout.OOF,))
+    assert "oof.csv has" in validity.fold_status(fold, done["digest"], needs=(layout.OOF,))
     weights = fold / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-10])
-    assert "model.safetensors has" in layout.fold_status(fold, done["digest"], needs=(layout.WEIGHTS,))
+    assert "model.safetensors has" in validity.fold_status(fold, done["digest"], needs=(layout.WEIGHTS,))
     for garbage in ("[1, 2]", "{", '{"digest": 3}'):
         (fold / "done.json").write_text(garbage)
-        assert layout.fold_status(fold, None) == "done.json is unreadable (retrain it)"
+        assert validity.fold_status(fold, None) == "done.json is unreadable (retrain it)"
 
 
 def test_prepared_tables_are_checked_against_their_inputs_by_content(made, tmp_path: Path, capsys) -> None:

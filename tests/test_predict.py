@@ -34,12 +34,19 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
     good = frame(["a", "b", "c", "d"], [0.1, 0.2, 0.3, 0.4])
 
-    monkeypatch.setattr(predict.layout, "usable_folds", lambda cfg, digest, what, needs: folds)
-    monkeypatch.setattr(predict.layout, "current_fingerprint", lambda cfg, meta: "x")
+    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, what, needs: folds)
+    monkeypatch.setattr(predict.validity, "current_fingerprint", lambda cfg, meta: "x")
     monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
     monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))
     monkeypatch.setattr(predict, "fold_test_preds", lambda cfg, d, data, test, meta, device: good)
-    cfg = config.load("sample", [f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'subs'}"])
+    cfg = config.load(
+        "sample",
+        [
+            f"input_dir={tmp_path / 'input'}",
+            f"models_dir={tmp_path / 'models'}",
+            f"submissions_dir={tmp_path / 'subs'}",
+        ],
+    )
 
     path = predict.run(cfg)  # the plumbing works: this is the check's control
     assert path == tmp_path / "subs" / "submission.csv"
@@ -49,7 +56,9 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     assert (tmp_path / "subs" / "sample.csv").exists()
 
     subs = tmp_path / "subs2"
-    cfg = config.load("sample", [f"models_dir={tmp_path / 'models'}", f"submissions_dir={subs}"])
+    cfg = config.load(
+        "sample", [f"input_dir={tmp_path / 'input'}", f"models_dir={tmp_path / 'models'}", f"submissions_dir={subs}"]
+    )
     monkeypatch.setattr(publish, "ensemble", lambda preds, how="mean": np.full(len(preds[0]), np.nan))
     with pytest.raises(SubmissionError, match="NaN"):
         predict.run(cfg)
@@ -63,13 +72,20 @@ def test_a_good_submission_is_never_replaced_by_a_failing_one(tmp_path: Path, mo
     raw.mkdir()
     SAMPLE.to_csv(raw / "sample_submission.csv", index=False)
     test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
-    monkeypatch.setattr(predict.layout, "usable_folds", lambda cfg, digest, what, needs: [tmp_path / "fold0"])
-    monkeypatch.setattr(predict.layout, "current_fingerprint", lambda cfg, meta: "x")
+    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, what, needs: [tmp_path / "fold0"])
+    monkeypatch.setattr(predict.validity, "current_fingerprint", lambda cfg, meta: "x")
     monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
     monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))
     preds = [0.1, 0.2, 0.3, 0.4]  # the later runs predict other values: what they would write differs
     monkeypatch.setattr(predict, "fold_test_preds", lambda *a: frame(["a", "b", "c", "d"], preds))
-    cfg = config.load("sample", [f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'subs'}"])
+    cfg = config.load(
+        "sample",
+        [
+            f"input_dir={tmp_path / 'input'}",
+            f"models_dir={tmp_path / 'models'}",
+            f"submissions_dir={tmp_path / 'subs'}",
+        ],
+    )
     path = predict.run(cfg)
     good = {p.name: p.read_bytes() for p in path.parent.iterdir()}
     assert set(good) == {"submission.csv", "sample.csv"}

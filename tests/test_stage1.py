@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import layout, train
+from pipeline import layout, train, validity
 from pipeline.errors import PipelineError
 from pipeline.inputs import tables
 from tests.helpers import prepare_tokens
@@ -50,7 +50,7 @@ def test_stage_one_then_stage_two(prepared) -> None:
     base = prepared
     # no stage-1 model yet: the error names the command that makes it
     with pytest.raises(PipelineError, match=r"make it first with `make stage1` \(this run's CONFIG and ARGS\)"):
-        layout.current_fingerprint(with_init(base, "s2", "s1"))
+        validity.current_fingerprint(with_init(base, "s2", "s1"))
 
     s1 = named(base, "s1")
     stage1 = fold_run(s1, StopAt(10**9), fold=-1)
@@ -68,27 +68,27 @@ def test_stage_one_then_stage_two(prepared) -> None:
         if name in saved:
             assert torch.equal(value, saved[name]), name
     assert not (table["fold"].iloc[run.train_idx] == -1).any()  # fine-tuned on the validation folds only
-    digest = layout.current_fingerprint(s2)
+    digest = validity.current_fingerprint(s2)
     run.run()
-    assert layout.is_complete(layout.experiment_dir(s2) / "fold0", digest)
+    assert validity.is_complete(layout.experiment_dir(s2) / "fold0", digest)
 
     # retraining the stage-1 model makes the stage-2 folds stale
     fold_run(named(base, "s1", lr=5e-4), StopAt(10**9), fold=-1).run()
-    assert layout.current_fingerprint(s2) != digest
-    assert not layout.is_complete(layout.experiment_dir(s2) / "fold0", layout.current_fingerprint(s2))
+    assert validity.current_fingerprint(s2) != digest
+    assert not validity.is_complete(layout.experiment_dir(s2) / "fold0", validity.current_fingerprint(s2))
 
 
 def test_stage_one_is_not_a_cv_fold(prepared, capsys) -> None:
     cfg = named(prepared, "s1", folds=(-1,))
     assert train.run(cfg) is None
     assert "stage-1 model in" in capsys.readouterr().out
-    use, left_out = layout.select_folds(layout.experiment_dir(cfg), layout.current_fingerprint(cfg), 2)
+    use, left_out = validity.select_folds(layout.experiment_dir(cfg), validity.current_fingerprint(cfg), 2)
     assert use == [] and "fold-1" not in left_out
 
 
 def test_init_from_itself_is_refused(prepared) -> None:
     with pytest.raises(PipelineError, match="cannot start from itself"):
-        layout.init_dir(with_init(prepared, "same", "same"))
+        validity.init_dir(with_init(prepared, "same", "same"))
 
 
 def test_empty_validation_never_scores(prepared) -> None:

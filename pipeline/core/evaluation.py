@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.config import Config
 from pipeline.core import distributed, loop
 from pipeline.inputs.tokens import Ragged
+from pipeline.schema import Config
 
 
 def predict_rows(model, d: distributed.Dist, data: Ragged, idx: np.ndarray, cfg: Config, prec: str, pad_id: int):

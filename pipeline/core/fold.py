@@ -19,8 +19,7 @@ import pandas as pd
 import torch
 
 from pipeline import config as config_mod
-from pipeline import files, fingerprint, layout
-from pipeline.config import Config
+from pipeline import files, fingerprint, layout, validity
 from pipeline.core import (
     batching,
     distributed,
@@ -40,7 +39,16 @@ from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text, check_free_space, write_csv, write_json
 from pipeline.inputs.tables import training_rows
 from pipeline.inputs.tokens import Ragged
+from pipeline.schema import Config
 from pipeline.scoring import metrics
+
+
+@dataclasses.dataclass
+class Ends:
+    """How an epoch's steps ended: a stop was asked for (Ctrl-C, SIGTERM), or the deadline passed (expired)."""
+
+    stopped: bool = False
+    expired: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +104,7 @@ def padded_tokens(plan: list[list[np.ndarray]], data: Ragged) -> float:
 def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path):
     """The model as this fold trains it: trimmed, sparse embedding gradients or DDP, checkpointing, on device."""
     model = modeling.build_model(cfg, tokenizer)
-    init = layout.init_dir(cfg)
+    init = validity.init_dir(cfg)
     init_map = trim.load_map(init) if init is not None else None
     if init_map is not None:  # a trimmed stage-1 model: its embedding rows are already the kept ones
         if keep is None or not np.array_equal(init_map, trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)):
@@ -288,49 +296,74 @@ class FoldRun:
         saves a resume state and raises Interrupted, the deadline (eta.deadline) the same and raises TimeUp;
         train.patience used up ends the epoch early (the fold is over)."""
         t, p, d = self.cfg.train, self.progress, self.d
-        stopped = expired = False
-        mark, first = eta.now(), p.step.window
+        first, ends = p.step.window, Ends()
+        self.mark = eta.now()
 
         def after_window(state: loop.StepState, window: loop.Window) -> bool:
-            nonlocal stopped, expired, mark
-            if d.is_main:
-                eta.spend_step()  # a simulated clock (tests) advances by a step's simulated time
-            # the rate, step by step (evaluations and resume states apart), for the ETA of evaluations inside epochs
-            self.measured.train_tokens += self.epoch_tokens / self.windows
-            self.measured.train_seconds += eta.now() - mark
+            """The jobs of each optimizer step, always in this order; True ends the epoch."""
             p.step = state
-            step = self.step_count()
-            scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
-            self.log.add(step, epoch, window, self.scheduler.get_last_lr()[0], scale, memory.peak_memory_mb(d.device))
-            if evaluation.due(0 if self.stage1 else t.eval_every_steps, step, state.window, self.windows):
-                self.evaluate(epoch, state.window - first)
-                self.net.train()  # evaluation left the model in eval mode: dropout and checkpointing are back on
-            left = eta.left()
-            expired = distributed.any_rank(d, left is not None and left <= 0)  # every rank stops together
-            stopped = expired or distributed.any_rank(d, self.stop.raised)
-            every = t.save_every_steps
-            # the last window is saved by the stop only: the epoch's own end saves after the evaluation
-            if (stopped and not self.unsaved_stop(expired)) or (
-                every and state.window % every == 0 and state.window < self.windows
-            ):
-                self.checkpoint()
-            mark = eta.now()
-            return stopped or self.exhausted()
+            self.time_window()
+            self.log_window(epoch, window)
+            self.evaluate_when_due(epoch, state.window, first)
+            ends.expired = self.deadline_passed()
+            ends.stopped = ends.expired or self.stop_requested()  # the same on every rank: both are collective
+            self.checkpoint_when_due(state.window, ends)
+            self.mark = eta.now()  # what the steps above took is not a training step's time
+            return ends.stopped or self.exhausted()
 
         memory.reset_peak(d.device)
-        p.step = loop.train_epoch(
-            self.net, self.epoch_plan(epoch), self.data, self.labels, self.optimizer, self.scheduler, self.scaler,
-            t, self.precision, d.device, pad_id=self.pad_id, rank=d.rank, world=d.world, state=p.step,
-            after_window=after_window, progress=d.is_main, desc=f"fold {self.fold} epoch {epoch + 1}/{t.epochs}",
-            max_bad_steps=t.max_bad_steps,
+        job = loop.Job(self.net, self.data, self.labels, self.optimizer, self.scaler, t, self.precision, d.device,
+                       self.pad_id, d.rank, d.world)  # fmt: skip
+        p.step = loop.train_windows(
+            job, self.epoch_plan(epoch), self.scheduler, state=p.step, after_window=after_window, progress=d.is_main,
+            desc=f"fold {self.fold} epoch {epoch + 1}/{t.epochs}", max_bad_steps=t.max_bad_steps,
         )  # fmt: skip
         where = f"fold {self.fold} stopped at epoch {epoch + 1}, step {p.step.window}"
-        if stopped and self.unsaved_stop(expired):
+        if ends.stopped and self.unsaved_stop(ends.expired):
             raise Interrupted(f"fold {self.fold} stopped at its first step; nothing was saved or replaced")
-        if expired:
+        if ends.expired:
             self.time_up(f"{where}: the session's time is up; the resume state is saved")
-        if stopped:
+        if ends.stopped:
             raise Interrupted(f"{where}; `make train` again resumes from there")
+
+    def time_window(self) -> None:
+        """Timing: a simulated clock (tests) advances by a step's simulated time; the rate, step by step
+        (evaluations and resume states apart), for the ETA of evaluations inside epochs."""
+        if self.d.is_main:
+            eta.spend_step()
+        self.measured.train_tokens += self.epoch_tokens / self.windows
+        self.measured.train_seconds += eta.now() - self.mark
+
+    def log_window(self, epoch: int, window: loop.Window) -> None:
+        """Logging: the step's line in steps.jsonl (and TensorBoard)."""
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
+        lr = self.scheduler.get_last_lr()[0]
+        self.log.add(self.step_count(), epoch, window, lr, scale, memory.peak_memory_mb(self.d.device))
+
+    def evaluate_when_due(self, epoch: int, done: int, first: int) -> None:
+        """Evaluation: every train.eval_every_steps optimizer steps (a stage-1 model: at the epoch's end only)."""
+        every = 0 if self.stage1 else self.cfg.train.eval_every_steps
+        if evaluation.due(every, self.step_count(), done, self.windows):
+            self.evaluate(epoch, done - first)
+            self.net.train()  # evaluation left the model in eval mode: dropout and checkpointing are back on
+
+    def deadline_passed(self) -> bool:
+        """The deadline: the session's time is up on any rank, so every rank stops together."""
+        left = eta.left()
+        return distributed.any_rank(self.d, left is not None and left <= 0)
+
+    def stop_requested(self) -> bool:
+        """A stop request (Ctrl-C, SIGTERM) on any rank."""
+        return distributed.any_rank(self.d, self.stop.raised)
+
+    def checkpoint_when_due(self, done: int, ends: Ends) -> None:
+        """The resume state: at a stop that is to resume, and every train.save_every_steps optimizer steps; the
+        last window is saved by the stop only, since the epoch's own end saves after the evaluation."""
+        every = self.cfg.train.save_every_steps
+        if (ends.stopped and not self.unsaved_stop(ends.expired)) or (
+            every and done % every == 0 and done < self.windows
+        ):
+            self.checkpoint()
 
     def unsaved_stop(self, expired: bool) -> bool:
         """A stop (Ctrl-C) at the first step of a fold started afresh saves nothing: a resume state this run could
@@ -510,7 +543,7 @@ class FoldRun:
             "profile": self.profile,  # the test's languages and toxic rates the fold was scored by
         }
         if self.d.is_main:
-            result["files"] = layout.fold_records(self.fold_dir)
+            result["files"] = validity.fold_records(self.fold_dir)
             write_json(self.fold_dir / layout.DONE, result)  # last: its presence means the fold is complete
             (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
         distributed.barrier(self.d)

@@ -21,13 +21,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.config import TrainConfig
 from pipeline.core.batching import accumulation_windows, collate, halve_window, to_device
 from pipeline.core.optim import optimizer_step, reset_scaler
 from pipeline.core.precision import autocast
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
 from pipeline.progress import bar as progress_bar
+from pipeline.schema import TrainConfig
 
 
 class NonFiniteError(PipelineError):
@@ -176,6 +176,18 @@ def train_epoch(
     pad_id: int,
     rank: int = 0,
     world: int = 1,
+    **kw,
+) -> StepState:
+    """`train_windows` from the parts of its Job, one by one (the form the benchmark's runner calls)."""
+    job = Job(model, data, labels, optimizer, scaler, cfg, precision, device, pad_id, rank, world)
+    return train_windows(job, steps, scheduler, **kw)
+
+
+def train_windows(
+    job: Job,
+    steps: list[list[np.ndarray]],
+    scheduler,
+    *,
     state: StepState | None = None,
     after_window: Callable[[StepState, Window], bool] | None = None,
     progress: bool = True,
@@ -188,10 +200,9 @@ def train_epoch(
     returns True to stop early (an interrupt, or a fold stopped early), leaving `state.window` at the number
     of windows completed.
     """
-    model.train()
+    job.model.train()
     state = state or StepState()
-    job = Job(model, data, labels, optimizer, scaler, cfg, precision, device, pad_id, rank, world)
-    windows = plan_windows(steps, cfg.accumulation, state.halvings)  # a resumed epoch replays its halvings
+    windows = plan_windows(steps, job.cfg.accumulation, state.halvings)  # a resumed epoch replays its halvings
     bar = progress_bar(total=len(windows), initial=state.window, desc=desc, unit="step", disable=not progress,
                        dynamic_ncols=True, leave=False)  # fmt: skip
     start, seen = time.perf_counter(), 0
@@ -201,7 +212,7 @@ def train_epoch(
         state.loss_sum += done.loss
         state.examples += done.examples
         seen += done.examples
-        optimizer.zero_grad(set_to_none=True)
+        job.optimizer.zero_grad(set_to_none=True)
         count_step(state, done.stepped, scheduler, max_bad_steps, desc, f"at step {w + 1} of {len(windows)}")
         state.window = w + 1
         done = replace(done, seconds=time.perf_counter() - window_start)

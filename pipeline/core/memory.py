@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pipeline.config import TrainConfig
 from pipeline.core import optim
 from pipeline.core import precision as precision_mod
+from pipeline.schema import TrainConfig
 
 GB = 2**30
 MB = 2**20

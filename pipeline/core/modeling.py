@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from pipeline import fingerprint, layout
-from pipeline.config import Config
+from pipeline import fingerprint, layout, validity
 from pipeline.errors import PipelineError
+from pipeline.schema import Config
 
 HEAD = fingerprint.HEAD  # the head's version: in every fold's fingerprint and head.json
 HEAD_JSON = "head.json"
@@ -204,7 +204,7 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None) -> Cla
     encoder model.name names (model.path holding its files), or the tiny XLM-R, under a new head."""
     if source is not None:
         return load_fold_model(Path(source))
-    init = layout.init_dir(cfg)
+    init = validity.init_dir(cfg)
     if init is not None:
         return load_fold_model(init, cfg.model.dropout)
     name = cfg.model.path or cfg.model.name

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.config import TrainConfig
 from pipeline.errors import PipelineError
+from pipeline.schema import TrainConfig
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:

@@ -21,11 +21,11 @@ import shutil
 from pathlib import Path
 
 from pipeline import files, layout
-from pipeline.config import Config
 from pipeline.core import distributed
 from pipeline.core.loop import Window
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_write_text
+from pipeline.schema import Config
 
 
 @dataclasses.dataclass

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.errors import DataError
 from pipeline.files import atomic_path, json_digest, tree_digest
 from pipeline.progress import bar
+from pipeline.schema import Config
 
 MAX_LENGTH = 64
 BATCH = 64

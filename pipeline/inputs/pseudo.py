@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import experiments, layout, validity
 from pipeline.errors import DataError, PipelineError
+from pipeline.schema import Config
 
 SOURCE = "pseudo"
 
@@ -31,7 +31,7 @@ def teacher_folds(cfg: Config) -> dict[int, Path]:
     with test predictions; else one line naming what is wrong and the command that makes it."""
     teacher = cfg.data.pseudo_from
     try:
-        return layout.experiment_folds(cfg, teacher, needs=(layout.OOF, layout.TEST_PREDS))
+        return experiments.experiment_folds(cfg, teacher, needs=(layout.OOF, layout.TEST_PREDS))
     except PipelineError as e:
         raise DataError(f"data.pseudo_from={teacher}: {e}") from None
 
@@ -68,7 +68,7 @@ def teacher_probabilities(cfg: Config, folder: Path, test: pd.DataFrame) -> np.n
     preds = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
     if preds["id"].duplicated().any() or set(preds["id"]) != set(test["id"]):
         raise DataError(f"{path}: its ids are not this test table's; predict again with the current data")
-    column = "toxic" if layout.pred_scale(layout.read_done(folder) or {}) == layout.PROBABILITY else "prob"
+    column = "toxic" if experiments.pred_scale(validity.read_done(folder) or {}) == layout.PROBABILITY else "prob"
     if column not in preds:
         raise DataError(
             f"data.pseudo_from={cfg.data.pseudo_from}: {path} holds ranks, not probabilities (a blend made by an "

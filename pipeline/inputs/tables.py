@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import StratifiedKFold
 
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import layout, validity
 from pipeline.errors import DataError
 from pipeline.inputs import encoder, groups, pseudo
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
+from pipeline.schema import Config
 
 TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
 
@@ -243,9 +243,9 @@ def table_summary(table: pd.DataFrame, test: pd.DataFrame) -> dict:
 
 def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """The prepared tables and data.json, for the stages after `make data`: checked to be made from the
-    inputs as they are now (layout.current_meta), else one line that says `make data`."""
+    inputs as they are now (validity.current_meta), else one line that says `make data`."""
     out = layout.prepared_dir(cfg)
-    meta = layout.current_meta(cfg)
+    meta = validity.current_meta(cfg)
     dtypes = {"id": str, "text": str, "lang": str, "source": str}
     table = pd.read_csv(out / layout.TABLE, dtype=dtypes, keep_default_na=False)
     test = pd.read_csv(out / layout.TEST_TABLE, dtype=dtypes, keep_default_na=False)

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import layout, progress
-from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, tree_digest, write_json
 from pipeline.inputs import tokenizer as tokenizer_mod
+from pipeline.schema import Config
 
 SPLITS = ("train", "test")
 CHUNK = 2048

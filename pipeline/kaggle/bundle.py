@@ -15,7 +15,6 @@ from pathlib import Path
 import yaml
 
 from pipeline import config as config_mod
-from pipeline.config import Config
 from pipeline.files import atomic_dir, atomic_write_text, write_json
 from pipeline.kaggle.plan import (
     DATASET_METADATA,
@@ -27,6 +26,7 @@ from pipeline.kaggle.plan import (
     dataset_metadata,
     kernel_metadata,
 )
+from pipeline.schema import Config
 
 PACKAGE = Path(__file__).resolve().parents[1]  # the pipeline package: the only code that travels
 LAUNCH = Path(__file__).resolve().parent / "launch.py"  # the notebook's code file, before its last lines

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from pipeline.config import Config
 from pipeline.core import eta
 from pipeline.kaggle import disk, hours
+from pipeline.schema import Config
 
 MEASURABLE_BYTES = 100e6  # a copy this large or larger measures the disk; a smaller one is mostly overhead
 

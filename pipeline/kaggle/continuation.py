@@ -18,11 +18,11 @@ import re
 import shutil
 from pathlib import Path
 
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import layout, validity
 from pipeline.files import atomic_write_text
 from pipeline.kaggle.output import FINAL, experiments
 from pipeline.kaggle.plan import KernelError, Plan
+from pipeline.schema import Config
 
 RECORD = "kernel-session.json"  # in /kaggle/working: the session's id, processes and folds
 VERSIONS_BACK = 10  # versions looked at, newest first, for one that finished with folds
@@ -190,7 +190,7 @@ def earlier_world(mount: Path, cfg: Config, record: dict) -> int | None:
     worlds = set()
     for folds in mounted_folds(mount, cfg).values():
         for folder in folds.values():
-            done = layout.read_done(folder)
+            done = validity.read_done(folder)
             if done is not None:
                 worlds.add(int(done.get("world", 1)))
             elif (folder / layout.RESUME).is_file():

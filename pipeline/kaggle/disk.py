@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.config import Config
+from pipeline.schema import Config
 
 GB = 1e9  # Kaggle's quota is in decimal gigabytes
 # The architectures of the hub names configs use (their config.json on the hub), for offline sizing.

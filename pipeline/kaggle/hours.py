@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import layout, validity
 from pipeline.core.eta import hours
 from pipeline.errors import PipelineError
 from pipeline.files import read_json
 from pipeline.kaggle import disk
+from pipeline.schema import Config
 
 T4_FP16_FLOPS, T4_UTILISATION = 65e12, 0.10
 T4_GPUS = 2  # kaggle.accelerator NvidiaTeslaT4
@@ -159,8 +159,8 @@ def table_counts(cfg: Config) -> tuple[dict, float, tuple[str, ...]]:
     k = cfg.data.folds
     per_row = prepared_tokens_per_row(cfg) or FILL * cfg.model.max_length
     try:  # the tables `make data` prepared here with these very data settings: their own row counts
-        meta = layout.read_data_json(cfg)
-        if meta["signature"]["data"] != layout.data_settings(cfg):
+        meta = validity.read_data_json(cfg)
+        if meta["signature"]["data"] != validity.data_settings(cfg):
             raise ValueError("prepared with other data settings")
         summary = meta["summary"]
         valid = sum(v for f, v in summary["folds"].items() if int(f) >= 0)

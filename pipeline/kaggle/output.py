@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import layout, validity
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text
 from pipeline.kaggle.plan import KernelError, make_plan, resolve_user
 from pipeline.kaggle.session import RUN_CONFIG
+from pipeline.schema import Config
 
 FINAL = {"complete", "error", "cancel_acknowledged"}  # kernel states that do not change any more
 TAIL = 20  # log lines shown
@@ -161,7 +161,7 @@ def describe_folds(cfg: Config, out: Path) -> str:
         folds = layout.fold_dirs(out / "models" / name)
         # every file done.json vouches for, test predictions standing for weights not kept (kaggle.keep_weights)
         usable = [(layout.ALL,), (layout.TESTED, layout.ALL)]
-        complete = [k for k, d in folds.items() if any(not layout.fold_status(d, needs=n) for n in usable)]
+        complete = [k for k, d in folds.items() if any(not validity.fold_status(d, needs=n) for n in usable)]
         resumable = [k for k, d in folds.items() if k not in complete and (d / layout.RESUME).is_file()]
         other = [k for k in folds if k not in complete and k not in resumable]
         said = [f"complete: {', '.join(map(str, complete)) or 'none'}"]

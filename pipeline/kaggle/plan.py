@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.config import Config
 from pipeline.errors import PipelineError
+from pipeline.schema import Config
 
 DATASET_METADATA, KERNEL_METADATA = "dataset-metadata.json", "kernel-metadata.json"
 PLACEHOLDER_USER = "your-kaggle-name"  # dry run with no user name known: the metadata still checks out

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.kaggle.plan import KernelError, make_plan
+from pipeline.schema import Config
 
 PACKAGE = Path(__file__).resolve().parents[1]  # the pipeline package, as mounted from the code bundle
 INPUT_ENV, WORKING_ENV, TEMP_ENV = "KAGGLE_INPUT_ROOT", "KAGGLE_WORKING_ROOT", "KAGGLE_TEMP_ROOT"

@@ -19,10 +19,10 @@ import pandas as pd
 from sklearn.metrics import roc_auc_score
 
 from pipeline import layout
-from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.inputs.csvfile import label_values, read_csv
 from pipeline.layout import TEST_LABELS, VALID_SOURCE
+from pipeline.schema import Config
 
 # where a test language's toxic rate comes from, as cv.json and `make cv` say it
 FROM_VALIDATION, FROM_PRIOR = "validation.csv", "prior"

@@ -11,16 +11,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline import config as config_mod
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import layout, schema, validity
 from pipeline.errors import PipelineError
 from pipeline.files import write_csv, write_json
+from pipeline.schema import Config
 from pipeline.scoring import calibration, metrics, report
 from pipeline.scoring.submission import check_submission, ensemble
 
 # predict.calibration's settings other than none: each is reported where test labels are present
-CHOICES = tuple(c for c in config_mod.CHOICES["predict.calibration"] if c != "none")
+CHOICES = tuple(c for c in schema.CHOICES["predict.calibration"] if c != "none")
 
 
 class PublishError(PipelineError):
@@ -121,9 +120,9 @@ def record(cfg: Config, name: str, dirs: list[Path], score: dict | None, how: di
     if score is not None:
         per = " ".join(f"{k} {v:.4f}" for k, v in score["per_lang"].items())
         print(f"test AUC {score['auc']:.4f} ({per}) on {score['rows']:,} labelled rows")
-        cv["test_auc"] = {**score, "folds": [d.name for d in dirs], "digests": layout.fold_digests(dirs)}
+        cv["test_auc"] = {**score, "folds": [d.name for d in dirs], "digests": validity.fold_digests(dirs)}
     if how is not None:
-        cv["calibration"] = {**how, "folds": [d.name for d in dirs], "digests": layout.fold_digests(dirs)}
+        cv["calibration"] = {**how, "folds": [d.name for d in dirs], "digests": validity.fold_digests(dirs)}
         if "test_auc" in how:
             print("test AUC by predict.calibration: " + ", ".join(f"{v} {a:.4f}" for v, a in how["test_auc"].items()))
     write_json(cv_path, cv)

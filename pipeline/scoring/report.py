@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 from sklearn.metrics import roc_curve
 
-from pipeline import layout
-from pipeline.config import Config
+from pipeline import layout, validity
 from pipeline.files import atomic_path, read_json, write_csv, write_json
+from pipeline.schema import Config
 from pipeline.scoring.metrics import FROM_PRIOR, auc, auc_by_lang, on_validation, read_profile, six_language, stand_ins
 
 
@@ -197,7 +197,7 @@ def plot_curves(dirs: list[Path], path: Path) -> list[str]:
     rows = math.ceil(len(dirs) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
     for ax, folder in zip(axes.flat, dirs):
-        done = layout.read_done(folder) or {}
+        done = validity.read_done(folder) or {}
         steps, evals = read_jsonl(folder / layout.STEPS), read_jsonl(folder / layout.METRICS)
         plot_fold_curves(ax, layout.fold_index(folder), steps, evals, done.get("best_step"))
     for ax in list(axes.flat)[len(dirs) :]:
@@ -226,10 +226,10 @@ def profile_of(done: dict[int, dict]) -> dict | None:
 def cv_report(cfg: Config, digest: str | None = None) -> dict:
     """Gather the usable folds' OOF predictions; write oof.csv, cv.json and cv.png."""
     exp = layout.experiment_dir(cfg)
-    digest = digest or layout.current_fingerprint(cfg)
-    dirs = layout.usable_folds(cfg, digest, needs=(layout.OOF,))
+    digest = digest or validity.current_fingerprint(cfg)
+    dirs = validity.usable_folds(cfg, digest, needs=(layout.OOF,))
     oof = read_oof(dirs)
-    done = {layout.fold_index(d): layout.read_done(d) for d in dirs}
+    done = {layout.fold_index(d): validity.read_done(d) for d in dirs}
     summary = cv_summary(oof, done, profile_of(done) or read_profile(cfg))
     old = exp / layout.CV_JSON
     if old.exists():  # what `make predict` recorded (test score, calibration) stays while of the same folds
@@ -239,7 +239,7 @@ def cv_report(cfg: Config, digest: str | None = None) -> dict:
             if (
                 record
                 and record.get("folds") == [d.name for d in dirs]
-                and record.get("digests") == layout.fold_digests(dirs)
+                and record.get("digests") == validity.fold_digests(dirs)
             ):
                 summary[key] = record
     write_csv(exp / layout.OOF, oof)

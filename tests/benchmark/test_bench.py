@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from pipeline import bench, config
+from pipeline import bench, config, schema
 from pipeline.benchmark import report as bench_report
 from pipeline.benchmark import rows as bench_rows
 from pipeline.benchmark import runner as bench_runner
@@ -102,7 +102,7 @@ def test_one_row_in_a_fresh_process() -> None:
 def test_trainer_gets_its_default_optimizer_and_the_jobs_settings(tmp_path) -> None:
     from transformers import Trainer, TrainingArguments
 
-    tcfg = dataclasses.replace(config.TrainConfig(), micro_batch=4, accumulation=8, checkpointing=True)
+    tcfg = dataclasses.replace(schema.TrainConfig(), micro_batch=4, accumulation=8, checkpointing=True)
     args = bench_trainer.trainer_arguments(tcfg, "bf16", torch.device("cpu"), max_steps=3, output_dir=str(tmp_path))
     default = next(f.default for f in dataclasses.fields(TrainingArguments) if f.name == "optim")
     got = bench_trainer.trainer_settings(args)
@@ -122,7 +122,7 @@ def test_trainer_gets_its_default_optimizer_and_the_jobs_settings(tmp_path) -> N
 
 
 def test_trainer_8bit_row_names_trainers_bitsandbytes_optimizer(tmp_path) -> None:
-    tcfg = dataclasses.replace(config.TrainConfig(), optimizer="adamw8bit")
+    tcfg = dataclasses.replace(schema.TrainConfig(), optimizer="adamw8bit")
     args = bench_trainer.trainer_arguments(tcfg, "fp16", torch.device("cpu"), max_steps=1, output_dir=str(tmp_path))
     assert bench_trainer.trainer_settings(args)["optim"] == "adamw_bnb_8bit"
 
@@ -172,7 +172,7 @@ def test_table_marks_ties() -> None:
     ]
     summary = bench_report.summarize(rows)
     assert bench_report.ties(summary) == ["row b"]
-    table = bench_report.bench_table(config.BenchConfig(), summary)
+    table = bench_report.bench_table(schema.BenchConfig(), summary)
     head = next(x for x in table.splitlines() if x.startswith("| row |"))
     cells = {r: dict(zip(_cells(head), _cells(next(x for x in table.splitlines() if x.startswith(f"| row {r}")))))
              for r in "ab"}  # fmt: skip

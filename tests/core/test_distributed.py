@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pipeline.config import TrainConfig
 from pipeline.core import batching, loop, precision
 from pipeline.inputs.tokens import Ragged
+from pipeline.schema import TrainConfig
 from tests.helpers import free_port
 from tests.helpers.tinymodel import tiny_classifier
 

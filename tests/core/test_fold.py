@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline import files, fingerprint, layout, train
+from pipeline import files, fingerprint, layout, train, validity
 from pipeline.core import distributed, resume
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import Interrupted
@@ -101,7 +101,7 @@ def say_resume(cfg, capsys) -> tuple[str, str]:
     """What `make train` says of fold 0's resume state before any fold starts, under `cfg`: (stdout, stderr)."""
     capsys.readouterr()
     path = layout.fold_dir(cfg, 0) / layout.RESUME
-    train.say_resume(path, 0, layout.current_fingerprint(cfg), layout.current_made_from(cfg), 1)
+    train.say_resume(path, 0, validity.current_fingerprint(cfg), validity.current_made_from(cfg), 1)
     return capsys.readouterr()
 
 
@@ -260,3 +260,17 @@ def test_a_full_disk_while_a_resume_state_is_saved_is_one_line_and_keeps_the_las
     assert str(info.value).startswith(f"the disk is full: resume.pt could not be written in {folder} (needs about ")
     assert (folder / layout.RESUME).read_bytes() == saved
     assert not list(folder.glob(".*"))
+
+
+def test_each_step_runs_its_jobs_in_one_fixed_order(prepared, monkeypatch) -> None:
+    """After every optimizer step: timing, logging, evaluation, the deadline, a stop request, the checkpoint."""
+    run = fold_run(dataclasses.replace(prepared, train=dataclasses.replace(prepared.train, save_every_steps=1)),
+                   StopAt(10**9))  # fmt: skip
+    order = ["time_window", "log_window", "evaluate_when_due", "deadline_passed", "stop_requested",
+             "checkpoint_when_due"]  # fmt: skip
+    calls = []
+    for name in order:
+        job = getattr(run, name)
+        monkeypatch.setattr(run, name, lambda *a, job=job, name=name: (calls.append(name), job(*a))[1])
+    run.train_epoch(0)
+    assert calls == order * run.windows

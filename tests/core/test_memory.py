@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.config import TrainConfig
 from pipeline.core import batching, loop, memory, modeling, optim, precision
 from pipeline.inputs.tokens import Ragged
+from pipeline.schema import TrainConfig
 from tests.helpers.tinymodel import tiny_classifier
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ import json, sys
 import numpy as np, torch
 from tests.helpers.tinymodel import tiny_classifier
 from pipeline.core import loop, memory, modeling, optim, precision
-from pipeline.config import TrainConfig
+from pipeline.schema import TrainConfig
 from pipeline.inputs.tokens import Ragged
 
 torch.set_num_threads(1)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline import config, layout
+from pipeline import config, layout, validity
 from pipeline.core import batching, loop, modeling, optim, precision
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
@@ -181,8 +181,8 @@ def test_every_reader_refuses_a_fold_trained_under_the_old_head_in_one_line(tmp_
     folder = tmp_path / "fold0"
     folder.mkdir()
     write_json(folder / layout.DONE, {"fold": 0, "digest": "before", "files": {}})
-    assert layout.fold_status(folder, "now") == (
+    assert validity.fold_status(folder, "now") == (
         "made by an older version, whose model had another head (retrain it with `make train`)"
     )
     write_json(folder / layout.DONE, {"fold": 0, "digest": "before", "files": {}, "head": modeling.HEAD})
-    assert "other data or settings" in layout.fold_status(folder, "now")
+    assert "other data or settings" in validity.fold_status(folder, "now")

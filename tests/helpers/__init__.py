@@ -7,8 +7,8 @@ import socket
 from pathlib import Path
 
 from pipeline import config
-from pipeline.config import Config
 from pipeline.files import file_digest
+from pipeline.schema import Config
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 SHARED = ROOT.parent / "shared" / "jigsaw-real"
@@ -16,11 +16,8 @@ SCALE = 0.2  # the built-in sample at a fifth of its size: 690 training rows, 18
 
 
 def make_cfg(tmp_path: Path, *overrides: str) -> Config:
-    """The sample config, small and fast, writing under tmp_path/input; later overrides win."""
-    return config.load(
-        "sample",
-        [f"input_dir={tmp_path / 'input'}", f"data.sample_scale={SCALE}", "model.tiny.vocab=1000", *overrides],
-    )
+    """The sample config, small and fast, reading and writing under tmp_path only; later overrides win."""
+    return config.load("sample", stage_args(tmp_path, *overrides))
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -44,8 +41,15 @@ def free_port() -> int:
 
 
 def stage_args(tmp_path: Path, *more: str) -> list[str]:
-    """A stage's argv for the small sample under tmp_path/input (as `make data ARGS=...` gives it)."""
-    return [f"input_dir={tmp_path / 'input'}", f"data.sample_scale={SCALE}", "model.tiny.vocab=1000", *more]
+    """A stage's argv for the small sample, its input/, models/ and submissions/ under tmp_path (as `make data
+    ARGS=...` gives it): never the checkout's own folders (tests/conftest.py fails a test that touches those)."""
+    return [*under(tmp_path), f"data.sample_scale={SCALE}", "model.tiny.vocab=1000", *more]
+
+
+def under(tmp_path: Path) -> list[str]:
+    """The overrides that put a config's input/, models/ and submissions/ under tmp_path."""
+    return [f"{key}={tmp_path / folder}" for key, folder in
+            (("input_dir", "input"), ("models_dir", "models"), ("submissions_dir", "submissions"))]  # fmt: skip
 
 
 def one_line_error(capsys) -> str:

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline import config, data, fingerprint, layout
-from pipeline.config import Config
+from pipeline import config, data, fingerprint, layout, validity
 from pipeline.files import file_record, write_csv, write_json
 from pipeline.inputs import tables
+from pipeline.schema import Config
 from pipeline.scoring import metrics
 
 LANGS = np.array(["es", "it", "tr"])
@@ -110,11 +110,11 @@ class Competition:
         exp = layout.experiment_dir(cfg)
         exp.mkdir(parents=True, exist_ok=True)
         config.save(cfg, exp / layout.RUN_CONFIG)
-        meta = layout.current_meta(cfg)
+        meta = validity.current_meta(cfg)
         digest = (
             fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
             if kind == fingerprint.TFIDF["model"]
-            else layout.current_fingerprint(cfg, meta)
+            else validity.current_fingerprint(cfg, meta)
         )
         rows = self.rows.assign(pred=pred)
         for k in range(cfg.data.folds) if folds is None else folds:

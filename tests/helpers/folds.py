@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline import layout
+from pipeline import validity
 from pipeline.core import distributed
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.inputs import tables, tokens
@@ -25,6 +25,6 @@ def fold_run(cfg, stop, fold=0) -> FoldRun:
     table, _, meta = tables.load_table(cfg)
     splits, _ = tokens.load_cache(cfg, meta)
     tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
-    made = layout.current_made_from(cfg, meta)
-    inputs = FoldInputs(cfg, fold, table, splits["train"], tokenizer, layout.current_fingerprint(cfg), made_from=made)
+    made = validity.current_made_from(cfg, meta)
+    inputs = FoldInputs(cfg, fold, table, splits["train"], tokenizer, validity.current_fingerprint(cfg), made_from=made)
     return FoldRun(inputs, distributed.Dist(), stop)

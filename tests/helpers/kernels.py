@@ -1,4 +1,5 @@
-"""Configs for `make kernel` tests: the kernel and bundle folders, models and submissions under a temporary folder."""
+"""Configs for `make kernel` tests: the kernel and bundle folders, input, models and submissions under a temporary
+folder."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ def make_cfg(tmp_path: Path, *overrides: str, name: str = "sample") -> config.Co
         name,
         [
             f"kaggle.dir={tmp_path / 'kernel'}",
+            f"input_dir={tmp_path / 'input'}",
             f"models_dir={tmp_path / 'models'}",
             f"submissions_dir={tmp_path / 'submissions'}",
             "data.extra_files=[]",  # the real competition has no translated-train.csv (see test_extra_files_*)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from pipeline import data
-from pipeline.config import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.inputs import groups, tables
 from tests.helpers import ROOT, make_cfg
 

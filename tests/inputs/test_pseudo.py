@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import config, layout, predict, train
+from pipeline import config, predict, train, validity
 from pipeline import data as data_mod
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError, PipelineError
 from pipeline.inputs import pseudo, tables
 from tests.helpers.experiments import Competition
 
@@ -72,7 +72,7 @@ def test_a_missing_teacher_fold_names_the_command(tmp_path) -> None:
     comp.experiment("t", np.full(len(comp.rows), 0.5), {0: np.full(90, 0.5)}, folds=(0,))
     with pytest.raises(PipelineError, match=r"data.pseudo_from=t: t: fold1, .*: not trained; make it again with"):
         pseudo.teacher_folds(comp.config("data.pseudo_from=t"))
-    with pytest.raises(config.ConfigError, match="pseudo_low"):
+    with pytest.raises(ConfigError, match="pseudo_low"):
         cfg_for(tmp_path, "data.pseudo_low=0.95")
 
 
@@ -95,11 +95,11 @@ def test_student_end_to_end_and_a_new_teacher_relabels(tmp_path) -> None:
         got = labelled[labelled["pseudo_for"] == k].merge(want, on="id", suffixes=("", "_teacher"))
         np.testing.assert_allclose(got["toxic"], got["toxic_teacher"], rtol=1e-12)
     assert train.main([*student_args, "train.folds=[0]"]) == 0
-    digest = layout.current_fingerprint(student)
+    digest = validity.current_fingerprint(student)
 
     # the teacher trained again (another seed): the student's table and folds are stale
     for stage in (train, predict):
         assert stage.main([*teacher_args, "train.seed=7"]) == 0
     assert data_mod.main(student_args) == 0
-    assert layout.current_fingerprint(student) != digest
-    assert not layout.is_complete(tmp_path / "models" / "student" / "fold0", layout.current_fingerprint(student))
+    assert validity.current_fingerprint(student) != digest
+    assert not validity.is_complete(tmp_path / "models" / "student" / "fold0", validity.current_fingerprint(student))

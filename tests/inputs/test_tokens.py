@@ -10,12 +10,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from pipeline import data, layout
-from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.files import read_json
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.inputs.tokens import Ragged
+from pipeline.schema import Config
 from tests.helpers import make_cfg, prepare_tokens, stage_args
 
 MULTILINGUAL = [

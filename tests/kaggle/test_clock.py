@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import config, data, layout, train
+from pipeline import config, data, layout, train, validity
 from pipeline.core import eta
 from pipeline.inputs import tables
 from pipeline.kaggle.clock import SessionClock
+from tests.helpers import under
 from tests.helpers.tinyrun import TINY, overrides
 
 
-def test_the_deadline_leaves_room_for_saving_copying_and_predicting(monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = config.load("xlmr-large", ["kaggle.margin_minutes=10"])
+def test_the_deadline_leaves_room_for_saving_copying_and_predicting(tmp_path: Path, monkeypatch) -> None:
+    cfg = config.load("xlmr-large", [*under(tmp_path), "kaggle.margin_minutes=10"])
     clock = SessionClock.begin(cfg, start=1000.0)
     assert clock.end == 1000.0 + 12 * 3600
     costs = clock.costs()
@@ -42,10 +43,11 @@ def test_the_deadline_leaves_room_for_saving_copying_and_predicting(monkeypatch:
     assert clock.copy_rate == pytest.approx(30e6)
 
 
-def test_a_session_timeout_shorter_than_the_limit_is_the_end() -> None:
-    clock = SessionClock.begin(config.load("sample", ["kaggle.timeout=3600"]), start=0.0)
+def test_a_session_timeout_shorter_than_the_limit_is_the_end(tmp_path: Path) -> None:
+    clock = SessionClock.begin(config.load("sample", [*under(tmp_path), "kaggle.timeout=3600"]), start=0.0)
     assert clock.end == 3600.0
-    assert SessionClock.begin(config.load("sample", ["kaggle.timeout=99999"]), start=0.0).end == 12 * 3600
+    long = config.load("sample", [*under(tmp_path), "kaggle.timeout=99999"])
+    assert SessionClock.begin(long, start=0.0).end == 12 * 3600
 
 
 def windows(cfg: config.Config, fold: int) -> int:
@@ -85,7 +87,7 @@ def test_an_epoch_longer_than_a_session_progresses_in_every_session(tmp_path: Pa
     assert codes == [75, 75, 75, 0], [s.err[-500:] for s in said]
     assert "more than a session gives" in said[1].out and "training into it" in said[1].out
     assert "fold 0: resuming at epoch 2, step" in said[2].out  # the second session got into epoch 2
-    assert layout.is_complete(layout.fold_dir(cfg, 0), layout.current_fingerprint(cfg))
+    assert validity.is_complete(layout.fold_dir(cfg, 0), validity.current_fingerprint(cfg))
     assert all(s.err.count("stopped: ") == 1 and "error:" not in s.err for s in said[:3])  # a planned stop
 
     # an epoch that fits a session but not what is left of this one waits for the next, with nothing trained

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from pipeline import config, kernel
+from pipeline.errors import ConfigError
 from pipeline.kaggle import bundle, disk
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.plan import KernelError
+from tests.helpers import under
 from tests.helpers.fake_kaggle import FakeKaggleApi
 from tests.helpers.kernels import COMPETITION, dry, make_cfg
 
@@ -28,7 +30,7 @@ def no_credentials(no_kaggle_env: Path) -> Path:
 def cfg_for(tmp_path: Path, name: str = "sample", *overrides: str) -> config.Config:
     return config.load(
         name,
-        [f"kaggle.dir={tmp_path / 'kernel'}", f"models_dir={tmp_path / 'models'}", "kaggle.user=tester", *overrides],
+        [f"kaggle.dir={tmp_path / 'kernel'}", *under(tmp_path), "kaggle.user=tester", *overrides],
     )
 
 
@@ -183,7 +185,7 @@ def test_accelerator_and_pinning_checks(tmp_path: Path, change: dict, message: s
     meta.update(change)
     with pytest.raises(KernelError, match=message):
         kaggle_plan.check_kernel_metadata(meta, tmp_path / "kernel" / "jigsaw-sample" / "notebook")
-    with pytest.raises(config.ConfigError, match="kaggle.docker_image_pinning"):
+    with pytest.raises(ConfigError, match="kaggle.docker_image_pinning"):
         cfg_for(tmp_path, "sample", "kaggle.docker_image_pinning=newest")
 
 

@@ -1,0 +1,126 @@
+"""Other experiments as one experiment reads them (blend members, pseudo-label teachers, the board's rows): what
+made them, whether their folds count, in one line why not; and what guards a stage of the config's own
+experiment: every path it reads or writes checked before any work (`preflight`), and its lock while it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from pipeline import files, fingerprint, layout, validity
+from pipeline.errors import PipelineError
+from pipeline.schema import Config
+
+
+def pred_scale(done: dict) -> str:
+    """The scale of a fold's predictions: what its done.json records, else what made it (a fold written before
+    the scale was recorded: a blend's are ranks, every other one's probabilities)."""
+    return done.get("scale") or (layout.RANK if done.get("model") == "blend" else layout.PROBABILITY)
+
+
+def experiment_kind(exp: Path) -> str:
+    """'blend', 'tfidf+lr' or 'model': what made an experiment's folds (their done.json says)."""
+    for folder in layout.done_dirs(exp).values():
+        model = (validity.read_done(folder) or {}).get("model")
+        if model in ("blend", fingerprint.TFIDF["model"]):
+            return model
+    return "model"
+
+
+def blend_fold_problem(cfg: Config, folder: Path, needs: tuple[str, ...], chain: tuple[str, ...] = ()) -> str:
+    """Why a blend's fold does not count ('' when it does): its own files, then each member's fold as
+    current as when the blend was made (the digests its done.json records). `chain`: the blends that led
+    here, so that a member naming one of them (a damaged done.json) is refused, not followed forever."""
+    why = validity.fold_status(folder, None, needs)
+    if why:
+        return why
+    done, k = validity.read_done(folder), layout.fold_index(folder)
+    chain = (*chain, folder.parent.name)
+    for member, digest in (done.get("member_digests") or {}).items():
+        if member in chain:
+            return f"names {member} among its own members ({' -> '.join([*chain, member])}); make the blend again"
+        folds = experiment_folds(cfg, member, needs=(), chain=chain)
+        if k not in folds or validity.read_done(folds[k])["digest"] != digest:
+            return f"member {member}'s fold{k} changed since the blend was made (make the blend again)"
+    return "" if done.get("member_digests") else "made by an older version (make the blend again)"
+
+
+def experiment_check(
+    cfg: Config, name: str, needs: tuple[str, ...] = (layout.OOF,), chain: tuple[str, ...] = ()
+) -> tuple[list[Path], dict[str, str]]:
+    """(the folds of models/<name>/ that count, {fold: why not} for the others of 0..data.folds-1): a trained
+    experiment's or a baseline's checked against the fingerprint of its own config and prepared data as they
+    are now, a blend's against its members as they were when it was made (`chain`: the blends that led here)."""
+    exp = layout.experiment_dir(cfg, name)
+    if not exp.is_dir():
+        raise PipelineError(f"{name}: no experiment in {exp} (train it, make its baseline or blend it first)")
+    kind = experiment_kind(exp)
+    if kind != "blend":
+        digest, k = validity.experiment_digest(cfg, name, kind)
+        return validity.select_folds(exp, digest, k, needs)
+    found = {f: p for f, p in layout.fold_dirs(exp).items() if f >= 0}
+    why = {layout.fold_name(f): blend_fold_problem(cfg, found[f], needs, chain) if f in found else "not made"
+           for f in range(max(found, default=-1) + 1)}  # fmt: skip
+    return [found[f] for f in sorted(found) if not why[layout.fold_name(f)]], {f: w for f, w in why.items() if w}
+
+
+def experiment_folds(
+    cfg: Config, name: str, needs: tuple[str, ...] = (layout.OOF,), chain: tuple[str, ...] = ()
+) -> dict[int, Path]:
+    """Every fold of models/<name>/ (a trained experiment, a TF-IDF baseline or a blend), each complete,
+    intact and current (experiment_check), by fold number; else one line naming the experiment, the folds
+    and why, and the command that makes them."""
+    use, left_out = experiment_check(cfg, name, needs, chain)
+    if left_out:
+        kind = experiment_kind(layout.experiment_dir(cfg, name))
+        make = {"blend": "blend", fingerprint.TFIDF["model"]: "baseline"}.get(kind, "train predict")
+        raise PipelineError(
+            f"{name}: {validity.describe(left_out)}; make it again with `make {make}` and its CONFIG and ARGS"
+        )
+    return {layout.fold_index(d): d for d in use}
+
+
+def preflight(cfg: Config, stage: str, name: str | None = None) -> None:
+    """Every path `stage` reads or writes, checked before any work is done; `name` is the experiment folder a
+    stage writes when it is not the config's own (a blend's, the baseline's)."""
+    models = layout.experiment_dir(cfg, name)
+    if stage == "data":
+        if cfg.data.source == "dir" and cfg.data.dir:
+            files.check_readable(Path(cfg.data.dir).expanduser(), "the competition folder (data.dir)")
+        files.check_writable_dir(layout.input_dir(cfg), "the input folder (input_dir)")
+    if stage in ("train", "predict", "baseline"):
+        files.check_readable(layout.prepared_dir(cfg), "the prepared data")
+    if stage in ("train", "cv", "baseline", "blend"):
+        files.check_writable_dir(models, "the models folder (models_dir)")
+    if stage in ("predict", "blend", "baseline"):
+        files.check_writable_dir(Path(cfg.submissions_dir), "the submissions folder (submissions_dir)")
+        targets = (
+            (layout.submission_path(cfg), layout.submission_csv(cfg))
+            if stage == "predict"
+            else (layout.submission_path(cfg, name),)
+        )
+        for path in targets:
+            files.check_file_target(path, "the submission")
+    if stage == "predict":
+        # fold<k>/test.csv caches the test predictions
+        files.check_writable_dir(models, "the models folder (models_dir)")
+    if stage == "board":
+        files.check_file_target(layout.board_path(cfg), "the board (models/board.md)")
+
+
+@contextlib.contextmanager
+def experiment_lock(cfg: Config, stage: str):
+    """Hold the experiment's lock for the block (a lock this process already holds is left as it is)."""
+    path = layout.lock_path(cfg)
+    taken = files.acquire_lock(path, f"experiment {cfg.name!r}", stage)
+    try:
+        yield
+    finally:
+        if taken:
+            files.release_lock(path)
+
+
+def hold_experiment_lock(cfg: Config, stage: str) -> None:
+    """Take the experiment's lock until this process exits (one line at the start of a stage)."""
+    files.acquire_lock(layout.lock_path(cfg), f"experiment {cfg.name!r}", stage)
