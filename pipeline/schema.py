@@ -61,6 +61,7 @@ def at_least(n: int, note: str = "") -> tuple:
 
 
 POSITIVE = (lambda v: _finite(v) and v > 0), "a finite number > 0"
+NON_NEGATIVE = (lambda v: _finite(v) and v >= 0), "a finite number >= 0"
 FRACTION = (lambda v: 0 <= v < 1), "a number in [0, 1)"
 
 
@@ -172,9 +173,7 @@ class TrainConfig:
         2, "micro-batches per optimizer step; effective batch = micro × accumulation × world (GPUs)", within=at_least(1)
     )
     lr: float = setting(5e-4, "learning rate", within=POSITIVE)
-    weight_decay: float = setting(
-        0.01, "AdamW weight decay", within=((lambda v: _finite(v) and v >= 0), "a finite number >= 0")
-    )
+    weight_decay: float = setting(0.01, "AdamW weight decay", within=NON_NEGATIVE)
     warmup: float = setting(
         0.1,
         "fraction of optimizer steps spent warming up (the schedule counts optimizer steps, not micro-batches)",
@@ -212,7 +211,7 @@ class TrainConfig:
         0.0,
         "> 0: auto-fit, the largest micro-batch that fits (same effective batch); 0: "
         "off ([training.md](training.md#auto-fit))",
-        within=((lambda v: _finite(v) and v >= 0), "a finite number >= 0 (0: off)"),
+        within=(NON_NEGATIVE[0], "a finite number >= 0 (0: off)"),
     )
     training_only_rows: bool = setting(
         True, "fold -1 rows (English and translated) train every fold; `false`: only the other folds' validation rows"
@@ -342,14 +341,14 @@ class KaggleConfig:
         20.0,
         "minutes kept free at the session's end besides the measured costs of "
         "saving the resume state, copying into working and predicting a fold",
-        within=((lambda v: _finite(v) and v >= 0), "a finite number of minutes >= 0"),
+        within=(NON_NEGATIVE[0], "a finite number of minutes >= 0"),
     )
     weekly_quota_h: float = setting(
         30.0, "the weekly GPU hours the time plan compares with", within=(POSITIVE[0], "a finite number of hours > 0")
     )
     tokens_per_second: float = setting(0.0, "the throughput the time plan assumes, in padded tokens a second for the "
                                        "run; 0: measured by `make bench-gpu` on a T4, else estimated",
-                                       within=((lambda v: _finite(v) and v >= 0),
+                                       within=(NON_NEGATIVE[0],
                                                "a finite number >= 0 (0: the estimate)"))  # fmt: skip
     continue_from: str = setting(
         "",
