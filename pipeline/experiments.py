@@ -40,7 +40,9 @@ def blend_fold_problem(cfg: Config, folder: Path, needs: tuple[str, ...], chain:
     for member, digest in (done.get("member_digests") or {}).items():
         if member in chain:
             return f"names {member} among its own members ({' -> '.join([*chain, member])}); make the blend again"
-        folds = experiment_folds(cfg, member, needs=(), chain=chain)
+        # only this fold of the member: a blend may be of some folds (the ones every member had)
+        use, _ = experiment_check(cfg, member, needs=(), chain=chain)
+        folds = {layout.fold_index(d): d for d in use}
         if k not in folds or validity.read_done(folds[k])["digest"] != digest:
             return f"member {member}'s fold{k} changed since the blend was made (make the blend again)"
     return "" if done.get("member_digests") else "made by an older version (make the blend again)"

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import baseline, blend, data, layout, validity
+from pipeline import baseline, blend, data, experiments, layout, validity
 from pipeline.blend import BlendError
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.files import read_json
@@ -129,6 +129,8 @@ def test_blend_name_and_refusals(tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert "c leaves out fold4: not trained" in err and "a blended on folds [0, 1, 2, 3] only" in err
     assert sorted(part["blend"]["fold_weights"]) == [0, 1, 2, 3]
     assert not (tmp_path / "models" / "a+c" / "fold4").exists()
+    part_cfg = comp.config("blend.members=[a,c]")
+    assert sorted(experiments.experiment_folds(part_cfg, "a+c")) == [0, 1, 2, 3]  # counts, as the board reads it
     assert sorted(read_json(tmp_path / "models" / "a+c" / "cv.json")["folds"]) == ["0", "1", "2", "3"]
     # one fold in common: nothing to fit fold k's weights on without it
     comp.experiment("one", rng.random(len(comp.rows)), tests, folds=(0,))
