@@ -106,8 +106,9 @@ def main(argv=None) -> int:
 
     def stage() -> None:
         cfg = config_mod.from_args(args)  # a CUDA device that is not there stops here (config.check_device)
-        # every row's process gets the same resolved settings
-        cfg_args = ["--config", args.config, *args.overrides, f"bench.seq_len={cfg.bench.seq_len}"]
+        # every row's process gets the same settings: the config, ARGS (`make bench` passes them as --args)
+        # and the overrides, then the resolved sequence length
+        cfg_args = ["--config", args.config, "--args", args.args, *args.overrides, f"bench.seq_len={cfg.bench.seq_len}"]
         run(cfg, lambda spec: run_subprocess(cfg_args, spec))
 
     return run_stage(stage)

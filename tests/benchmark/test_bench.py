@@ -96,6 +96,20 @@ def test_one_row_in_a_fresh_process() -> None:
     assert out["key"] == "all3" and out["peak_mb"] > 0 and out["micro"] == 2 and out["accumulation"] == 2
 
 
+def test_each_rows_process_gets_the_settings_make_passes_as_args(monkeypatch, tmp_path) -> None:
+    """`make bench ARGS="bench.model=<folder> ..."` reaches `--args`: every row's own process must see it."""
+    seen = []
+
+    def fake_run(cfg, runner):
+        runner({"key": "fp32", "runner": "ours"})
+
+    monkeypatch.setattr(bench, "run", fake_run)
+    monkeypatch.setattr(bench, "run_subprocess", lambda cfg_args, spec: seen.append(cfg_args) or {})
+    assert bench.main(["--config", "sample", "--args", f"bench.model=tiny models_dir={tmp_path}", *TINY]) == 0
+    row_cfg = config.from_args(config.parser("").parse_args(seen[0]))
+    assert row_cfg.bench.model == "tiny" and row_cfg.models_dir == str(tmp_path)
+
+
 # ---------------------------------------------------------------- Trainer's settings
 
 
