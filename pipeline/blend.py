@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +65,7 @@ class Member:
     oof: pd.DataFrame  # id, lang, toxic, fold, pred: every completed fold's validation rows
     tests: dict[int, pd.DataFrame]  # fold -> that fold's test predictions (id, toxic)
     done: dict[int, dict]  # fold -> done.json
+    left_out: dict[str, str] = field(default_factory=dict)  # fold name -> why: the folds not made yet
 
 
 # ---------------------------------------------------------------- members
@@ -108,15 +109,13 @@ def load_member(cfg: Config, name: str) -> Member:
             experiments.experiment_folds(cfg, name, needs)  # raises: the folds, why, and the command that makes them
     except PipelineError as e:
         raise BlendError(f"blend member {e}") from None
-    if left_out:
-        print(f"blend: {name} leaves out {validity.describe(left_out)}", file=sys.stderr)
     dirs = {layout.fold_index(d): d for d in use}
     done = {k: validity.read_done(d) for k, d in dirs.items()}
     tests = {k: pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for k, d in dirs.items()}
     oof = report.read_oof(list(dirs.values()))
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
         raise BlendError(f"blend member {name!r}: its OOF rows in {exp}/fold*/oof.csv repeat an id or hold NaN")
-    return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done)
+    return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done, left_out)
 
 
 def shared_folds(members: list[Member]) -> list[Member]:
@@ -131,10 +130,12 @@ def shared_folds(members: list[Member]) -> list[Member]:
         )
     cut = []
     for m in members:
+        if m.left_out:  # said once the blend can be made, so that a refusal stays one line
+            print(f"blend: {m.name} leaves out {validity.describe(m.left_out)}", file=sys.stderr)
         if len(shared) < len(m.done):
             print(f"blend: {m.name} blended on folds {shared} only, the folds every member has", file=sys.stderr)
         oof = m.oof[m.oof["fold"].isin(shared)].reset_index(drop=True)
-        cut.append(Member(m.name, oof, {k: m.tests[k] for k in shared}, {k: m.done[k] for k in shared}))
+        cut.append(Member(m.name, oof, {k: m.tests[k] for k in shared}, {k: m.done[k] for k in shared}, m.left_out))
     return cut
 
 

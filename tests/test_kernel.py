@@ -79,7 +79,8 @@ def test_import_is_light(tmp_path: Path) -> None:
 
 
 def test_dry_run_sends_nothing_and_says_what_would(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    argv = ["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", "data.extra_files=[]"]
+    argv = ["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", "data.extra_files=[]",
+            f"input_dir={tmp_path / 'input'}", f"models_dir={tmp_path / 'models'}"]  # fmt: skip
     assert kernel.main(argv) == 0
     out = capsys.readouterr().out
     assert "your-kaggle-name" in out  # no credentials: a placeholder user, said so

@@ -167,21 +167,32 @@ def init_state(optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
+def _device_facts(device) -> dict:
+    """The device, and what its figures depend on: a GPU's name (the Kaggle time plan takes a figure measured
+    on a T4 only), whether a CPU computes bf16 natively (without it bf16 is emulated: slower than fp32)."""
+    import torch
+
+    from pipeline.core.precision import cpu_has_bf16
+
+    facts = {"device": str(device)}
+    if device.type == "cuda":
+        facts["gpu"] = torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        facts["cpu_bf16_native"] = cpu_has_bf16()
+    return facts
+
+
 def run_row(cfg: Config, spec: dict) -> dict:
     """Build, warm up and time one row; returns its measurements (or `na` with the reason)."""
     import torch
 
     from pipeline.core import distributed, memory, modeling, trim
-    from pipeline.core.precision import cpu_has_bf16, resolve_precision
+    from pipeline.core.precision import resolve_precision
 
     b = cfg.bench
     device = distributed.pick_device(cfg.train.device)
     precision = resolve_precision(spec["precision"], device)
-    out = {"key": spec["key"], "runner": spec["runner"], "device": str(device), "precision": precision}
-    if device.type == "cuda":  # the GPU's name: the Kaggle time plan takes a figure measured on a T4 only
-        out["gpu"] = torch.cuda.get_device_name(device)
-    if device.type == "cpu":
-        out["cpu_bf16_native"] = cpu_has_bf16()  # without it CPU bf16 is emulated: slower than fp32
+    out = {"key": spec["key"], "runner": spec["runner"], **_device_facts(device), "precision": precision}
     if spec["optimizer"] == "adamw8bit" and device.type != "cuda":
         # the same refusal make_optimizer gives, without building a model for it
         return {**out, "na": "8-bit AdamW (bitsandbytes) runs only on a CUDA GPU"}

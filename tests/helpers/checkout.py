@@ -49,9 +49,12 @@ class Watch:
     def hook(self, event: str, args: tuple) -> None:
         if not self.active or event not in EVENTS:
             return
+        if event in ("os.rmdir", "os.remove") and len(args) > 1 and args[1] is not None:
+            return  # relative to an open folder (dir_fd, as shutil.rmtree walks): not a path from the checkout
         for arg in args[:2]:
             path = _as_path(arg)
-            if path is not None and self.inside(path):
+            # a bare name is what rmtree opens relative to an open folder (the audit event does not say which)
+            if path is not None and (os.sep in path or os.path.isabs(path)) and self.inside(path):
                 self.seen.append(f"{event} {os.path.relpath(os.path.abspath(path), ROOT)}")
 
     def state(self) -> dict[str, tuple[int, int]]:

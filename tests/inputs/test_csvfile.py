@@ -135,7 +135,7 @@ def frame_damage(draw):
         expect = "empty lang"
     elif kind == "empty_table":
         frame = frame.iloc[:0]
-        expect = {VALID: "0 rows cannot make", TEST: "ids differ", SUBMISSION: "ids differ"}.get(name)
+        expect = {VALID: "0 rows cannot make", TEST: "no rows (a header only)", SUBMISSION: "ids differ"}.get(name)
     elif kind == "duplicate_id":
         other = draw(st.integers(0, n - 1).filter(lambda i: i != row))
         frame.loc[other, "id"] = frame.loc[row, "id"]
