@@ -106,7 +106,7 @@ def load_member(cfg: Config, name: str) -> Member:
         use, left_out = experiments.experiment_check(cfg, name, needs)
         finished = {layout.fold_name(k) for k in layout.done_dirs(exp)}
         if not use or finished & set(left_out):
-            experiments.experiment_folds(cfg, name, needs)  # raises: the folds, why, and the command that makes them
+            raise experiments.refusal(cfg, name, left_out)
     except PipelineError as e:
         raise BlendError(f"blend member {e}") from None
     dirs = {layout.fold_index(d): d for d in use}

@@ -75,12 +75,17 @@ def experiment_folds(
     and why, and the command that makes them."""
     use, left_out = experiment_check(cfg, name, needs, chain)
     if left_out:
-        kind = experiment_kind(layout.experiment_dir(cfg, name))
-        make = {"blend": "blend", fingerprint.TFIDF["model"]: "baseline"}.get(kind, "train predict")
-        raise PipelineError(
-            f"{name}: {validity.describe(left_out)}; make it again with `make {make}` and its CONFIG and ARGS"
-        )
+        raise refusal(cfg, name, left_out)
     return {layout.fold_index(d): d for d in use}
+
+
+def refusal(cfg: Config, name: str, left_out: dict[str, str]) -> PipelineError:
+    """The one line for folds of models/<name>/ that do not count: which, why, and the command that makes them."""
+    kind = experiment_kind(layout.experiment_dir(cfg, name))
+    make = {"blend": "blend", fingerprint.TFIDF["model"]: "baseline"}.get(kind, "train predict")
+    return PipelineError(
+        f"{name}: {validity.describe(left_out)}; make it again with `make {make}` and its CONFIG and ARGS"
+    )
 
 
 def preflight(cfg: Config, stage: str, name: str | None = None) -> None:
