@@ -58,7 +58,7 @@ def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path,
     oof, on_test = fit_predict(train["text"], train["toxic"], [valid["text"], test["text"]], seed)
     write_csv(fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=oof))
     write_csv(fold_dir / layout.TEST_PREDS, pd.DataFrame({"id": test["id"], "toxic": on_test}))
-    score, per_lang = metrics.fold_score(valid, oof, profile)  # as a trained fold's
+    _, score, per_lang = metrics.fold_score(valid, oof, profile)  # as a trained fold's
     result = {
         "fold": fold,
         "digest": digest,
@@ -83,11 +83,11 @@ def compare(cfg, summary: dict) -> None:
         return
     other = read_json(xlmr)
     langs = list(summary["per_lang"])
-    print(f"\n{'model':<12} {'OOF AUC':>8} " + " ".join(f"{lg:>6}" for lg in langs) + f" {'minutes':>8}")
+    print("\n" + report.figures_head(f"{'model':<12}", langs))
     for name, s in ((cfg.model.name, other), (MODEL, summary)):
         minutes = sum(d.get("minutes", 0) for d in s["fold_details"].values())
-        per = " ".join(f"{s['per_lang'].get(lg, float('nan')):>6.4f}" for lg in langs)
-        print(f"{name:<12} {s['oof_auc']:>8.4f} {per} {minutes:>8.1f}")
+        figures = {**(s.get("metrics") or {}), "per_lang": s["per_lang"]}  # an older cv.json has no metrics: '-'
+        print(report.figures_line(f"{name:<12}", figures, langs, minutes))
 
 
 def run(cfg) -> dict:

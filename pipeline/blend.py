@@ -193,23 +193,21 @@ def digest(members: list[Member], weights, step: float) -> str:
     return json_digest(blob)
 
 
-def per_lang_table(rows: list[tuple[str, str, pd.Series]], oof: pd.DataFrame, profile: dict) -> str:
-    """Name, weight, the estimate of the test AUC (six-language OOF: what the weights maximise) and the OOF
-    AUC overall and per language on validation.csv's rows, for each (name, weight, predictions)."""
-    at = metrics.on_validation(oof)
-    valid = oof[at].reset_index(drop=True)
-    langs = sorted(valid["lang"].unique())
-    head = f"{'':<28} {'weight':>6} {'6-lang OOF':>10} {'OOF AUC':>8} " + " ".join(f"{lg:>6}" for lg in langs)
+def members_table(rows: list[tuple[str, str, pd.Series, str]], oof: pd.DataFrame, profile: dict) -> str:
+    """Name, weight, every metric (metrics.METRICS; the six-language AUC is what the weights maximise) and
+    the AUC per test language, for each (name, weight, predictions, their scale)."""
+    figures = [(name, weight, figures_of(oof.assign(pred=np.asarray(p)), profile, scale))
+               for name, weight, p, scale in rows]  # fmt: skip
+    langs = list(figures[0][2]["per_lang"]) if figures else []
+    head = report.figures_head(f"{'':<28} {'weight':>6}", langs, minutes=False)
     lines = [head, "-" * len(head)]
-    for name, weight, p in rows:
-        p = np.asarray(p)
-        six = metrics.six_language(oof.assign(pred=p), profile)["auc"]
-        per = metrics.auc_by_lang(valid["toxic"], p[at], valid["lang"])
-        lines.append(
-            f"{name:<28} {weight:>6} {six:>10.4f} {metrics.auc(valid['toxic'], p[at]):>8.4f} "
-            + " ".join(f"{per[lg]:>6.4f}" for lg in langs)
-        )
+    lines += [report.figures_line(f"{name:<28} {weight:>6}", f, langs) for name, weight, f in figures]
     return "\n".join(lines)
+
+
+def figures_of(oof: pd.DataFrame, profile: dict, scale: str) -> dict:
+    """Every metric and the AUC per language of one set of OOF predictions."""
+    return {**metrics.scores(oof, profile, scale), "per_lang": metrics.per_language(oof, profile)}
 
 
 @dataclass
@@ -250,44 +248,44 @@ def read_sample_submission(cfg: Config) -> pd.DataFrame:
 
 def blend_summary(cfg: Config, members: list[Member], f: Fit, done: dict, profile: dict) -> dict:
     """The CV report of the blended OOF, with members and weights (publish adds the test score)."""
-    names, y = [m.name for m in members], f.oof["toxic"].to_numpy()
+    names = [m.name for m in members]
     summary = report.cv_summary(f.oof, done, profile)
     in_sample = f.oof.assign(pred=mix(f.ranks, f.weights))
     summary["blend"] = {
         "members": names,
         "weights": dict(zip(names, [round(float(w), 4) for w in f.weights])),
         "fold_weights": {k: dict(zip(names, [round(float(x), 4) for x in w])) for k, w in f.fold_weights.items()},
-        # on validation.csv's rows, as the blend's oof_auc; the weights are fit on every OOF row
-        "member_oof_auc": {m.name: validation_auc(m.oof) for m in members},
-        "member_six": {m.name: metrics.six_language(m.oof, profile)["auc"] for m in members},
-        "objective": "six-language OOF",  # what the weights maximise: the estimate the board ranks by
+        # every metric of each member's own OOF, as the blend's own `metrics`
+        "member_metrics": {m.name: metrics.scores(m.oof, profile, member_scale(m)) for m in members},
+        "objective": metrics.SIX.key,  # what the weights maximise: the estimate the board ranks by
         "member_digests": {m.name: {k: d.get("digest") for k, d in m.done.items()} for m in members},
-        "oof_auc_in_sample": metrics.auc(y, in_sample["pred"]),  # optimistic: weights fit on the rows scored
-        "six_in_sample": metrics.six_language(in_sample, profile)["auc"],
+        # optimistic: the weights fit on the rows scored
+        "metrics_in_sample": metrics.scores(in_sample, profile, layout.RANK),
         "step": cfg.blend.step,
         "members_minutes": round(sum(d.get("minutes", 0) for m in members for d in m.done.values()), 2),
     }
     return summary
 
 
-def validation_auc(oof: pd.DataFrame) -> float:
-    at = metrics.on_validation(oof)
-    return metrics.auc(oof["toxic"][at], oof["pred"][at])
+def member_scale(m: Member) -> str:
+    return report.pred_scale(m.done)
 
 
 def print_report(name: str, members: list[Member], f: Fit, summary: dict, seconds: float, paths: str,
                  profile: dict) -> None:  # fmt: skip
-    rows = [(m.name, f"{w:.2f}", m.oof["pred"]) for m, w in zip(members, f.weights)]
+    rows = [(m.name, f"{w:.2f}", m.oof["pred"], member_scale(m)) for m, w in zip(members, f.weights)]
     rows += [
-        ("blend, nested (honest)", "", f.oof["pred"]),
-        ("blend, all-OOF weights", "", pd.Series(mix(f.ranks, f.weights))),
+        ("blend, nested (honest)", "", f.oof["pred"], layout.RANK),
+        ("blend, all-OOF weights", "", pd.Series(mix(f.ranks, f.weights)), layout.RANK),
     ]
-    print(per_lang_table(rows, f.oof, profile))
+    print(members_table(rows, f.oof, profile))
     per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in f.fold_weights.items())
     print(f"weights fit without each fold (fold: {' '.join(m.name for m in members)}): {per_fold}")
+    six, valid = metrics.SIX, metrics.BY_KEY["valid_auc"]
+    best = max(v[six.key] for v in summary["blend"]["member_metrics"].values())
     print(
-        f"blend {name}: six-language OOF {summary['six']['auc']:.4f} (best member "
-        f"{max(summary['blend']['member_six'].values()):.4f}), OOF AUC {summary['oof_auc']:.4f}"
+        f"blend {name}: {six.header} {summary['metrics'][six.key]:.4f} (best member {best:.4f}), "
+        f"{valid.header} {summary['metrics'][valid.key]:.4f}"
         + (f", test AUC {summary['test_auc']['auc']:.4f}" if "test_auc" in summary else "")
         + f", {seconds:.1f} s -> {paths}"
     )
@@ -350,7 +348,7 @@ def write_folds(
         folder = out / layout.fold_name(k)
         write_csv(folder / layout.OOF, rows)
         write_csv(folder / layout.TEST_PREDS, fold_files(members, k, w, ids))
-        score, per_lang = metrics.fold_score(rows, rows["pred"], profile)  # as a trained fold's
+        _, score, per_lang = metrics.fold_score(rows, rows["pred"], profile)  # as a trained fold's
         done[k] = {
             "fold": k,
             "digest": digest(members, w, step),

@@ -29,6 +29,7 @@ from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
 from pipeline.schema import Config
 from pipeline.scoring import metrics, report
+from pipeline.scoring.metrics import shown as cell
 
 NOT_YET = ("not trained", "not made", "not complete")  # why a fold does not count yet, not why it no longer does
 
@@ -80,7 +81,8 @@ def summary_of(exp: Path, counted: set[int], profile=None) -> dict:
     done = {k: validity.read_done(d) for k, d in dirs.items()}
     scored = [dirs[k] for k in done if k >= 0]
     if not scored:
-        return {"oof_auc": math.nan, "per_lang": {}, "folds": {}, "fold_details": done}
+        nothing = {m.key: math.nan for m in metrics.METRICS}
+        return {"metrics": nothing, "per_lang": {}, "folds": {}, "fold_details": done}
     recorded = report.profile_of(done)
     summary = report.cv_summary(report.read_oof(scored), done, recorded or (profile() if profile else None))
     saved = report.read_cv(exp / layout.CV_JSON)
@@ -149,11 +151,12 @@ def row(cfg: Config, exp: Path) -> dict | None:
     summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp))
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
+    figures = dict(summary["metrics"])
+    if "calibrated" in six and not math.isnan(figures[metrics.SIX.key]):  # the submission is calibrated: so is
+        figures[metrics.SIX.key] = six["calibrated"]  # the OOF it is judged by
     return {
         "name": exp.name,
-        "oof": summary["oof_auc"],
-        # only where every test language has OOF rows: else it is not the six-language metric
-        "oof6": six.get("calibrated", six.get("auc", math.nan)) if six and not six.get("missing") else math.nan,
+        "metrics": figures,
         "per_lang": summary["per_lang"],
         "folds": folds_done(summary, s.pop("folds_total")),
         "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
@@ -181,39 +184,35 @@ def rows(cfg: Config) -> list[dict]:
 
 
 def rank(r: dict) -> tuple:
-    """The six-language OOF first (it ranks experiments as the test does: docs/recipes.md measures it), then
-    the plain OOF of experiments without held-out translated rows; NaN last."""
-    for i, key in enumerate(("oof6", "oof")):
-        if not math.isnan(r[key]):
-            return (i, -r[key])
-    return (2, 0.0)
+    """The six-language AUC first (it ranks experiments as the test does: docs/recipes.md measures it), then
+    the validation AUC of experiments without held-out translated rows; NaN last."""
+    for i, m in enumerate(metrics.RANKED_BY):
+        if not math.isnan(r["metrics"][m.key]):
+            return (i, -r["metrics"][m.key])
+    return (len(metrics.RANKED_BY), 0.0)
 
 
-def compared_by(r: dict, q: dict) -> str:
-    """The OOF two rows are ranked by: the six-language one where both have it."""
-    return "oof6" if not (math.isnan(r["oof6"]) or math.isnan(q["oof6"])) else "oof"
+def compared_by(r: dict, q: dict) -> metrics.Metric:
+    """The metric two rows are ranked by: the first of metrics.RANKED_BY both have."""
+    both = [m for m in metrics.RANKED_BY if not (math.isnan(r["metrics"][m.key]) or math.isnan(q["metrics"][m.key]))]
+    return both[0] if both else metrics.RANKED_BY[-1]
 
 
 def mark_disagreements(board: list[dict]) -> list[dict]:
-    """`below`: for an experiment whose OOF is above another's while its test AUC is below it, that other
-    one (the one with the best test AUC of those): its OOF rose where its test AUC fell."""
+    """`below`: for an experiment ranked above another while its test AUC is below it, that other one (the
+    one with the best test AUC of those): its OOF rose where its test AUC fell."""
     for r in board:
         others = [q for q in board if q is not r and q["test"] is not None and r["test"] is not None
-                  and q[compared_by(r, q)] < r[compared_by(r, q)] and q["test"] > r["test"]]  # fmt: skip
+                  and q["metrics"][compared_by(r, q).key] < r["metrics"][compared_by(r, q).key]
+                  and q["test"] > r["test"]]  # fmt: skip
         r["below"] = max(others, key=lambda q: q["test"])["name"] if others else ""
     return board
-
-
-def cell(value, fmt: str = "") -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return format(value, fmt)
 
 
 def board_table(board: list[dict]) -> str:
     """A Markdown table: readable printed, rendered on GitHub."""
     langs = sorted({lg for r in board for lg in r["per_lang"]})
-    head = ["experiment", "6-lang OOF", "OOF AUC", *langs, "folds", "minutes", "test AUC"]
+    head = ["experiment", *(m.header for m in metrics.METRICS), *langs, "folds", "minutes", "test AUC"]
     head += ["model", "max_len", "epochs", "lr", "batch"]
     body = []
     for r in board:
@@ -223,8 +222,7 @@ def board_table(board: list[dict]) -> str:
             + (" (incomplete)" if r.get("incomplete") else "")
             + (" (newer version)" if r.get("newer") else "")
             + (" (!)" if r.get("below") else ""),
-            cell(r.get("oof6"), ".4f"),
-            cell(r["oof"], ".4f"),
+            *(cell(r["metrics"].get(m.key), m.fmt) for m in metrics.METRICS),
             *(cell(r["per_lang"].get(lg), ".4f") for lg in langs),
             r["folds"],
             cell(r["minutes"], ".1f"),
@@ -252,10 +250,9 @@ def stale_notes(board: list[dict]) -> str:
     for r in board:
         if r.get("below"):
             q = next(x for x in board if x["name"] == r["below"])
-            key = compared_by(r, q)
-            what = "six-language OOF" if key == "oof6" else "OOF AUC"
-            notes.append(f"- {r['name']} (!): {what} {r[key]:.4f} above {q['name']}'s {q[key]:.4f}, test AUC "
-                         f"{r['test']:.4f} below its {q['test']:.4f}")  # fmt: skip
+            m = compared_by(r, q)
+            notes.append(f"- {r['name']} (!): {m.header} {r['metrics'][m.key]:.4f} above {q['name']}'s "
+                         f"{q['metrics'][m.key]:.4f}, test AUC {r['test']:.4f} below its {q['test']:.4f}")  # fmt: skip
     return "\n".join(notes)
 
 

@@ -1,15 +1,16 @@
 """Stage `make submit` (and `make submissions`): send a submission to the competition and record its score.
 
 Reads   submissions/<name>.csv (or kaggle.submit_file; after `make kernel-output` the kernel's own file),
-        models/<name>/cv.json for the OOF AUC, the competition's sample_submission.csv when present
+        models/<name>/cv.json for the figure it is ranked by (its six-language AUC, else its validation AUC),
+        the competition's sample_submission.csv when present
 Writes  models/<name>/submissions.jsonl   one line per submission: time, file, message, ref, status,
                                           public and private score
 
 Before anything is sent the file is checked like `make predict` checks it (the ids of
 sample_submission.csv, no NaN, values in [0, 1]): a failed check submits nothing. The message names
-the experiment, its OOF AUC and the git commit. The score is polled until Kaggle has it or
+the experiment, its OOF figure and the git commit. The score is polled until Kaggle has it or
 `kaggle.submit_timeout` seconds have passed. `--list` (make submissions) prints every recorded
-submission beside its experiment's OOF AUC.
+submission beside its experiment's OOF figure.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pipeline import layout
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text, read_json
 from pipeline.schema import Config
+from pipeline.scoring import metrics
 from pipeline.scoring.submission import check_submission
 
 
@@ -40,12 +42,14 @@ def submission_file(cfg: Config) -> Path:
     return Path(cfg.kaggle.submit_file) if cfg.kaggle.submit_file else layout.submission_path(cfg)
 
 
-def oof_auc(exp: Path) -> float | None:
-    """The experiment's OOF AUC from its cv.json; None when there is none (or it cannot be read)."""
+def oof_figure(exp: Path) -> tuple[str, float] | None:
+    """(the name, the value) of the figure the experiment is ranked by, from its cv.json
+    (metrics.headline); None when there is none (or it cannot be read)."""
     try:
-        return float(read_json(exp / layout.CV_JSON)["oof_auc"])
-    except (OSError, ValueError, KeyError, TypeError):
+        found = metrics.headline(read_json(exp / layout.CV_JSON).get("metrics"))
+    except (OSError, ValueError, AttributeError):
         return None
+    return (found[0].header, found[1]) if found else None
 
 
 def git_commit() -> str:
@@ -58,8 +62,8 @@ def git_commit() -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def message(name: str, auc: float | None, commit: str) -> str:
-    parts = [name, f"OOF AUC {auc:.4f}" if auc is not None else "OOF AUC unknown"]
+def message(name: str, figure: tuple[str, float] | None, commit: str) -> str:
+    parts = [name, f"{figure[0]} {figure[1]:.4f}" if figure else "OOF figure unknown"]
     return "; ".join(parts + ([f"commit {commit}"] if commit else []))
 
 
@@ -115,7 +119,7 @@ def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
     path = submission_file(cfg)
     check_file(path, sample_submission_path(cfg))
     exp = layout.experiment_dir(cfg)
-    text = message(cfg.name, oof_auc(exp), git_commit())
+    text = message(cfg.name, oof_figure(exp), git_commit())
     api = client.get_api() if api is None else api
     ref = client.submit(cfg.data.competition, path, text, api)
     print(f"submit: {path} sent to {cfg.data.competition} as submission {ref} ({text})")
@@ -147,17 +151,17 @@ def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
 
 
 def recorded(models_dir: Path) -> list[dict]:
-    """Every recorded submission of every experiment, with the experiment's OOF AUC, oldest first; a line
+    """Every recorded submission of every experiment, with the experiment's OOF figure, oldest first; a line
     that cannot be read is named on stderr and left out."""
     rows = []
     for path in sorted(Path(models_dir).glob(f"*/{layout.SUBMIT_RECORD}")):
-        auc = oof_auc(path.parent)
+        figure = oof_figure(path.parent)
         for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
             entry = parse_entry(line)
             if entry is None and line.strip():
                 print(f"submissions: {path}:{number} is not a submission record; left out", file=sys.stderr)
             elif entry is not None:
-                rows.append({"experiment": path.parent.name, "oof_auc": auc, **entry})
+                rows.append({"experiment": path.parent.name, "oof": figure, **entry})
     return sorted(rows, key=lambda r: r["time"])
 
 
@@ -175,12 +179,12 @@ def parse_entry(line: str) -> dict | None:
 def submissions_table(rows: list[dict]) -> str:
     if not rows:
         return "no submissions recorded yet (make submit)"
-    head = f"{'time':<26} {'experiment':<16} {'OOF AUC':>8} {'public':>8} {'private':>8}  status"
+    head = f"{'time':<26} {'experiment':<16} {'OOF':>17} {'public':>8} {'private':>8}  status"
     lines = [head, "-" * len(head)]
     for r in rows:
-        auc = f"{r['oof_auc']:.4f}" if r["oof_auc"] is not None else "-"
+        oof = f"{r['oof'][0]} {r['oof'][1]:.4f}" if r["oof"] else "-"
         lines.append(
-            f"{r['time']:<26} {r['experiment']:<16} {auc:>8} {r['public'] or '-':>8} {r['private'] or '-':>8}  "
+            f"{r['time']:<26} {r['experiment']:<16} {oof:>17} {r['public'] or '-':>8} {r['private'] or '-':>8}  "
             f"{r['status']}"
         )
     return "\n".join(lines)
@@ -188,7 +192,7 @@ def submissions_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = config_mod.parser("Submit submissions/<name>.csv to the competition and wait for its score.")
-    p.add_argument("--list", action="store_true", help="list every recorded submission with its OOF AUC")
+    p.add_argument("--list", action="store_true", help="list every recorded submission with its OOF figure")
     args = p.parse_args(argv)
 
     def stage() -> None:

@@ -39,7 +39,7 @@ def test_baseline_writes_folds_like_an_experiment(prepared: Path, capsys: pytest
     summary = baseline.run(cfg)
     table, test, _ = tables.load_table(cfg)
     exp = Path(cfg.models_dir) / f"{cfg.name}-tfidf"
-    assert summary["oof_auc"] > 0.7  # the sample's toxic words are easy for character n-grams
+    assert summary["metrics"]["valid_auc"] > 0.7  # the sample's toxic words are easy for character n-grams
     assert (exp / "cv.json").exists() and (exp / "cv.png").exists()
     for k in range(cfg.data.folds):
         fold = exp / f"fold{k}"

@@ -3,6 +3,7 @@ an experiment. The weights themselves (pipeline.scoring.blending) are tested in 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -59,9 +60,13 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     fold_w = {int(k): np.array([w["a"], w["b"]]) for k, w in cv["blend"]["fold_weights"].items()}
     assert sorted(fold_w) == [0, 1, 2, 3, 4]
     expect = blending.apply_weights(ranks, folds, fold_w)
-    assert cv["oof_auc"] == pytest.approx(metrics.auc(y, expect), abs=1e-3)  # weights are stored rounded
-    assert cv["oof_auc"] == summary["oof_auc"] > max(cv["blend"]["member_oof_auc"].values())
-    assert cv["oof_auc"] <= cv["blend"]["oof_auc_in_sample"]
+    got = cv["metrics"]["valid_auc"]
+    assert got == pytest.approx(metrics.auc(y, expect), abs=1e-3)  # weights are stored rounded
+    assert got == summary["metrics"]["valid_auc"] > max(m["valid_auc"] for m in cv["blend"]["member_metrics"].values())
+    assert got <= cv["blend"]["metrics_in_sample"]["valid_auc"]
+    # the members' OOF are probabilities (a Brier score), the blend's ranks (none)
+    assert all(m["brier"] > 0 for m in cv["blend"]["member_metrics"].values()) and math.isnan(cv["metrics"]["brier"])
+    assert cv["scale"] == "rank"
     assert set(cv["per_lang"]) == {"es", "it", "tr"} and cv["rows"] == len(rows)
     assert cv["blend"]["members"] == ["a", "b"]
     assert sum(cv["blend"]["weights"].values()) == pytest.approx(1.0)
@@ -88,7 +93,7 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert cv["test_auc"]["auc"] == pytest.approx(metrics.auc(scored["toxic_x"], scored["toxic_y"]))
 
     # printed: each member beside the blend, per language
-    assert "OOF AUC" in out and all(f" {lg}" in out for lg in ("es", "it", "tr"))
+    assert all(m.header in out for m in metrics.METRICS) and all(f" {lg}" in out for lg in ("es", "it", "tr"))
     assert "\na " in out and "\nb " in out and "blend, nested (honest)" in out
 
 

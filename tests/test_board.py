@@ -10,9 +10,11 @@ import pytest
 from pipeline import blend, board, config, validity
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
-from pipeline.scoring import report
+from pipeline.scoring import metrics, report
 from tests.helpers import board_rows
 from tests.helpers.experiments import Competition
+
+VALID = metrics.BY_KEY["valid_auc"].header
 
 
 def board_config(models: Path) -> config.Config:
@@ -58,13 +60,17 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     rows = board_rows(text)
     names = [r["experiment"] for r in rows]
     assert sorted(names) == ["partial (incomplete)", "stage1", "xlmr", "xlmr+xlmr-tfidf", "xlmr-tfidf"]  # bench: none
-    oof = [float(r["OOF AUC"]) for r in rows[:-1]]
+    oof = [float(r[VALID]) for r in rows[:-1]]
     assert oof == sorted(oof, reverse=True)  # best OOF first
     assert names[-2:] == ["partial (incomplete)", "stage1"]  # the noisiest, then the one without OOF
-    assert list(rows[0])[:7] == ["experiment", "6-lang OOF", "OOF AUC", "es", "it", "tr", "folds"]
+    assert list(rows[0])[:8] == ["experiment", *(m.header for m in metrics.METRICS), "es", "it", "tr", "folds"]
     row = {r["experiment"].split(" (")[0]: r for r in rows}
     cv = read_json(models / "xlmr" / "cv.json")
-    assert row["xlmr"]["OOF AUC"] == f"{cv['oof_auc']:.4f}" and row["xlmr"]["es"] == f"{cv['per_lang']['es']:.4f}"
+    assert (
+        row["xlmr"][VALID] == f"{cv['metrics']['valid_auc']:.4f}" and row["xlmr"]["es"] == f"{cv['per_lang']['es']:.4f}"
+    )
+    # the Brier score needs probabilities: a trained experiment's OOF has them, a blend's ranks do not
+    assert row["xlmr"]["Brier"] == f"{cv['metrics']['brier']:.4f}" and row["xlmr+xlmr-tfidf"]["Brier"] == "-"
     assert row["xlmr"]["test AUC"] == "0.8765" and row["xlmr-tfidf"]["test AUC"] == "-"
     assert row["xlmr"]["folds"] == "5/5" and row["partial"]["folds"] == "2/5"  # folds done of data.folds
     assert row["xlmr"]["minutes"] == "7.5" and row["partial"]["minutes"] == "3.0"  # 1.5 a fold
@@ -79,7 +85,7 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     w = read_json(models / "xlmr+xlmr-tfidf" / "cv.json")["blend"]["weights"]
     assert row["xlmr+xlmr-tfidf"]["model"] == f"blend: xlmr {w['xlmr']:.2f} + xlmr-tfidf {w['xlmr-tfidf']:.2f}"
     assert row["xlmr+xlmr-tfidf"]["minutes"] == "15.0"  # its members' minutes
-    assert row["stage1"]["folds"] == "stage 1" and row["stage1"]["OOF AUC"] == "-"
+    assert row["stage1"]["folds"] == "stage 1" and row["stage1"][VALID] == "-"
     assert row["stage1"]["minutes"] == "4.0"
     assert not (models / "partial" / "cv.json").exists()  # the board reads, it does not write experiments
     assert "(stale)" not in text and "- partial (incomplete): fold2, fold3, fold4: not trained" in text
@@ -123,3 +129,39 @@ def test_an_experiment_made_by_a_newer_version_says_so_and_is_not_stale(tmp_path
     ]
     with pytest.raises(validity.NewerVersion, match="train.focal_gamma"):
         validity.experiment_config(board_config(models), "xlmr")
+
+
+def test_each_experiment_is_scored_by_the_test_profile_it_recorded_whatever_the_boards_config(tmp_path: Path) -> None:
+    """An experiment's six-language AUC comes from the profile its folds' done.json record, not from the
+    prepared tables of whatever CONFIG or name= the board runs under."""
+    comp = Competition(tmp_path, 600)
+    y = comp.rows["toxic"].to_numpy()
+    three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
+             "rate_from": dict.fromkeys(("es", "it", "tr"), "validation.csv")}  # fmt: skip
+    comp.experiment("xlmr", noisy(y, 1.0, 1), None, profile=three)
+    want = metrics.six_language(comp.rows.assign(pred=noisy(y, 1.0, 1)), three)["auc"]
+    texts = [board.run(config.with_overrides(board_config(comp.models), extra)) for extra in ([], ["name=h"])]
+    assert texts[0] == texts[1]
+    (row,) = board_rows(texts[0])
+    assert row[metrics.SIX.header] == f"{want:.4f}"  # not '-': the recorded test has no fr, pt, ru
+
+
+def test_a_metric_added_to_the_one_list_reaches_every_report(tmp_path: Path, monkeypatch, capsys) -> None:
+    """metrics.METRICS is the one list: a metric added there is in cv.json (overall and per fold), the fold
+    table, the blend's table and summary, and the board, by its name; one that needs probabilities is
+    not computed on a blend's ranks."""
+    rows = metrics.Metric("rows", "OOF rows", "rows scored", lambda oof, profile: float(len(oof)), fmt=".0f")
+    mean = metrics.Metric("mean", "mean pred", "mean probability", lambda oof, profile: float(oof["pred"].mean()),
+                          probabilities=True)  # fmt: skip
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, rows, mean))
+    monkeypatch.setattr(metrics, "BY_KEY", {m.key: m for m in metrics.METRICS})
+    models = make_models(tmp_path)
+    out = capsys.readouterr().out
+    cv = read_json(models / "xlmr" / "cv.json")
+    assert cv["metrics"]["rows"] == 600 and sum(f["rows"] for f in cv["folds"].values()) == 600
+    assert "OOF rows" in report.fold_table(cv)
+    blended = read_json(models / "xlmr+xlmr-tfidf" / "cv.json")
+    assert blended["blend"]["member_metrics"]["xlmr"]["mean"] > 0 and np.isnan(blended["metrics"]["mean"])
+    assert "OOF rows" in out.split("blend xlmr+xlmr-tfidf")[0]  # the blend's table of members
+    (row,) = [r for r in board_rows(board.run(board_config(models))) if r["experiment"] == "xlmr"]
+    assert row["OOF rows"] == "600" and row["mean pred"] == f"{cv['metrics']['mean']:.4f}"

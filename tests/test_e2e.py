@@ -111,7 +111,7 @@ def test_fold_artifacts(pipeline_run) -> None:
 
 def test_cv_report(pipeline_run) -> None:
     cv = json.loads((pipeline_run.exp / "cv.json").read_text())
-    assert cv["oof_auc"] > 0.5
+    assert cv["metrics"]["valid_auc"] > 0.5
     assert set(cv["per_lang"]) == {"es", "it", "tr"}
     assert {int(k) for k in cv["folds"]} == set(range(FOLDS))
     assert cv["rows"] == int((pipeline_run.table["fold"] >= 0).sum())  # every validation row scored once

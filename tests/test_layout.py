@@ -126,9 +126,13 @@ def check_cv(made, root: Path, code: int, out: str, err: str) -> None:
     folds = sorted(int(k) for k in got["folds"])
     assert folds == used_folds(err) if "left out" in err else folds == [0, 1]
     oof = pd.concat([made.clean.oof[k] for k in folds])
-    assert got["oof_auc"] == pytest.approx(metrics.auc(oof["toxic"], oof["pred"]), abs=1e-12)
+    assert got["metrics"]["valid_auc"] == pytest.approx(metrics.auc(oof["toxic"], oof["pred"]), abs=1e-12)
     for k in folds:
-        assert got["folds"][str(k)] == pytest.approx(made.clean.cv["folds"][str(k)], abs=1e-12)
+        want = made.clean.cv["folds"][str(k)]
+        assert got["folds"][str(k)]["per_lang"] == pytest.approx(want["per_lang"], abs=1e-12)
+        assert {m: got["folds"][str(k)][m] for m in metrics.BY_KEY} == pytest.approx(
+            {m: want[m] for m in metrics.BY_KEY}, abs=1e-12, nan_ok=True
+        )
 
 
 def check_predict(made, root: Path, code: int, out: str, err: str) -> None:
@@ -146,7 +150,7 @@ def check_blend(made, root: Path, code: int, out: str, err: str) -> None:
         assert err.startswith("error: ") and err.count("\n") == 1, err
         return
     got = read_json(root / "models" / "x+x-tfidf" / "cv.json")
-    assert got["oof_auc"] == made.clean.blend["oof_auc"]
+    assert got["metrics"] == pytest.approx(made.clean.blend["metrics"], nan_ok=True)
     assert (root / "subs" / "x+x-tfidf.csv").read_bytes() == made.clean.blend_sub
 
 
@@ -158,7 +162,8 @@ def check_board(made, text: str) -> int:
         name, *marks = row["experiment"].split(" (")  # (!) is a note on the test AUC, not on the folds
         want = {"x": made.clean.cv, "x+x-tfidf": made.clean.blend}.get(name)
         if want is not None and row["folds"] == "2/2" and not {"stale)", "incomplete)"} & set(marks):
-            assert row["OOF AUC"] == f"{want['oof_auc']:.4f}", row
+            for m in metrics.METRICS:  # every figure, found by its column's name
+                assert row[m.header] == metrics.shown(want["metrics"][m.key], m.fmt), (m.header, row)
             checked += 1
     return checked
 

@@ -37,7 +37,9 @@ def cfg(tmp_path: Path) -> config.Config:
         ],
     )
     (tmp_path / "models" / "sample").mkdir(parents=True)
-    (tmp_path / "models" / "sample" / "cv.json").write_text(json.dumps({"oof_auc": 0.91234}))
+    (tmp_path / "models" / "sample" / "cv.json").write_text(
+        json.dumps({"metrics": {"six": None, "valid_auc": 0.91234}})
+    )
     ids = pd.read_csv(raw / "sample_submission.csv", dtype={"id": str})["id"]
     (tmp_path / "submissions").mkdir()
     pd.DataFrame({"id": ids, "toxic": 0.25}).to_csv(tmp_path / "submissions" / "sample.csv", index=False)
@@ -57,7 +59,7 @@ def test_submit_waits_for_the_score_and_records_it(cfg: config.Config, tmp_path:
     entry = submit.submit(cfg, api=api, sleep=no_sleep)
     sent = dict(api.calls)["competition_submit"]
     assert sent["competition"] == COMPETITION and sent["file_name"] == str(tmp_path / "submissions" / "sample.csv")
-    assert sent["message"].startswith("sample; OOF AUC 0.9123")
+    assert sent["message"].startswith("sample; valid AUC 0.9123")  # no six-language AUC: the next figure
     assert [n for n, _ in api.calls] == ["competition_submit", "get_submission", "get_submission"]
     assert entry["status"] == "complete" and entry["public"] == "0.9312"
     assert "public score 0.9312" in capsys.readouterr().out
@@ -66,7 +68,10 @@ def test_submit_waits_for_the_score_and_records_it(cfg: config.Config, tmp_path:
     # a second submission is appended; `make submissions` lists both beside the OOF AUC
     submit.submit(cfg, api=api, sleep=no_sleep)
     rows = submit.recorded(tmp_path / "models")
-    assert [r["public"] for r in rows] == ["0.9312", "0.9312"] and rows[0]["oof_auc"] == pytest.approx(0.91234)
+    assert [r["public"] for r in rows] == ["0.9312", "0.9312"] and rows[0]["oof"] == (
+        "valid AUC",
+        pytest.approx(0.91234),
+    )
     table = submit.submissions_table(rows)
     assert "sample" in table and "0.9123" in table and "0.9312" in table
 

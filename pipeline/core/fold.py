@@ -428,12 +428,13 @@ class FoldRun:
         speed, memory, lr."""
         step, d = self.progress.step, self.d
         valid = self.table.iloc[self.valid_idx]
-        score, per_lang = (None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.profile)
+        by, score, per_lang = (None, None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.profile)
         return {
             "epoch": epoch + 1,
             "step": self.step_count(),  # optimizer steps over the whole fold
             "loss": step.loss_sum / max(step.examples, 1),  # the epoch's so far
             "auc": score,
+            "metric": by,  # which of metrics.METRICS `auc` is: what the best step is chosen by
             "auc_per_lang": per_lang,
             "seconds": round(step.seconds + seconds, 2),
             "samples_per_second": round(step.examples * d.world / max(step.seconds, 1e-9), 1),
@@ -465,9 +466,10 @@ class FoldRun:
         p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
         self.log.evaluation(record)
         if d.is_main and self.exhausted():
-            print(f"fold {self.fold}: no better AUC for {t.patience} evaluation intervals (train.patience); "
+            name = metrics.BY_KEY[record["metric"]].header
+            print(f"fold {self.fold}: no better {name} for {t.patience} evaluation intervals (train.patience); "
                   f"stopping at step {record['step']}, keeping step {p.best['step']} "
-                  f"(AUC {p.best['auc']:.4f})")  # fmt: skip
+                  f"({name} {p.best['auc']:.4f})")  # fmt: skip
 
     def eval_line(self, record: dict, improved: bool, since: int) -> str:
         """`fold 0 epoch 1: loss ... AUC ... (per language) ex/s, peak MB | ETA`, with the step when inside
@@ -475,7 +477,7 @@ class FoldRun:
         t, window = self.cfg.train, self.progress.step.window
         where = f"epoch {record['epoch']}" + (f" step {window}/{self.windows}" if window < self.windows else "")
         per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
-        auc = "stage 1" if self.stage1 else f"six-language AUC {record['auc']:.4f} ({per})"
+        auc = "stage 1" if self.stage1 else f"{metrics.BY_KEY[record['metric']].header} {record['auc']:.4f} ({per})"
         mark = ""
         if not self.stage1 and (t.eval_every_steps or t.patience):
             mark = " | best" if improved else f" | no better ({since}" + (f" of {t.patience})" if t.patience else ")")

@@ -12,6 +12,9 @@ of the test's rows (known: test.csv has a lang column) times its toxic rate in t
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +122,86 @@ def six_language(oof: pd.DataFrame, profile: dict) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Metric:
+    """A figure every report shows of OOF rows: the fold table, cv.json, the blend's table and the board all
+    read METRICS, so a metric is added here once."""
+
+    key: str  # its key in cv.json ("metrics", each fold's) and in the board's rows
+    header: str  # its column in every table, and its name in every line that prints it
+    doc: str  # what it is, in one line
+    score: Callable[[pd.DataFrame, dict | None], float]  # (OOF rows with `pred`, the test profile) -> value
+    fmt: str = ".4f"
+    probabilities: bool = False  # meaningless on ranks (a blend's OOF): not computed there
+    higher: bool = True  # whether a higher value is better
+
+
+def six_auc(rows: pd.DataFrame, profile: dict | None) -> float:
+    """The six-language AUC, only where every test language has stand-in rows of both classes (else it would
+    be an estimate of another test: NaN, and a fold is judged by its validation AUC)."""
+    if not profile:
+        return math.nan
+    six = six_language(rows, profile)
+    return math.nan if six["missing"] else six["auc"]
+
+
+def valid_auc(rows: pd.DataFrame, profile: dict | None = None) -> float:
+    at = on_validation(rows)
+    return auc(rows["toxic"][at], rows["pred"][at])
+
+
+def valid_brier(rows: pd.DataFrame, profile: dict | None = None) -> float:
+    at = on_validation(rows)
+    if not at.any():
+        return math.nan
+    return float(np.mean((rows["pred"][at].to_numpy(np.float64) - rows["toxic"][at].to_numpy(np.float64)) ** 2))
+
+
+SIX = Metric("six", "6-lang AUC", "the estimate of the test's pooled AUC: every test language's stand-in rows "
+             "weighted to its share of the test and its toxic rate there (what best steps, blends and the board "
+             "choose by)", six_auc)  # fmt: skip
+METRICS = (
+    SIX,
+    Metric("valid_auc", "valid AUC", "ROC AUC on validation.csv's rows (es, it, tr)", valid_auc),
+    Metric("brier", "Brier", "mean squared error of the probabilities on validation.csv's rows (lower is "
+           "better; calibration shows here, not in an AUC)", valid_brier, probabilities=True, higher=False),
+)  # fmt: skip
+BY_KEY = {m.key: m for m in METRICS}
+RANKED_BY = (SIX, BY_KEY["valid_auc"])  # an experiment is ranked by the first of these it has
+
+
+def headline(figures: dict) -> tuple[Metric, float] | None:
+    """The figure an experiment is ranked by (the first of RANKED_BY that `figures`, a cv.json's `metrics`,
+    has), with its metric; None without one."""
+    for m in RANKED_BY:
+        value = figures.get(m.key) if isinstance(figures, dict) else None
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            return m, float(value)
+    return None
+
+
+def scores(rows: pd.DataFrame, profile: dict | None, scale: str) -> dict[str, float]:
+    """Every metric of METRICS on these OOF rows (NaN where it needs probabilities and `pred` is a rank)."""
+    ranks = scale != layout.PROBABILITY
+    return {m.key: math.nan if m.probabilities and ranks else m.score(rows, profile) for m in METRICS}
+
+
+def per_language(rows: pd.DataFrame, profile: dict | None) -> dict[str, float]:
+    """The AUC of each test language on the rows that stand for it (validation.csv's where it has them, else
+    its held-out translated rows); without a profile, of each language on validation.csv's rows."""
+    if profile:
+        return six_language(rows, profile)["per_lang"]
+    at = on_validation(rows)
+    return auc_by_lang(rows["toxic"][at], rows["pred"][at], rows["lang"][at])
+
+
+def shown(value, fmt: str = "") -> str:
+    """A table cell: '-' for a figure that is not there (None, NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, fmt)
+
+
 def read_profile(cfg: Config) -> dict | None:
     """The test profile of cfg's prepared tables (validation rows of folds.csv, langs of test.csv); None
     without them."""
@@ -132,16 +215,15 @@ def read_profile(cfg: Config) -> dict | None:
     return test_profile(table[table["source"] == VALID_SOURCE], test["lang"])
 
 
-def fold_score(rows: pd.DataFrame, preds, profile: dict | None) -> tuple[float, dict[str, float]]:
-    """A fold's AUC and AUC per language: with the test profile, the estimate of the pooled test AUC over the
-    rows that stand for the test's languages (the best step is chosen by what the board ranks by); without
-    it (a stage without prepared test rows), the AUC on validation.csv's rows."""
+def fold_score(rows: pd.DataFrame, preds, profile: dict | None) -> tuple[str, float, dict[str, float]]:
+    """What a fold's evaluation is judged by, its value and its AUC per language: the six-language AUC where
+    the fold's rows stand for every test language (the best step is chosen by what the board ranks by);
+    else (no held-out translated rows, or a stage without prepared test rows) the validation AUC."""
     rows = rows.assign(pred=np.asarray(preds))
-    if profile:
-        six = six_language(rows, profile)
-        return six["auc"], six["per_lang"]
-    valid = rows[on_validation(rows)]
-    return auc(valid["toxic"], valid["pred"]), auc_by_lang(valid["toxic"], valid["pred"], valid["lang"])
+    # the labels of a fold's rows never change: every evaluation of a fold is judged by one metric
+    covered = profile and not six_language(rows, profile)["missing"]
+    metric = SIX if covered else BY_KEY["valid_auc"]
+    return metric.key, metric.score(rows, profile), per_language(rows, profile)
 
 
 def test_score(raw: Path, test: pd.DataFrame, preds: pd.DataFrame) -> dict | None:

@@ -12,13 +12,15 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from sklearn.metrics import roc_curve
 
 from pipeline import layout, validity
 from pipeline.files import atomic_path, read_json, write_csv, write_json
 from pipeline.schema import Config
-from pipeline.scoring.metrics import FROM_PRIOR, auc, auc_by_lang, on_validation, read_profile, six_language, stand_ins
+from pipeline.scoring import metrics
+from pipeline.scoring.metrics import FROM_PRIOR, auc, on_validation, read_profile, stand_ins
 
 
 def read_oof(dirs: list[Path]) -> pd.DataFrame:
@@ -34,70 +36,81 @@ def read_oof(dirs: list[Path]) -> pd.DataFrame:
 
 
 def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = None) -> dict:
-    """AUC per fold and the OOF AUC on validation.csv's rows (overall and per language), and with the test's
-    profile the estimate of the pooled test AUC (metrics.six_language) over the OOF and over each fold's rows:
-    what each fold's best step was chosen by."""
-    valid = oof[on_validation(oof)]
+    """Every metric of metrics.METRICS over the OOF and over each fold's rows, the AUC per language (of the
+    rows that stand for each test language), and with the test's profile the details of the six-language
+    AUC (its languages, rates, held-out rows). `scale`: what the folds' `pred` is (their done.json)."""
+    scale = pred_scale(done)
     summary = {
-        "oof_auc": auc(valid["toxic"], valid["pred"]),
-        "per_lang": auc_by_lang(valid["toxic"], valid["pred"], valid["lang"]),
-        "folds": {int(k): auc(g["toxic"], g["pred"]) for k, g in valid.groupby("fold")},
-        "fold_per_lang": {int(k): auc_by_lang(g["toxic"], g["pred"], g["lang"]) for k, g in valid.groupby("fold")},
-        "rows": len(valid),
+        "scale": scale,
+        "metrics": metrics.scores(oof, profile, scale),
+        "per_lang": metrics.per_language(oof, profile),
+        "folds": {
+            int(k): {**metrics.scores(g, profile, scale), "per_lang": metrics.per_language(g, profile)}
+            for k, g in oof.groupby("fold")
+        },
+        "rows": len(oof),
         "fold_details": done,
     }
-    if profile:
-        six = six_language(oof, profile)
-        summary["six"] = {**six, "profile": profile, "held_out_rows": int(len(oof) - len(valid))}
-        summary["fold_six"] = {int(k): six_language(g, profile)["auc"] for k, g in oof.groupby("fold")}
+    if profile:  # what the six-language AUC is made of (its value: in `metrics`, NaN where a language is missing)
+        six = {k: v for k, v in metrics.six_language(oof, profile).items() if k != "auc"}
+        summary["six"] = {**six, "profile": profile, "held_out_rows": int((~metrics.on_validation(oof)).sum())}
     return summary
 
 
+def pred_scale(done: dict[int, dict]) -> str:
+    """The scale of the folds' `pred`: a rank if any fold's is (its done.json), else a probability."""
+    scales = {(d or {}).get("scale", layout.PROBABILITY) for d in done.values()}
+    return layout.RANK if layout.RANK in scales else layout.PROBABILITY
+
+
 def fold_table(summary: dict) -> str:
-    """The fold table `make train` and `make cv` print: a line per fold, then the OOF. `estimate`: the
-    estimate of the pooled test AUC on the fold's rows (what its best step was chosen by); `valid AUC` and
-    the languages: on validation.csv's rows only."""
+    """The fold table `make train` and `make cv` print: a line per fold, then the OOF; a column per metric
+    (metrics.METRICS) and per test language, each named as every other table names it."""
     langs = list(summary["per_lang"])
-    six = summary.get("fold_six", {})
-    head = (
-        f"{'fold':>4}  {'epochs':>6}  {'estimate':>8}  {'valid AUC':>9}  " + "  ".join(f"{lg:>6}" for lg in langs)
-        + f"  {'minutes':>7}"
-    )  # fmt: skip
+    head = figures_head(f"{'fold':>4}  {'epochs':>6}", langs)
     lines = [head, "-" * len(head)]
-    for k, a in summary["folds"].items():
+    for k, scores in summary["folds"].items():
         d = summary["fold_details"].get(k, {})
-        per = summary["fold_per_lang"][k]
-        lines.append(
-            f"{k:>4}  {d.get('epochs', 0):>6}  {six.get(k, float('nan')):>8.4f}  {a:>9.4f}  "
-            + "  ".join(f"{per.get(lg, float('nan')):>6.4f}" for lg in langs)
-            + f"  {d.get('minutes', float('nan')):>7.1f}"
-        )
+        lines.append(figures_line(f"{k:>4}  {d.get('epochs', 0):>6}", scores, langs, d.get("minutes")))
     lines.append("-" * len(head))
     minutes = sum(d.get("minutes", 0) for d in summary["fold_details"].values())
-    pooled = summary["six"]["auc"] if "six" in summary else float("nan")
-    lines.append(
-        f"{'OOF':>4}  {'':>6}  {pooled:>8.4f}  {summary['oof_auc']:>9.4f}  "
-        + "  ".join(f"{summary['per_lang'][lg]:>6.4f}" for lg in langs)
-        + f"  {minutes:>7.1f}"
-    )
+    lines.append(figures_line(f"{'OOF':>4}  {'':>6}", {**summary["metrics"], "per_lang": summary["per_lang"]},
+                              langs, minutes))  # fmt: skip
     if "six" in summary:
-        lines.append(six_line(summary["six"]))
+        lines.append(six_line(summary["metrics"][metrics.SIX.key], summary["six"]))
     return "\n".join(lines)
 
 
-def six_line(six: dict) -> str:
-    """`estimate of the test AUC 0.8812 (es 0.87 fr 0.84 ...), ...`: the OOF's languages and what they are
-    weighted to."""
+def figures_head(lead: str, langs: list[str], minutes: bool = True) -> str:
+    """The head of a table of figures_line rows: the lead's columns, every metric, every language."""
+    return (f"{lead}  " + "  ".join(f"{m.header:>10}" for m in metrics.METRICS) + "  "
+            + "  ".join(f"{lg:>6}" for lg in langs) + (f"  {'minutes':>7}" if minutes else ""))  # fmt: skip
+
+
+def figures_line(lead: str, scores: dict, langs: list[str], minutes=None) -> str:
+    """One row: every metric of METRICS (`scores`: a cv.json's `metrics`, '-' for one it lacks), the AUC of
+    every language of `langs` (scores["per_lang"]), and the minutes where given."""
+    per = scores.get("per_lang", {})
+    return (
+        f"{lead}  " + "  ".join(f"{metrics.shown(scores.get(m.key), m.fmt):>10}" for m in metrics.METRICS)
+        + "  " + "  ".join(f"{metrics.shown(per.get(lg), '.4f'):>6}" for lg in langs)
+        + ("" if minutes is None else f"  {metrics.shown(minutes, '.1f'):>7}")
+    )  # fmt: skip
+
+
+def six_line(value: float, six: dict) -> str:
+    """`6-lang AUC 0.8812 (es 0.87 fr 0.84 ...): the estimate of the test AUC, ...`: the OOF's languages
+    and what they are weighted to; where a test language has no stand-in rows, why there is no figure."""
     per = " ".join(f"{lg} {v:.4f}" for lg, v in six["per_lang"].items())
     profile = six["profile"]
     priors = [lg for lg, how in profile["rate_from"].items() if how == FROM_PRIOR]
     said = f"; {', '.join(priors)} at the prior {profile['rates'][priors[0]]:.3f}" if priors else ""
-    gone = ""
     if six["missing"]:
-        gone = (f"; no OOF rows of both classes stand for {', '.join(six['missing'])} (data.held_out holds "
-                "translated rows of data.extra_files out for them)")  # fmt: skip
-    return (f"six-language OOF {six['auc']:.4f} ({per}): the estimate of the test AUC, each language weighted "
-            f"to its share of the test and its toxic rate there{said}{gone}")  # fmt: skip
+        return (f"{metrics.SIX.header} -: no OOF rows of both classes stand for {', '.join(six['missing'])} "
+                f"(data.held_out holds translated rows of data.extra_files out for them); the folds were judged "
+                f"by their {metrics.BY_KEY['valid_auc'].header} ({per})")  # fmt: skip
+    return (f"{metrics.SIX.header} {value:.4f} ({per}): the estimate of the test AUC, each language "
+            f"weighted to its share of the test and its toxic rate there{said}")  # fmt: skip
 
 
 def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
@@ -118,22 +131,29 @@ def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
             what = f"{lang}{' held-out translated' if held else ''} (AUC {auc(g['toxic'], g['pred']):.3f}, n={len(g)})"
             left.plot(fpr, tpr, ls="--" if held else "-", label=what)
     fpr, tpr, _ = roc_curve(valid["toxic"], valid["pred"])
-    left.plot(fpr, tpr, color="black", lw=2, label=f"validation.csv (AUC {summary['oof_auc']:.3f})")
+    left.plot(fpr, tpr, color="black", lw=2, label=f"validation.csv (AUC {summary['metrics']['valid_auc']:.3f})")
     left.plot([0, 1], [0, 1], ls=":", color="grey")
     left.set(xlabel="false positive rate", ylabel="true positive rate", title="Out-of-fold ROC by language")
     left.legend(loc="lower right", fontsize=8)
-    folds = list(summary["folds"])
-    values = [summary["folds"][k] for k in folds]
-    bars = right.bar([str(k) for k in folds], values, color="tab:blue")
-    right.bar_label(bars, fmt="%.3f", fontsize=8)
-    right.axhline(summary["oof_auc"], color="black", ls="--", label=f"OOF {summary['oof_auc']:.3f}")
-    low = min([*values, summary["oof_auc"]])
-    right.set(xlabel="fold", ylabel="AUC", title="AUC per fold", ylim=(max(0.0, low - 0.05), 1.0))
-    right.legend(loc="lower right", fontsize=8)
+    by = metrics.headline(summary["metrics"])  # the figure the experiment is ranked by
+    plot_fold_bars(right, summary, by[0] if by else metrics.BY_KEY["valid_auc"])
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
+
+
+def plot_fold_bars(ax, summary: dict, metric: metrics.Metric) -> None:
+    """One metric per fold as bars, the OOF's as a line: a fold far from the others shows at once."""
+    folds = list(summary["folds"])
+    values = [summary["folds"][k][metric.key] for k in folds]
+    bars = ax.bar([str(k) for k in folds], values, color="tab:blue")
+    ax.bar_label(bars, fmt="%.3f", fontsize=8)
+    pooled = summary["metrics"][metric.key]
+    ax.axhline(pooled, color="black", ls="--", label=f"OOF {pooled:.3f}")
+    low = np.nanmin([*values, pooled])
+    ax.set(xlabel="fold", ylabel=metric.header, title=f"{metric.header} per fold", ylim=(max(0.0, low - 0.05), 1.0))
+    ax.legend(loc="lower right", fontsize=8)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -172,9 +192,11 @@ def plot_fold_curves(ax, fold: int, steps: list[dict], evals: list[dict], best_s
     scored = [(r["step"], r["auc"]) for r in evals if r.get("auc") is not None]
     if scored:
         x, y = zip(*scored)
-        ax.plot(x, y, color="tab:orange", marker="o", ms=3, lw=1.2, label="validation AUC")
+        # what the evaluations were judged by (records written before they said so: the six-language AUC)
+        name = metrics.BY_KEY[evals[-1].get("metric") or metrics.SIX.key].header
+        ax.plot(x, y, color="tab:orange", marker="o", ms=3, lw=1.2, label=f"{name} of the fold's rows")
         best = [(s, a) for s, a in scored if s == best_step] or [max(scored, key=lambda p: p[1])]
-        ax.plot(*best[0], marker="*", ms=14, color="tab:red", ls="", label=f"best: AUC {best[0][1]:.4f}")
+        ax.plot(*best[0], marker="*", ms=14, color="tab:red", ls="", label=f"best: {name} {best[0][1]:.4f}")
     ax.set(xlabel="optimizer step", title=f"fold {fold}")
     ax.legend(loc="best", fontsize=7)
     rates = [(r["step"], r["lr"]) for r in steps if r.get("lr") is not None]

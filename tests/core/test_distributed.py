@@ -203,8 +203,8 @@ def test_torchrun_two_processes_match_one(tmp_path):
     }
     assert files[one] == files[two]
     cv = {b: json.loads((b / "models" / "sample" / "cv.json").read_text()) for b in (one, two)}
-    assert cv[one]["oof_auc"] > 0.6
-    assert abs(cv[one]["oof_auc"] - cv[two]["oof_auc"]) < 0.005
+    assert cv[one]["metrics"]["valid_auc"] > 0.6
+    assert abs(cv[one]["metrics"]["valid_auc"] - cv[two]["metrics"]["valid_auc"]) < 0.005
     assert cv[one]["rows"] == cv[two]["rows"]  # every fold row scored exactly once under DDP too
     done = json.loads((two / "models" / "sample" / "fold0" / "done.json").read_text())
     assert done["world"] == 2 and done["effective_batch"] == 32

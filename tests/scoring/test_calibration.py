@@ -4,6 +4,8 @@ answer is known."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -86,9 +88,17 @@ def test_each_language_brings_its_test_share_of_toxic_and_clean_rows() -> None:
 
 def test_fold_score_is_the_estimate_given_the_profile() -> None:
     oof = oof_rows()
-    assert metrics.fold_score(oof, oof["pred"], PROFILE)[0] == pytest.approx(metrics.six_language(oof, PROFILE)["auc"])
+    six = metrics.six_language(oof, PROFILE)
+    assert not six["missing"] and metrics.fold_score(oof, oof["pred"], PROFILE)[:2] == (
+        "six",
+        pytest.approx(six["auc"]),
+    )
     valid = oof[oof["source"] == "validation"]
-    assert metrics.fold_score(oof, oof["pred"], None)[0] == pytest.approx(metrics.auc(valid["toxic"], valid["pred"]))
+    want = ("valid_auc", pytest.approx(metrics.auc(valid["toxic"], valid["pred"])))
+    assert metrics.fold_score(oof, oof["pred"], None)[:2] == want
+    # without rows for a test language, not an estimate of this test: judged by the validation AUC, named so
+    assert metrics.fold_score(valid, valid["pred"], PROFILE)[:2] == want
+    assert math.isnan(metrics.scores(valid, PROFILE, "probability")["six"])
 
 
 def test_calibration_puts_languages_on_one_scale() -> None:
@@ -193,7 +203,7 @@ def test_calibration_is_applied_to_each_folds_probabilities_before_a_rank_ensemb
 
 
 def entry(name: str, oof: float, oof6: float, test: float | None) -> dict:
-    return {"name": name, "oof": oof, "oof6": oof6, "test": test}
+    return {"name": name, "metrics": {"valid_auc": oof, "six": oof6}, "test": test}
 
 
 def test_board_ranks_by_the_six_language_oof_and_marks_a_rise_that_fell() -> None:
@@ -205,5 +215,5 @@ def test_board_ranks_by_the_six_language_oof_and_marks_a_rise_that_fell() -> Non
     marks = {r["name"]: r["below"] for r in ranked}
     assert marks == {"six-high": "six-low", "six-low": "", "plain": "six-low", "none": ""}
     text = board.stale_notes(ranked)
-    assert "- plain (!): OOF AUC 0.9500 above six-low's 0.9000, test AUC 0.8000 below its 0.8600" in text
-    assert "- six-high (!): six-language OOF 0.8700 above six-low's 0.8500, test AUC 0.8500 below its 0.8600" in text
+    assert "- plain (!): valid AUC 0.9500 above six-low's 0.9000, test AUC 0.8000 below its 0.8600" in text
+    assert "- six-high (!): 6-lang AUC 0.8700 above six-low's 0.8500, test AUC 0.8500 below its 0.8600" in text
