@@ -291,10 +291,8 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
         return False
 
     with profiler:
-        state = loop.train_epoch(
-            model, plan, data, labels, optimizer, scheduler, scaler, tcfg, precision, device,
-            pad_id=PAD, progress=False, after_window=tick,
-        )  # fmt: skip
+        job = loop.Job(model, data, labels, optimizer, scaler, tcfg, precision, device, PAD, rank=0, world=1)
+        state = loop.train_epoch(job, plan, scheduler, progress=False, after_window=tick)
     return list(np.diff(marks)), state.halvings
 
 

@@ -314,7 +314,7 @@ class FoldRun:
         memory.reset_peak(d.device)
         job = loop.Job(self.net, self.data, self.labels, self.optimizer, self.scaler, t, self.precision, d.device,
                        self.pad_id, d.rank, d.world)  # fmt: skip
-        p.step = loop.train_windows(
+        p.step = loop.train_epoch(
             job, self.epoch_plan(epoch), self.scheduler, state=p.step, after_window=after_window, progress=d.is_main,
             desc=f"fold {self.fold} epoch {epoch + 1}/{t.epochs}", max_bad_steps=t.max_bad_steps,
         )  # fmt: skip

@@ -162,28 +162,6 @@ def count_step(state: StepState, stepped: bool, scheduler, max_bad_steps: int, d
 
 
 def train_epoch(
-    model: torch.nn.Module,
-    steps: list[list[np.ndarray]],
-    data: Ragged,
-    labels: np.ndarray,
-    optimizer: torch.optim.Optimizer,
-    scheduler,
-    scaler: torch.amp.GradScaler,
-    cfg: TrainConfig,
-    precision: str,
-    device: torch.device,
-    *,
-    pad_id: int,
-    rank: int = 0,
-    world: int = 1,
-    **kw,
-) -> StepState:
-    """`train_windows` from the parts of its Job, one by one (the form the benchmark's runner calls)."""
-    job = Job(model, data, labels, optimizer, scaler, cfg, precision, device, pad_id, rank, world)
-    return train_windows(job, steps, scheduler, **kw)
-
-
-def train_windows(
     job: Job,
     steps: list[list[np.ndarray]],
     scheduler,

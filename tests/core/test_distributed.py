@@ -17,11 +17,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pipeline.core import batching, loop, precision
+from pipeline.core import batching, precision
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import TrainConfig
 from tests.helpers import free_port
 from tests.helpers.tinymodel import tiny_classifier
+from tests.helpers.training import train_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 MICRO, ACCUM = 3, 2
@@ -44,7 +45,7 @@ def train_once(model, steps, rank: int, world: int, accumulation: int):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     scaler = precision.make_scaler("fp32", torch.device("cpu"))
-    return loop.train_epoch(
+    return train_parts(
         model,
         steps,
         data,

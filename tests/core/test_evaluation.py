@@ -88,9 +88,9 @@ def test_patience_stops_a_fold_whose_auc_stopped_improving(prepared, monkeypatch
     assert done["best_step"] == 6 and done["auc"] == 0.70
     assert done["steps"] == 15 < 2 * run.windows  # training stopped at the fifth evaluation
     out = capsys.readouterr().out
-    assert (
-        "fold 0: no better AUC for 3 evaluation intervals (train.patience); stopping at step 15, keeping step 6" in out
-    )
+    # the sample has no held-out translated rows: judged by the validation AUC, and named so
+    assert "fold 0: no better valid AUC for 3 evaluation intervals (train.patience); stopping at step 15" in out
+    assert "keeping step 6 (valid AUC 0.7000)" in out
     assert "| no better (3 of 3)" in out
 
 
@@ -227,9 +227,17 @@ def test_a_fold_with_held_out_translated_rows_is_scored_as_the_test_is(tmp_path)
     from pipeline.scoring import metrics
     from tests.helpers import make_cfg, prepare_tokens
 
-    cfg = make_cfg(tmp_path, f"models_dir={tmp_path / 'models'}", "data.folds=2", "train.epochs=1",
-                   "train.precision=fp32", "model.tiny.hidden=32", "model.tiny.intermediate=64",
-                   "model.max_length=32", "data.held_out=0.3")  # fmt: skip
+    cfg = make_cfg(
+        tmp_path,
+        f"models_dir={tmp_path / 'models'}",
+        "data.folds=2",
+        "train.epochs=1",
+        "train.precision=fp32",
+        "model.tiny.hidden=32",
+        "model.tiny.intermediate=64",
+        "model.max_length=32",
+        "data.held_out=0.6",
+    )  # fmt: skip (0.6: both classes in every language)
     data_mod.prepare(cfg, log=lambda *a: None)
     prepare_tokens(cfg, log=lambda *a: None)
     fold_run(cfg, StopAt(10**9)).run()
@@ -244,6 +252,8 @@ def test_a_fold_with_held_out_translated_rows_is_scored_as_the_test_is(tmp_path)
     assert done["auc"] != pytest.approx(metrics.auc(oof["toxic"], oof["pred"]))
     summary = report.cv_report(cfg)  # with OOF rows in languages validation.csv lacks
     assert summary["six"]["held_out_rows"] == int((oof["source"] != layout.VALID_SOURCE).sum())
-    assert summary["rows"] == int((oof["source"] == layout.VALID_SOURCE).sum())
+    assert summary["rows"] == len(oof) and summary["metrics"]["six"] == pytest.approx(six["auc"])
     assert (layout.experiment_dir(cfg) / layout.CV_PNG).stat().st_size > 0
-    assert "six-language OOF" in report.fold_table(summary)
+    assert f"{metrics.SIX.header} {six['auc']:.4f}" in report.fold_table(summary)
+    evaluations = [json.loads(line) for line in (folder / layout.METRICS).read_text().splitlines()]
+    assert {e["metric"] for e in evaluations} == {"six"}  # each evaluation names what it was judged by

@@ -24,6 +24,7 @@ from pipeline.core.precision import make_scaler
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
 from tests.helpers.tinymodel import tiny_classifier
+from tests.helpers.training import train_parts
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -98,7 +99,7 @@ def run_recorded(model, steps, data, labels, cfg, **kw):
     hook = model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
     opt, sched = RecordingOptimizer(model, forwards), CountingScheduler()
     try:
-        state = loop.train_epoch(
+        state = train_parts(
             model,
             steps,
             data,
@@ -142,9 +143,7 @@ def sgd_epoch(model, steps, data, labels, cfg, precision="fp32", scaler=None, op
     opt = optimizer or torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     scaler = scaler or make_scaler(precision, CPU)
-    state = loop.train_epoch(
-        model, steps, data, labels, opt, sched, scaler, cfg, precision, CPU, pad_id=PAD, progress=False
-    )
+    state = train_parts(model, steps, data, labels, opt, sched, scaler, cfg, precision, CPU, pad_id=PAD, progress=False)
     return state, sched
 
 
@@ -299,7 +298,7 @@ def test_bf16_step_on_cpu_is_finite_and_moves_weights() -> None:
     opt = optim.make_optimizer(model, cfg, CPU)
     sched = optim.make_scheduler(opt, 0.0, 1)
     scaler = precision.make_scaler("bf16", CPU)
-    state = loop.train_epoch(
+    state = train_parts(
         model, plan(np.arange(8), 4), data, labels, opt, sched, scaler, cfg, "bf16", CPU, pad_id=PAD, progress=False
     )
     assert state.window == 1 and state.skipped == 0 and state.examples == 8
@@ -416,7 +415,7 @@ def test_fp16_grad_scaler_skips_overflowed_steps_and_recovers() -> None:
         return False
 
     before = weight.detach().clone()
-    state = loop.train_epoch(
+    state = train_parts(
         model, steps, data, labels, opt, sched, scaler, cfg, "fp16", CPU, pad_id=PAD, progress=False, after_window=after
     )
     assert state.window == 3 and state.skipped == 1  # the first window's two poisoned micro-batches: one step
@@ -581,7 +580,7 @@ def test_non_finite_step_is_skipped_then_training_goes_on() -> None:
         seen.append((state.window, state.bad_steps, {n: p.detach().clone() for n, p in model.named_parameters()}))
         return False
 
-    state = loop.train_epoch(
+    state = train_parts(
         model, plan(np.arange(8), 2), data, labels, opt, sched, scaler, cfg, "fp32", CPU,
         pad_id=PAD, progress=False, after_window=after, max_bad_steps=2,
     )  # fmt: skip
@@ -600,7 +599,7 @@ def test_consecutive_non_finite_steps_raise() -> None:
     opt, sched, scaler = real_step_setup(model, cfg)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     with pytest.raises(loop.NonFiniteError) as e:
-        loop.train_epoch(
+        train_parts(
             model, plan(np.arange(12), 2), data, labels, opt, sched, scaler, cfg, "fp32", CPU,
             pad_id=PAD, progress=False, max_bad_steps=3, desc="fold 0",
         )  # fmt: skip
@@ -618,7 +617,7 @@ def test_inf_weights_are_never_stepped() -> None:
     cfg = train_cfg(micro_batch=2, accumulation=2)
     opt, sched, scaler = real_step_setup(model, cfg)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    state = loop.train_epoch(
+    state = train_parts(
         model, plan(np.arange(4), 2), data, labels, opt, sched, scaler, cfg, "fp32", CPU, pad_id=PAD, progress=False
     )
     assert state.skipped == 1 and state.bad_steps == 1

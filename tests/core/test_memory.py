@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.core import batching, loop, memory, modeling, optim, precision
+from pipeline.core import batching, memory, modeling, optim, precision
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import TrainConfig
 from tests.helpers.tinymodel import tiny_classifier
+from tests.helpers.training import train_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 MB = 2**20
@@ -47,7 +48,7 @@ def train(model, plan, data, labels, cfg):
     opt = optim.make_optimizer(model, cfg, torch.device("cpu"))
     sched = optim.make_scheduler(opt, 0.0, 10)
     scaler = precision.make_scaler("fp32", torch.device("cpu"))
-    return loop.train_epoch(
+    return train_parts(
         model, plan, data, labels, opt, sched, scaler, cfg, "fp32", torch.device("cpu"), pad_id=1, progress=False
     )
 
@@ -108,8 +109,8 @@ else:
     sched, scaler = optim.make_scheduler(opt, 0.0, 1), precision.make_scaler("fp32", cpu)
     memory.reset_peak_rss()
     base = memory.rss_bytes()
-    loop.train_epoch(model, [[np.arange(micro)]], data, np.zeros(micro, np.float32), opt, sched, scaler, cfg,
-                     "fp32", cpu, pad_id=1, progress=False)
+    job = loop.Job(model, data, np.zeros(micro, np.float32), opt, scaler, cfg, "fp32", cpu, 1, 0, 1)
+    loop.train_epoch(job, [[np.arange(micro)]], sched, progress=False)
     print(json.dumps(memory.rss_bytes("VmHWM") - base))
 """
 

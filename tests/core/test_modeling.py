@@ -14,6 +14,7 @@ from pipeline.core import batching, loop, modeling, optim, precision
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
 from tests.helpers import ROOT
+from tests.helpers.training import train_parts
 
 PRETRAINED = ROOT.parent / "shared" / "pretrained" / "multilingual-e5-small-jigsaw"
 CPU = torch.device("cpu")
@@ -167,7 +168,7 @@ def test_the_real_encoder_fine_tunes_with_each_technique() -> None:
         steps = [[np.arange(i, i + micro)] for i in range(0, 12, micro)]
         losses = []
         for _ in range(4):
-            state = loop.train_epoch(model, steps, data, y, opt, sched, precision.make_scaler(prec, CPU), tcfg, prec,
+            state = train_parts(model, steps, data, y, opt, sched, precision.make_scaler(prec, CPU), tcfg, prec,
                                      CPU, pad_id=tok.pad_token_id, progress=False)  # fmt: skip
             losses.append(state.loss_sum / state.examples)
         assert all(np.isfinite(losses)) and losses[-1] < losses[0], (prec, losses)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
@@ -45,3 +46,10 @@ def test_test_labels_that_are_not_labels_are_refused_naming_the_row(tmp_path) ->
         metrics.test_score(tmp_path, test, preds)
     pd.DataFrame({"id": ["a", "b", "c"], "toxic": [0, 1, -1]}).to_csv(tmp_path / "test_labels.csv", index=False)
     assert metrics.test_score(tmp_path, test, preds)["rows"] == 2  # -1: left out of scoring
+
+
+def test_every_metric_is_in_the_docs_table_of_figures() -> None:
+    """docs/recipes.md's table of figures names every metric of metrics.METRICS, as the reports show it."""
+    text = (Path(__file__).parents[2] / "docs" / "recipes.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
+    assert {m.header for m in metrics.METRICS} <= rows
