@@ -112,6 +112,22 @@ def test_board_marks_stale_experiments_and_skips_broken_folders(tmp_path: Path, 
     assert "- xlmr+xlmr-tfidf (stale): " in text  # its member no longer counts
 
 
+def test_stale_notes_name_the_command_that_makes_each_kind_again(tmp_path: Path) -> None:
+    """A stale baseline is made again by `make baseline`, a stale blend keeps its model column and folds of
+    data.folds, and a folder of unknown making is `?`, not a baseline."""
+    models = make_models(tmp_path)
+    saved = config.load_file(models / "xlmr-tfidf" / "pipeline.yaml")
+    config.save(config.with_overrides(saved, ["train.seed=99"]), models / "xlmr-tfidf" / "pipeline.yaml")
+    (models / "junk" / "fold0").mkdir(parents=True)
+    (models / "junk" / "fold0" / "done.json").write_text("garbage")
+    text = board.run(board_config(models))
+    row = {r["experiment"].split(" (")[0]: r for r in board_rows(text)}
+    assert "- xlmr-tfidf (stale): fold0, fold1, fold2, fold3, fold4: trained on other data or settings (make it " \
+           "again with `make baseline`)" in text  # fmt: skip
+    assert row["xlmr+xlmr-tfidf"]["model"] == "blend: xlmr + xlmr-tfidf" and row["xlmr+xlmr-tfidf"]["folds"] == "0/5"
+    assert row["junk"]["model"] == "?" and "- junk (stale): " in text
+
+
 def test_an_experiment_made_by_a_newer_version_says_so_and_is_not_stale(tmp_path: Path, capsys) -> None:
     """A newer version's pipeline.yaml holds every key, its new ones too: this version cannot tell whether the folds
     count, and says that in one line instead of calling them stale."""
