@@ -1,4 +1,4 @@
-"""Stage `make board`: every experiment and blend under models/, side by side, best six-language OOF first.
+"""Stage `make board`: every experiment and blend under models/, side by side, best six-language AUC first.
 
 Reads   models/*/fold<k>/oof.csv and done.json of the folds that count (every figure is computed from them,
         with the test profile their done.json records: each experiment is scored by its own inputs),
@@ -6,8 +6,8 @@ Reads   models/*/fold<k>/oof.csv and done.json of the folds that count (every fi
         models/*/pipeline.yaml for a trained experiment's settings
 Writes  models/board.md   the table that is printed
 
-Columns: the six-language OOF (the estimate of the test AUC, metrics.six_language) where the OOF covers
-every test language, OOF AUC overall and per language on validation.csv's rows, folds done (of
+Columns: every metric of metrics.METRICS, by its name (the six-language AUC, the estimate of the test AUC,
+where the OOF covers every test language; the validation AUC; ...), the AUC per test language, folds done (of
 data.folds), minutes (a blend: its members'), test AUC where the experiment's cv.json has `test_auc`
 (written when the competition's test labels are known), and the settings that matter: model, max_length,
 epochs, lr, effective batch. An experiment with folds still to train is marked (incomplete); one with
@@ -265,8 +265,9 @@ def run(cfg: Config) -> str:
     text = board_table(board)
     notes = stale_notes(board)
     text += f"\n\n{notes}" if notes else ""
-    head = ("Ranked by the six-language OOF (the estimate of the test AUC) where an experiment's OOF covers every "
-            "test language, then by the OOF AUC on validation.csv's rows.")  # fmt: skip
+    six, valid = metrics.RANKED_BY
+    head = (f"Ranked by the {six.header} (the estimate of the test AUC) where an experiment's OOF covers every "
+            f"test language, then by the {valid.header} (validation.csv's rows).")  # fmt: skip
     atomic_write_text(layout.board_path(cfg), f"# Board\n\n{head}\n\n{text}\n")
     print(text)
     print(f"\nwrote {layout.board_path(cfg)}")
@@ -274,7 +275,8 @@ def run(cfg: Config) -> str:
 
 
 def main(argv=None) -> int:
-    args = config_mod.parser("List every experiment and blend under models/, best OOF AUC first.").parse_args(argv)
+    p = config_mod.parser("List every experiment and blend under models/, best six-language AUC first.")
+    args = p.parse_args(argv)
     return run_stage(lambda: run(config_mod.from_args(args)))
 
 

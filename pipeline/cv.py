@@ -2,7 +2,7 @@
 
 Reads   models/<name>/fold<k>/oof.csv and done.json of the folds made from the current inputs and settings
 Writes  models/<name>/oof.csv   every validation row with its out-of-fold prediction
-        models/<name>/cv.json   AUC per fold, overall OOF AUC and per language
+        models/<name>/cv.json   every metric (scoring.metrics.METRICS) of the OOF and of each fold, AUC per language
         models/<name>/cv.png    ROC curves per language, AUC per fold
 
 Folds of other settings or inputs are left out and named with the reason (pipeline.validity.usable_folds).

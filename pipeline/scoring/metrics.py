@@ -7,7 +7,8 @@ estimate (`six_language`) pools the out-of-fold rows that stand for each test la
 where the language has them: es, it, tr; else the held-out translated rows: fr, pt, ru with data.held_out)
 and weights each language's toxic and clean rows to what the test is believed to hold of them: its share
 of the test's rows (known: test.csv has a lang column) times its toxic rate in the test (not known:
-`test_profile` estimates it without test labels). The plain OOF AUC is validation.csv's rows only.
+`test_profile` estimates it without test labels). The validation AUC is validation.csv's rows only.
+METRICS is the one list of figures every report shows.
 """
 
 from __future__ import annotations

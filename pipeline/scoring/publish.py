@@ -56,7 +56,7 @@ def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs:
     info = {"how": how, "oof_before": before, "oof_after": after, "c": c, "c_tried": tried,
             "own_fit": {g: f["own_fit"] for g, f in fitted.items()}, "test_rates": rates["lang+prior"],
             "oof_rates": {g: f["prior"] for g, f in fitted.items()}}  # fmt: skip
-    print(f"calibration {how}: six-language OOF {before:.4f} -> {after:.4f} (nested, C={c:g}); "
+    print(f"calibration {how}: {metrics.SIX.header} {before:.4f} -> {after:.4f} (nested, C={c:g}); "
           + calibration_words(fitted, rates[how]))  # fmt: skip
     return each[how], info, {"none": combine(cfg, preds), **each}
 

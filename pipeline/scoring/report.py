@@ -1,7 +1,8 @@
 """The cross-validation report: AUC per fold, OOF overall and per language, as a table, JSON and a picture.
 
 Writes  models/<name>/oof.csv     every validation row with its out-of-fold prediction
-        models/<name>/cv.json     AUC per fold, overall OOF AUC and per language (and test_auc from predict)
+        models/<name>/cv.json     every metric (metrics.METRICS) of the OOF and of each fold, AUC per language,
+                                  the pred scale (and test_auc from predict)
         models/<name>/cv.png      ROC curves per language, AUC per fold
         models/<name>/curves.png  each fold's training loss, validation AUC and learning rate against steps
 """
