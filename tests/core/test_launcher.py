@@ -97,3 +97,29 @@ def test_the_processes_stop_when_the_launcher_is_killed(tmp_path: Path) -> None:
     assert "the launcher is gone: saving a resume state at the next optimizer step" in err, err
     assert "fold 0 stopped at epoch" in err and "`make train` again resumes from there" in err, err
     assert resume.exists() and not (resume.parent / "done.json").exists()
+
+
+def test_a_process_killed_mid_run_is_named_and_the_run_resumes(tmp_path: Path) -> None:
+    """SIGKILL of one of the processes (out of memory, a node's OOM killer): the launcher names it in one line,
+    the other one stops too, nothing is marked complete, and the next `make train` resumes from the resume
+    state saved before and completes the fold."""
+    assert data.main(["--config", "sample", *overrides(tmp_path), *TINY]) == 0
+    args = (*TINY, "train.epochs=3", "train.save_every_steps=2", "train.folds=[0]")
+    p = launch(tmp_path, *args)
+    fold = tmp_path / "models" / "sample" / "fold0"
+    end = time.time() + 240
+    while not (fold / "resume.pt").exists() and p.poll() is None and time.time() < end:
+        time.sleep(0.1)
+    assert p.poll() is None, p.communicate()
+    workers = sorted(
+        int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    )
+    os.kill(workers[-1], signal.SIGKILL)
+    _, err = p.communicate(timeout=180)
+    assert p.returncode != 0 and "Traceback" not in err and "ChildFailedError" not in err, err
+    assert "was killed by SIGKILL" in err, err
+    assert not (fold / "done.json").exists()
+    again = launch(tmp_path, *args)
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    assert "fold 0: resuming at epoch" in out + err and (fold / "done.json").exists(), out + err
