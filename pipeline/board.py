@@ -93,7 +93,7 @@ def summary_of(exp: Path, counted: set[int], profile=None) -> dict:
         summary["test_auc"] = saved["test_auc"]
     calibrated = saved.get("calibration")
     if "six" in summary and of_these_folds(calibrated, done):  # the submission is calibrated: so is its OOF
-        summary["six"]["calibrated"] = calibrated.get("oof_after")
+        summary["six"]["calibrated"] = {k: calibrated.get(k) for k in ("how", "oof_before", "oof_after")}
     return summary
 
 
@@ -152,8 +152,9 @@ def row(cfg: Config, exp: Path) -> dict | None:
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
     figures = dict(summary["metrics"])
-    if "calibrated" in six and not math.isnan(figures[metrics.SIX.key]):  # the submission is calibrated: so is
-        figures[metrics.SIX.key] = six["calibrated"]  # the OOF it is judged by
+    calibrated = six.get("calibrated") if not math.isnan(figures[metrics.SIX.key]) else None
+    if calibrated:  # the submission is calibrated: it is judged by the calibrated OOF's (nested) estimate
+        figures[metrics.SIX.key] = calibrated["oof_after"]
     return {
         "name": exp.name,
         "metrics": figures,
@@ -164,6 +165,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
         "incomplete": incomplete,  # folds still to train (or being trained)
         "newer": newer,  # made by a newer version (or a member was): this one cannot say whether its folds count
+        "calibrated": calibrated,  # {how, oof_before, oof_after} where its submission is calibrated
         **s,
     }
 
@@ -221,6 +223,7 @@ def board_table(board: list[dict]) -> str:
             + (" (stale)" if r.get("stale") else "")
             + (" (incomplete)" if r.get("incomplete") else "")
             + (" (newer version)" if r.get("newer") else "")
+            + (" (calibrated)" if r.get("calibrated") else "")
             + (" (!)" if r.get("below") else ""),
             *(cell(r["metrics"].get(m.key), m.fmt) for m in metrics.METRICS),
             *(cell(r["per_lang"].get(lg), ".4f") for lg in langs),
@@ -247,6 +250,7 @@ def stale_notes(board: list[dict]) -> str:
     notes = [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
     notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]
+    notes += [calibrated_note(r) for r in board if r.get("calibrated")]
     for r in board:
         if r.get("below"):
             q = next(x for x in board if x["name"] == r["below"])
@@ -254,6 +258,13 @@ def stale_notes(board: list[dict]) -> str:
             notes.append(f"- {r['name']} (!): {m.header} {r['metrics'][m.key]:.4f} above {q['name']}'s "
                          f"{q['metrics'][m.key]:.4f}, test AUC {r['test']:.4f} below its {q['test']:.4f}")  # fmt: skip
     return "\n".join(notes)
+
+
+def calibrated_note(r: dict) -> str:
+    c, six = r["calibrated"], metrics.SIX.header
+    return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}): {six} {c['oof_before']:.4f} "
+            f"before, {c['oof_after']:.4f} after (nested), which it is ranked by; its other figures are of the "
+            "uncalibrated OOF")  # fmt: skip
 
 
 def run(cfg: Config) -> str:

@@ -181,3 +181,22 @@ def test_a_metric_added_to_the_one_list_reaches_every_report(tmp_path: Path, mon
     assert "OOF rows" in out.split("blend xlmr+xlmr-tfidf")[0]  # the blend's table of members
     (row,) = [r for r in board_rows(board.run(board_config(models))) if r["experiment"] == "xlmr"]
     assert row["OOF rows"] == "600" and row["mean pred"] == f"{cv['metrics']['mean']:.4f}"
+
+
+def test_a_calibrated_submission_is_ranked_by_its_calibrated_estimate_and_says_so(tmp_path: Path) -> None:
+    comp = Competition(tmp_path, 600)
+    y = comp.rows["toxic"].to_numpy()
+    three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
+             "rate_from": dict.fromkeys(("es", "it", "tr"), "validation.csv")}  # fmt: skip
+    exp = comp.experiment("xlmr", noisy(y, 1.0, 1), None, profile=three)
+    folds = [f"fold{k}" for k in range(5)]
+    record = {"how": "lang", "oof_before": 0.7, "oof_after": 0.75, "folds": folds,
+              "digests": [read_json(exp / f / "done.json")["digest"] for f in folds]}  # fmt: skip
+    write_json(exp / "cv.json", {"calibration": record})
+    text = board.run(board_config(comp.models))
+    (row,) = board_rows(text)
+    assert row["experiment"] == "xlmr (calibrated)" and row[metrics.SIX.header] == "0.7500"
+    assert "- xlmr (calibrated): its submission is calibrated (lang): 6-lang AUC 0.7000 before, 0.7500 after" in text
+    write_json(exp / "cv.json", {"calibration": {**record, "digests": ["other"] * 5}})  # of other folds: not used
+    (row,) = board_rows(board.run(board_config(comp.models)))
+    assert row["experiment"] == "xlmr" and row[metrics.SIX.header] != "0.7500"
