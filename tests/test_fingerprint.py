@@ -184,6 +184,9 @@ def test_make_cv_keeps_what_calibration_recorded_for_the_same_folds(trained, tmp
     assert recorded["how"] == "lang" and recorded["folds"] == ["fold0", "fold1"]
     assert cv.main(argv) == 0  # the board ranks a calibrated submission by this record: it must stay
     assert json.loads(cv_path.read_text())["calibration"] == recorded
+    # predicted again without calibration: the record no longer describes the submission, and goes
+    assert predict.main(stage_argv(tmp_path, raw)) == 0
+    assert "calibration" not in json.loads(cv_path.read_text())
 
 
 def sub_langs(raw: Path) -> set[str]:

@@ -103,7 +103,7 @@ def publish(
     write_csv(path, sub)
     if common:
         write_csv(layout.submission_csv(cfg), sub)
-    if score is not None or how is not None:
+    if score is not None or how is not None or cfg.predict.calibration == "none":
         record(cfg, name, dirs, score, how)
     return path, score
 
@@ -121,7 +121,9 @@ def record(cfg: Config, name: str, dirs: list[Path], score: dict | None, how: di
         per = " ".join(f"{k} {v:.4f}" for k, v in score["per_lang"].items())
         print(f"test AUC {score['auc']:.4f} ({per}) on {score['rows']:,} labelled rows")
         cv["test_auc"] = {**score, "folds": [d.name for d in dirs], "digests": validity.fold_digests(dirs)}
-    if how is not None:
+    if how is None:  # this submission is not calibrated: an earlier calibration's record no longer describes it
+        cv.pop("calibration", None)
+    else:
         cv["calibration"] = {**how, "folds": [d.name for d in dirs], "digests": validity.fold_digests(dirs)}
         if "test_auc" in how:
             print("test AUC by predict.calibration: " + ", ".join(f"{v} {a:.4f}" for v, a in how["test_auc"].items()))
