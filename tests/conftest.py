@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.inputs import sample
-from tests.helpers import SCALE, SHARED, make_cfg, prepare_tokens
+from tests.helpers import SCALE, SHARED, prepare_tiny
 from tests.helpers.checkout import Watch
 
 _watch: list[Watch] = []  # one for the session: its audit hook stays installed once added
@@ -73,19 +73,4 @@ def torch_one_thread():
 
 @pytest.fixture
 def prepared(tmp_path):
-    """A tiny two-fold experiment with its tables, tokenizer and token cache built (FoldRun tests)."""
-    from pipeline import data as data_mod
-
-    cfg = make_cfg(
-        tmp_path,
-        f"models_dir={tmp_path / 'models'}",
-        "data.folds=2",
-        "train.epochs=1",
-        "train.precision=fp32",
-        "model.tiny.hidden=32",
-        "model.tiny.intermediate=64",
-        "model.max_length=32",
-    )
-    data_mod.prepare(cfg, log=lambda *a: None)
-    prepare_tokens(cfg)
-    return cfg
+    return prepare_tiny(tmp_path)

@@ -223,23 +223,10 @@ def test_a_later_setting_at_its_default_keeps_the_fingerprint(prepared) -> None:
 def test_a_fold_with_held_out_translated_rows_is_scored_as_the_test_is(tmp_path) -> None:
     """With data.held_out the fold's AUC (which chooses its best step) is the six-language one, not one AUC
     over rows of which half are translations at a 50% toxic rate."""
-    from pipeline import data as data_mod
     from pipeline.scoring import metrics
-    from tests.helpers import make_cfg, prepare_tokens
+    from tests.helpers import prepare_tiny
 
-    cfg = make_cfg(
-        tmp_path,
-        f"models_dir={tmp_path / 'models'}",
-        "data.folds=2",
-        "train.epochs=1",
-        "train.precision=fp32",
-        "model.tiny.hidden=32",
-        "model.tiny.intermediate=64",
-        "model.max_length=32",
-        "data.held_out=0.6",
-    )  # fmt: skip (0.6: both classes in every language)
-    data_mod.prepare(cfg, log=lambda *a: None)
-    prepare_tokens(cfg, log=lambda *a: None)
+    cfg = prepare_tiny(tmp_path, "data.held_out=0.6")  # 0.6: both classes of every language in each fold
     fold_run(cfg, StopAt(10**9)).run()
     folder = layout.experiment_dir(cfg) / "fold0"
     oof = report.read_oof([folder])

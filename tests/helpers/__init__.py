@@ -65,3 +65,15 @@ def board_rows(text: str) -> list[dict[str, str]]:
     lines = [line for line in text.split("\n\n")[0].splitlines() if line.startswith("|")]
     head = [c.strip() for c in lines[0].split("|")[1:-1]]
     return [dict(zip(head, [c.strip() for c in line.split("|")[1:-1]], strict=True)) for line in lines[2:]]
+
+
+def prepare_tiny(tmp_path, *overrides: str):
+    """A tiny two-fold experiment with its tables, tokenizer and token cache built (FoldRun tests)."""
+    from pipeline import data as data_mod
+
+    cfg = make_cfg(tmp_path, f"models_dir={tmp_path / 'models'}", "data.folds=2", "train.epochs=1",
+                   "train.precision=fp32", "model.tiny.hidden=32", "model.tiny.intermediate=64",
+                   "model.max_length=32", *overrides)  # fmt: skip
+    data_mod.prepare(cfg, log=lambda *a: None)
+    prepare_tokens(cfg, log=lambda *a: None)
+    return cfg
