@@ -262,8 +262,10 @@ def stale_notes(board: list[dict]) -> str:
 
 def calibrated_note(r: dict) -> str:
     c, six = r["calibrated"], metrics.SIX.header
+    # the prior's move to the rates EM finds in the unlabelled test rows cannot be scored on the OOF
+    after = "after (nested)" if c["how"] == "lang" else "after lang (nested; the move to the test's rates: not scored)"
     return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}): {six} {c['oof_before']:.4f} "
-            f"before, {c['oof_after']:.4f} after (nested), which it is ranked by; its other figures are of the "
+            f"before, {c['oof_after']:.4f} {after}, which it is ranked by; its other figures are of the "
             "uncalibrated OOF")  # fmt: skip
 
 
