@@ -146,6 +146,33 @@ def test_a_weight_changing_setting_says_what_is_dropped_before_anything_is_repla
     assert fold_run(cfg, StopAt(10**9)).progress.step.window == 5
 
 
+def test_a_stale_complete_fold_is_named_with_why_before_it_is_trained_again(prepared, capsys) -> None:
+    fold_run(prepared, StopAt(10**9)).run()  # fold 0 complete
+    folder = layout.fold_dir(prepared, 0)
+
+    def todo(cfg) -> tuple[list[int], str]:
+        capsys.readouterr()
+        made = validity.current_made_from(cfg)
+        return train.folds_to_train(cfg, [0], made, distributed.Dist()), capsys.readouterr().err
+
+    assert todo(prepared) == ([], "")  # complete: skipped, nothing to warn of
+    folds, err = todo(with_train(prepared, lr=2e-3))
+    assert folds == [0] and err == (
+        f"warning: fold 0: the complete fold in {folder} no longer counts (trained on other data or settings: "
+        "train.lr (0.002 here, 0.001 when trained)); it is trained again, replacing it\n"
+    )
+    done = read_json(folder / layout.DONE)
+    write_json(folder / layout.DONE, {k: v for k, v in done.items() if k != "made_from"})  # an older done.json
+    assert "train.lr (0.002 here, 0.001 when trained)); it is" in todo(with_train(prepared, lr=2e-3))[1]
+    write_json(folder / layout.DONE, done)
+    with open(folder / layout.WEIGHTS, "r+b") as f:
+        f.truncate(100)
+    folds, err = todo(prepared)
+    assert folds == [0] and err.startswith(f"warning: fold 0: the complete fold in {folder} no longer counts "
+                                           "(model.safetensors has 100 bytes, done.json records")  # fmt: skip
+    assert err.count("\n") == 1
+
+
 def test_why_a_resume_state_is_continued_or_not() -> None:
     made = {"table": "t", "model": {"tiny": True}, "settings": {"train": {"lr": 0.001, "patience": 6}, "model": {}}}
     state = {"digest": "d", "world": 1, "made_from": made, "resume_key": fingerprint.resume_key(made)}
