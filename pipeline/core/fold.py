@@ -305,13 +305,20 @@ class FoldRun:
         self.mark = eta.now()
 
         def after_window(state: loop.StepState, window: loop.Window) -> bool:
-            """The jobs of each optimizer step, always in this order; True ends the epoch."""
+            """The jobs of each optimizer step, always in this order; True ends the epoch. At a fold's first step
+            the stop is asked before anything is written, so that a stop there writes nothing (unsaved_stop)."""
             p.step = state
             self.time_window()
+            opening = self.fresh and self.step_count() == 1
+            if opening:
+                self.ask_stop(ends)
+                if ends.stopped and not ends.expired:
+                    return True
+                self.drop_old_state()
             self.log_window(epoch, window)
             self.evaluate_when_due(epoch, state.window, first)
-            ends.expired = self.deadline_passed()
-            ends.stopped = ends.expired or self.stop_requested()  # the same on every rank: both are collective
+            if not opening:
+                self.ask_stop(ends)
             self.checkpoint_when_due(state.window, ends)
             self.mark = eta.now()  # what the steps above took is not a training step's time
             return ends.stopped or self.exhausted()
@@ -364,6 +371,17 @@ class FoldRun:
         """The deadline: the session's time is up on any rank, so every rank stops together."""
         left = eta.left()
         return distributed.any_rank(self.d, left is not None and left <= 0)
+
+    def ask_stop(self, ends: Ends) -> None:
+        """Whether the deadline passed or a stop was asked for, on any rank (both collective: once a step)."""
+        ends.expired = self.deadline_passed()
+        ends.stopped = ends.expired or self.stop_requested()
+
+    def drop_old_state(self) -> None:
+        """A fold started afresh writes its first record or evaluation: a resume state it could not continue (`make
+        train` said it would be dropped) goes now, since the weights and records beside it are no longer its own."""
+        if self.d.is_main:
+            (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
 
     def stop_requested(self) -> bool:
         """A stop request (Ctrl-C, SIGTERM) on any rank."""

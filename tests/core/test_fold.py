@@ -146,6 +146,44 @@ def test_a_weight_changing_setting_says_what_is_dropped_before_anything_is_repla
     assert fold_run(cfg, StopAt(10**9)).progress.step.window == 5
 
 
+def test_a_stop_at_the_first_step_replaces_nothing_when_every_step_records_and_evaluates(prepared) -> None:
+    """log_every_steps=1 writes a record at step 1, eval_every_steps=1 an evaluation (weights, OOF): a stop at the
+    first step of a run that would drop a saved state still leaves that state's folder as it was."""
+    cfg = with_train(prepared, log_every_steps=1, eval_every_steps=1, tensorboard=True)
+    with pytest.raises(Interrupted):
+        fold_run(cfg, StopAt(5)).run()
+    exp = layout.experiment_dir(cfg)
+    before = digests(exp)
+    assert any(name.startswith("tb/") for name in before) and "fold0/steps.jsonl" in before
+    with pytest.raises(Interrupted, match="fold 0 stopped at its first step; nothing was saved or replaced"):
+        fold_run(with_train(cfg, lr=2e-3), StopAt(1)).run()
+    assert digests(exp) == before
+    assert fold_run(cfg, StopAt(10**9)).progress.step.window == 5  # and it continues
+
+
+class KillAt(StopAt):
+    """A kill (nothing after it runs) when the loop asks for the `at`-th time."""
+
+    @property
+    def raised(self) -> bool:
+        if StopAt.raised.fget(self):
+            raise SystemExit("killed")
+        return False
+
+
+def test_a_run_that_drops_a_saved_state_drops_it_at_its_first_write(prepared) -> None:
+    """Once a run under other settings has written its first record or evaluation, the state it was warned to drop
+    is gone: killed there, a rerun with the old settings must not continue that state beside the new weights."""
+    cfg = with_train(prepared, log_every_steps=1, eval_every_steps=2)
+    with pytest.raises(Interrupted):
+        fold_run(cfg, StopAt(5)).run()
+    path = layout.experiment_dir(cfg) / "fold0" / layout.RESUME
+    with pytest.raises(SystemExit):
+        fold_run(with_train(cfg, lr=2e-3), KillAt(3)).run()  # killed at step 3: step 2's evaluation replaced weights
+    assert not path.exists()
+    assert fold_run(cfg, StopAt(10**9)).progress.step.window == 0  # trained from its start, not continued
+
+
 def test_a_stale_complete_fold_is_named_with_why_before_it_is_trained_again(prepared, capsys) -> None:
     fold_run(prepared, StopAt(10**9)).run()  # fold 0 complete
     folder = layout.fold_dir(prepared, 0)
@@ -290,7 +328,9 @@ def test_a_full_disk_while_a_resume_state_is_saved_is_one_line_and_keeps_the_las
 
 
 def test_each_step_runs_its_jobs_in_one_fixed_order(prepared, monkeypatch) -> None:
-    """After every optimizer step: timing, logging, evaluation, the deadline, a stop request, the checkpoint."""
+    """After every optimizer step: timing, logging, evaluation, the deadline, a stop request, the checkpoint; at a
+    fresh fold's first step the deadline and the stop are asked before anything is written (a stop there writes
+    nothing)."""
     run = fold_run(dataclasses.replace(prepared, train=dataclasses.replace(prepared.train, save_every_steps=1)),
                    StopAt(10**9))  # fmt: skip
     order = ["time_window", "log_window", "evaluate_when_due", "deadline_passed", "stop_requested",
@@ -300,4 +340,6 @@ def test_each_step_runs_its_jobs_in_one_fixed_order(prepared, monkeypatch) -> No
         job = getattr(run, name)
         monkeypatch.setattr(run, name, lambda *a, job=job, name=name: (calls.append(name), job(*a))[1])
     run.train_epoch(0)
-    assert calls == order * run.windows
+    first = ["time_window", "deadline_passed", "stop_requested", "log_window", "evaluate_when_due",
+             "checkpoint_when_due"]  # fmt: skip
+    assert calls == first + order * (run.windows - 1)
