@@ -184,6 +184,31 @@ def test_a_run_that_drops_a_saved_state_drops_it_at_its_first_write(prepared) ->
     assert fold_run(cfg, StopAt(10**9)).progress.step.window == 0  # trained from its start, not continued
 
 
+def test_a_fold_resumed_from_its_first_step_records_every_step_once(prepared, tmp_path) -> None:
+    """log_every_steps=1, a state saved at step 1, killed at step 2 after its record was written: the resumed fold's
+    step records and TensorBoard events are an uninterrupted run's, step 1's one point included."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = with_train(prepared, log_every_steps=1, save_every_steps=1, tensorboard=True)
+    reference = dataclasses.replace(cfg, models_dir=str(tmp_path / "reference"))
+    fold_run(reference, StopAt(10**9)).run()
+    with pytest.raises(SystemExit):
+        fold_run(cfg, KillAt(2)).run()
+    folder = layout.fold_dir(cfg, 0)
+    assert torch.load(folder / layout.RESUME, weights_only=False)["step"]["window"] == 1
+    assert fold_run(cfg, StopAt(10**9)).run()["steps"] == 19
+
+    def records(models) -> tuple[list, dict]:
+        lines = (models / "sample" / "fold0" / layout.STEPS).read_text().splitlines()
+        events = EventAccumulator(str(models / "sample" / "tb" / "fold0"))
+        events.Reload()
+        tb = {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+        return [(r["step"], round(r["loss"], 6)) for r in map(json.loads, lines)], tb
+
+    got, want = records(tmp_path / "models"), records(tmp_path / "reference")
+    assert [s for s, _ in want[0]] == list(range(1, 20)) and got == want
+
+
 def test_a_stale_complete_fold_is_named_with_why_before_it_is_trained_again(prepared, capsys) -> None:
     fold_run(prepared, StopAt(10**9)).run()  # fold 0 complete
     folder = layout.fold_dir(prepared, 0)
