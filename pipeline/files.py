@@ -152,20 +152,22 @@ def atomic_path(path: Path | str, need: float | None = None):
 
 
 @contextlib.contextmanager
-def atomic_dir(path: Path | str):
-    """Yield a temporary folder; it replaces `path` (and any old copy of it) only if the block succeeds."""
+def atomic_dir(path: Path | str, need: float | None = None):
+    """Yield a temporary folder; it replaces `path` (and any old copy of it) only if the block succeeds. A full disk
+    that the writer inside did not name (np.save says no file) is one line naming `path` and `need`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        yield tmp
-        default_modes(tmp)
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        if path.exists():
-            os.replace(path, old)  # a folder cannot be renamed over a non-empty one
-        os.replace(tmp, path)
+        with disk_full(path, need):
+            yield tmp
+            default_modes(tmp)
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            if path.exists():
+                os.replace(path, old)  # a folder cannot be renamed over a non-empty one
+            os.replace(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -108,8 +108,36 @@ def folds_to_train(cfg: Config, folds: list[int], made: dict, d: distributed.Dis
             how = "a stage-1 model" if auc is None else f"AUC {auc:.4f}"  # a stage-1 model has no validation rows
             print(f"fold {fold}: complete with these settings ({how}); skipped")
         for fold in todo:
+            say_stale(layout.fold_dir(cfg, fold), fold, digest, made, cfg)
             say_resume(layout.fold_dir(cfg, fold) / layout.RESUME, fold, digest, made, d.world)
     return todo
+
+
+def say_stale(folder, fold: int, digest: str, made: dict, cfg: Config) -> None:
+    """Before any fold starts: a complete fold that no longer counts (other inputs or weight-changing settings,
+    damaged files) is named, with why, before training it again replaces it."""
+    why = validity.fold_status(folder, digest, needs=(layout.WEIGHTS,))
+    if why in ("", "not complete"):
+        return
+    why = why.removesuffix(" (retrain it with `make train`)")
+    if why == "trained on other data or settings":
+        why += f": {changed_since(folder, made, cfg)}"
+    print(f"warning: fold {fold}: the complete fold in {folder} no longer counts ({why}); it is trained again, "
+          "replacing it", file=sys.stderr)  # fmt: skip
+
+
+def changed_since(folder, made: dict, cfg: Config) -> str:
+    """What differs between what a complete fold was made from and `made`: from its done.json, or (a fold trained
+    before done.json recorded it) the weight-changing settings of its own pipeline.yaml."""
+    done = validity.read_done(folder) or {}
+    if isinstance(done.get("made_from"), dict):
+        return resume.what_changed(done["made_from"], made, "trained")
+    try:
+        trained = fingerprint.settings(config_mod.load_file(folder / layout.RUN_CONFIG))
+        differ = fingerprint.differ(made["settings"], trained, "when trained")
+    except (OSError, PipelineError):
+        differ = ""
+    return differ or "the training table or the model it starts from changed since it was trained"
 
 
 def world_problem(cfg: Config, digest: str, todo: list[int], world: int) -> str:

@@ -211,6 +211,20 @@ def test_a_full_disk_while_an_artifact_is_written_is_one_line_and_keeps_the_old_
     assert one_line_error(capsys).startswith("error: the disk is full: resume.pt could not be written in ")
 
 
+def test_a_full_disk_in_a_folder_written_at_once_names_the_folder(tmp_path: Path) -> None:
+    """np.save on a full disk raises ENOSPC with no file name: the folder being built is named instead."""
+    folder = tmp_path / "cache" / "abc123"
+    folder.mkdir(parents=True)
+    (folder / "a.npy").write_bytes(b"A" * 50)
+    before = digests(folder)
+    with pytest.raises(files.DiskFullError) as info, files.atomic_dir(folder, need=5 << 20):
+        raise OSError(28, "No space left on device")
+    assert str(info.value).startswith(
+        f"the disk is full: abc123 could not be written in {folder.parent} (needs about 5.0 MiB, "
+    )
+    assert digests(folder) == before and leftovers(tmp_path / "cache") == []
+
+
 def test_a_full_disk_said_in_other_words_is_known() -> None:
     class SafetensorError(Exception):  # safetensors' Rust error carries the errno in its text only
         pass

@@ -297,16 +297,28 @@ class FoldRun:
         train.patience used up ends the epoch early (the fold is over)."""
         t, p, d = self.cfg.train, self.progress, self.d
         first, ends = p.step.window, Ends()
+        if first and self.due_unevaluated(first):  # resumed where the schedule now evaluates: as it would have
+            self.evaluate(epoch, 0)
+            self.net.train()
+            if self.exhausted():
+                return
         self.mark = eta.now()
 
         def after_window(state: loop.StepState, window: loop.Window) -> bool:
-            """The jobs of each optimizer step, always in this order; True ends the epoch."""
+            """The jobs of each optimizer step, always in this order; True ends the epoch. At a fold's first step
+            the stop is asked before anything is written, so that a stop there writes nothing (unsaved_stop)."""
             p.step = state
             self.time_window()
+            opening = self.fresh and self.step_count() == 1
+            if opening:
+                self.ask_stop(ends)
+                if ends.stopped and not ends.expired:
+                    return True
+                self.drop_old_state()
             self.log_window(epoch, window)
             self.evaluate_when_due(epoch, state.window, first)
-            ends.expired = self.deadline_passed()
-            ends.stopped = ends.expired or self.stop_requested()  # the same on every rank: both are collective
+            if not opening:
+                self.ask_stop(ends)
             self.checkpoint_when_due(state.window, ends)
             self.mark = eta.now()  # what the steps above took is not a training step's time
             return ends.stopped or self.exhausted()
@@ -347,10 +359,29 @@ class FoldRun:
             self.evaluate(epoch, done - first)
             self.net.train()  # evaluation left the model in eval mode: dropout and checkpointing are back on
 
+    def due_unevaluated(self, window: int) -> bool:
+        """A fold resumed at a step train.eval_every_steps evaluates but that was not evaluated: the state was saved
+        under another train.eval_every_steps (a resumable setting). Under the same one a due step is evaluated
+        before its state is saved, so this is never true then."""
+        step, every = self.step_count(), 0 if self.stage1 else self.cfg.train.eval_every_steps
+        due = evaluation.due(every, step, window, self.windows)
+        return due and not any(h.get("step") == step for h in self.progress.history)
+
     def deadline_passed(self) -> bool:
         """The deadline: the session's time is up on any rank, so every rank stops together."""
         left = eta.left()
         return distributed.any_rank(self.d, left is not None and left <= 0)
+
+    def ask_stop(self, ends: Ends) -> None:
+        """Whether the deadline passed or a stop was asked for, on any rank (both collective: once a step)."""
+        ends.expired = self.deadline_passed()
+        ends.stopped = ends.expired or self.stop_requested()
+
+    def drop_old_state(self) -> None:
+        """A fold started afresh writes its first record or evaluation: a resume state it could not continue (`make
+        train` said it would be dropped) goes now, since the weights and records beside it are no longer its own."""
+        if self.d.is_main:
+            (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
 
     def stop_requested(self) -> bool:
         """A stop request (Ctrl-C, SIGTERM) on any rank."""
@@ -504,6 +535,8 @@ class FoldRun:
             if seconds is not None:
                 print(f"ETA {eta.hours(seconds)} for the run ({self.inputs.folds_after} more folds after this one)")
         self.started = time.perf_counter()  # p.seconds: what the processes before this one ran
+        if d.is_main and self.exhausted():  # resumed under a lower train.patience (or a shorter interval)
+            print(self.used_up_line())
         for epoch in range(p.epoch, t.epochs):
             if self.exhausted():
                 break
@@ -521,6 +554,16 @@ class FoldRun:
             # micro-batches halved after running out of memory stay halved
             p.epoch, p.step = epoch + 1, loop.StepState(halvings=p.step.halvings)
         return self.finish(self.seconds())
+
+    def used_up_line(self) -> str:
+        """What a fold resumed with its patience already used up says: it stops at once, keeping its best."""
+        p, t = self.progress, self.cfg.train
+        last, n = p.history[-1].get("step", 0), p.best["since"]
+        return (
+            f"fold {self.fold}: train.patience={t.patience} is already used up: no better AUC than step "
+            f"{p.best['step']}'s ({p.best['auc']:.4f}) in the {n} evaluation{'s' * (n != 1)} up to step {last}; "
+            f"stopping at once, keeping step {p.best['step']}"
+        )
 
     def finish(self, seconds: float) -> dict:
         p, t = self.progress, self.cfg.train
@@ -544,6 +587,8 @@ class FoldRun:
             "head": modeling.HEAD,  # the classification head the weights belong to
             "profile": self.profile,  # the test's languages and toxic rates the fold was scored by
         }
+        if self.inputs.made_from is not None:  # what the digest is of: a later run names what made the fold stale
+            result["made_from"] = self.inputs.made_from
         if self.d.is_main:
             result["files"] = validity.fold_records(self.fold_dir)
             write_json(self.fold_dir / layout.DONE, result)  # last: its presence means the fold is complete

@@ -120,7 +120,7 @@ def verdict(state: dict, digest: str, made: dict | None, world: int) -> tuple[bo
     same = state.get("digest") == digest
     carried = made is not None and state.get("resume_key") == fingerprint.resume_key(made)
     if not same and not carried:
-        return False, f"{what_changed(state, made)}, which changes the weights trained so far"
+        return False, f"{what_changed(state.get('made_from'), made)}, which changes the weights trained so far"
     saved_world = state.get("world", 1)
     if saved_world != world:  # the batch plan (and so a step's rows) depends on the world size
         saved = f"{saved_world} process{'es' if saved_world > 1 else ''}"
@@ -128,16 +128,15 @@ def verdict(state: dict, digest: str, made: dict | None, world: int) -> tuple[bo
     return True, "" if same else fingerprint.differ(made["settings"], state["made_from"]["settings"], "when saved")
 
 
-def what_changed(state: dict, made: dict | None) -> str:
-    """Why a saved state is not this run's, in words."""
-    saved = state.get("made_from")
-    if not isinstance(saved, dict) or made is None:  # a state saved before it recorded what it was made from
-        return "it was saved with other data or settings"
+def what_changed(saved: dict | None, made: dict | None, when: str = "saved") -> str:
+    """Why what a state (or a complete fold: `when` "trained") was made from, `saved`, is not this run's `made`."""
+    if not isinstance(saved, dict) or made is None:  # saved before it recorded what it was made from
+        return f"it was {when} with other data or settings"
     if saved.get("table") != made["table"]:
-        return "the training table changed since it was saved (`make data` rebuilt it)"
+        return f"the training table changed since it was {when} (`make data` rebuilt it)"
     if saved.get("model") != made["model"]:
-        return "the model the fold starts from changed since it was saved"
-    return fingerprint.differ(made["settings"], saved.get("settings") or {}, "when saved") or "other settings"
+        return f"the model the fold starts from changed since it was {when}"
+    return fingerprint.differ(made["settings"], saved.get("settings") or {}, f"when {when}") or "other settings"
 
 
 def load_resume(path: Path, digest: str, world: int, made: dict | None = None) -> dict | None:

@@ -88,22 +88,31 @@ def source_rows(ids, texts, langs, toxic, source: str, fold) -> pd.DataFrame:
     return pd.DataFrame({"id": ids, "text": texts, "lang": langs, "toxic": toxic, "source": source, "fold": fold})
 
 
-def english_part(cfg: Config, path) -> pd.DataFrame:
+def english_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
     en = read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
+    say_if_empty(en, path, notes)
     en = english_rows(en, cfg.data.english_negatives, cfg.data.seed)
     return source_rows(en["id"], en["comment_text"], "en", en["toxic"], path.stem, -1)
 
 
-def bias_part(cfg: Config, path) -> pd.DataFrame:
+def bias_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
     """A seeded sample of data.bias_rows unintended-bias rows, in file order."""
     bias = read_csv(path, ["id", "comment_text", "toxic"], labels=("toxic",))
+    say_if_empty(bias, path, notes)
     bias = bias.sample(n=min(cfg.data.bias_rows, len(bias)), random_state=cfg.data.seed).sort_index()
     return source_rows(bias["id"], bias["comment_text"], "en", bias["toxic"], path.stem, -1)
+
+
+def say_if_empty(frame: pd.DataFrame, path, notes: list[str]) -> None:
+    """A training file of no rows (a header only) is read, and `make data` says that it adds nothing."""
+    if frame.empty:
+        notes.append(f"{path}: no rows (a header only): it adds no training rows")
 
 
 def extra_part(path, lang: str, notes: list[str]) -> pd.DataFrame:
     """A translated training file; its rows are named <file>-<row> (a source id is not unique across files)."""
     extra = read_extra(path, lang, notes)
+    say_if_empty(extra, path, notes)
     ids = [f"{path.stem}-{i}" for i in range(len(extra))]
     part = source_rows(ids, extra["comment_text"].to_numpy(), extra["lang"].to_numpy(), extra["toxic"].to_numpy(),
                        path.stem, -1)  # fmt: skip
@@ -176,9 +185,9 @@ def test_table(raw, notes: list[str]) -> pd.DataFrame:
 def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(training table, test table) from the raw files; `table.attrs["notes"]`: what `make data` says about them."""
     notes: list[str] = []
-    parts = [english_part(cfg, raw / layout.TRAIN)]
+    parts = [english_part(cfg, raw / layout.TRAIN, notes)]
     if cfg.data.bias_rows > 0:
-        parts.append(bias_part(cfg, raw / layout.BIAS))
+        parts.append(bias_part(cfg, raw / layout.BIAS, notes))
     extras = [extra_part(path, lang, notes) for path, lang in layout.extra_files(cfg, raw)]
     if extras:
         extra, parts, held = hold_out(cfg, pd.concat(extras, ignore_index=True), parts)

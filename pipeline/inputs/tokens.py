@@ -173,9 +173,10 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
         log(f"tokens: {folder} fails its own check (size or digest); rebuilding it")
     texts = {"train": list(table["text"]), "test": list(test["text"])}
     chars = sum(len(t) for ts in texts.values() for t in ts)
-    check_free_space(folder.parent, chars * 2 + (1 << 20), "the token cache")
+    need = chars * 2 + (1 << 20)
+    check_free_space(folder.parent, need, "the token cache")
     start = time.perf_counter()
-    with atomic_dir(folder) as tmp:
+    with atomic_dir(folder, need) as tmp:
         files, tokens = {}, 0
         for split in SPLITS:
             ragged = tokenize(tokenizer, texts[split], cfg.model.max_length, desc=f"tokenize {split}")

@@ -205,7 +205,8 @@ def kernel_ref(ref: str, user: str, own_slug: str, key: str) -> str:
     """A kernel named <owner>/<kernel>, <kernel> (the user's own) or `self` (this kernel), as owner/slug."""
     full = f"{user}/{own_slug}" if ref == "self" and own_slug else ref if "/" in ref else f"{user}/{ref}"
     owner, _, slug = full.partition("/")
-    if not (USER_RE.match(owner) and SLUG_RE.match(slug)):  # `../x` is no owner: a path, refused here
+    # `../x` is no owner: a path, refused here; kaggle refuses a kernel slug under 5 characters only when it is used
+    if not (USER_RE.match(owner) and SLUG_RE.match(slug) and 5 <= len(slug) <= 50):
         raise KernelError(f"{key}={ref!r}: expected <owner>/<kernel> or <kernel>" + (" or self" if own_slug else ""))
     return full
 
@@ -215,6 +216,8 @@ def continue_ref(ref: str, user: str, own_slug: str) -> tuple[str, int | None]:
     <owner>/<kernel>/<version> (kaggle 2.2.5 accepts a kernel source at a version)."""
     head, version = ref, None
     parts = ref.split("/")
+    if any(part in ("", ".", "..") for part in parts):  # a path (`a/../b`, `./x`, `x/`), not a kernel: no version
+        parts = []
     if len(parts) == 3:
         if not parts[2].isdigit() or int(parts[2]) < 1:
             raise KernelError(f"kaggle.continue_from={ref!r}: the version must be a number from 1 (<owner>/<kernel>/N)")

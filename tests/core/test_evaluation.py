@@ -120,6 +120,42 @@ def test_patience_and_best_survive_a_resume(prepared, monkeypatch, tmp_path) -> 
     assert done["best_step"] == 6 and done["steps"] == 15 and done["stopped_early"] is True
 
 
+def test_a_resume_under_another_eval_interval_evaluates_as_that_interval_does(prepared, tmp_path) -> None:
+    """Cut at step 5 under eval_every_steps=3, resumed under 5: step 5, which 5 evaluates and 3 did not, is evaluated
+    at the resume, and from there on every evaluation is the one an uninterrupted run under 5 makes."""
+    three, five = (with_train(prepared, eval_every_steps=e) for e in (3, 5))
+    reference = dataclasses.replace(five, models_dir=str(tmp_path / "reference"))
+    want = fold_run(reference, StopAt(10**9)).run()
+    with pytest.raises(fold.Interrupted):
+        fold_run(three, StopAt(5)).run()  # evaluated at step 3, saved at step 5
+    got = fold_run(five, StopAt(10**9)).run()
+
+    def history(cfg) -> dict[int, float]:
+        lines = (layout.experiment_dir(cfg) / "fold0" / layout.METRICS).read_text().splitlines()
+        return {r["step"]: r["auc"] for r in map(json.loads, lines)}
+
+    theirs, ours = history(reference), history(five)
+    assert list(theirs) == [5, 10, 15, 19] and list(ours) == [3, *theirs]
+    assert all(ours[s] == pytest.approx(theirs[s], abs=1e-9) for s in theirs)
+    assert (got["best_step"], got["auc"]) == (want["best_step"], pytest.approx(want["auc"], abs=1e-9))
+
+
+def test_a_resume_under_a_lower_patience_already_used_up_stops_at_once(prepared, monkeypatch, capsys) -> None:
+    """Best at step 3, no better at 6, cut at step 7 under patience=6, resumed under patience=1: one interval has
+    passed without a better AUC, so the fold stops at once, saying so, and keeps step 3."""
+    seen = scripted(monkeypatch, [0.70, 0.60, 0.99])  # the 0.99 is never reached
+    with pytest.raises(fold.Interrupted):
+        fold_run(with_train(prepared, eval_every_steps=3, patience=6), StopAt(7)).run()
+    capsys.readouterr()
+    run = fold_run(with_train(prepared, eval_every_steps=3, patience=1), StopAt(10**9))
+    done = run.run()
+    out = capsys.readouterr().out
+    assert len(seen) == 2 and done["stopped_early"] is True and (done["best_step"], done["steps"]) == (3, 6)
+    assert done["auc"] == 0.70 and run.progress.step.window == 7  # nothing trained past the saved step
+    line = "fold 0: train.patience=1 is already used up: no better AUC than step 3's (0.7000) in the 1 evaluation "
+    assert line + "up to step 6; stopping at once, keeping step 3\n" in out
+
+
 def test_evaluating_inside_epochs_leaves_training_as_it_was(prepared, tmp_path) -> None:
     """Dropout on, evaluations every 4 steps or none: the same losses at every step (eval mode is undone)."""
     losses = {}

@@ -146,6 +146,96 @@ def test_a_weight_changing_setting_says_what_is_dropped_before_anything_is_repla
     assert fold_run(cfg, StopAt(10**9)).progress.step.window == 5
 
 
+def test_a_stop_at_the_first_step_replaces_nothing_when_every_step_records_and_evaluates(prepared) -> None:
+    """log_every_steps=1 writes a record at step 1, eval_every_steps=1 an evaluation (weights, OOF): a stop at the
+    first step of a run that would drop a saved state still leaves that state's folder as it was."""
+    cfg = with_train(prepared, log_every_steps=1, eval_every_steps=1, tensorboard=True)
+    with pytest.raises(Interrupted):
+        fold_run(cfg, StopAt(5)).run()
+    exp = layout.experiment_dir(cfg)
+    before = digests(exp)
+    assert any(name.startswith("tb/") for name in before) and "fold0/steps.jsonl" in before
+    with pytest.raises(Interrupted, match="fold 0 stopped at its first step; nothing was saved or replaced"):
+        fold_run(with_train(cfg, lr=2e-3), StopAt(1)).run()
+    assert digests(exp) == before
+    assert fold_run(cfg, StopAt(10**9)).progress.step.window == 5  # and it continues
+
+
+class KillAt(StopAt):
+    """A kill (nothing after it runs) when the loop asks for the `at`-th time."""
+
+    @property
+    def raised(self) -> bool:
+        if StopAt.raised.fget(self):
+            raise SystemExit("killed")
+        return False
+
+
+def test_a_run_that_drops_a_saved_state_drops_it_at_its_first_write(prepared) -> None:
+    """Once a run under other settings has written its first record or evaluation, the state it was warned to drop
+    is gone: killed there, a rerun with the old settings must not continue that state beside the new weights."""
+    cfg = with_train(prepared, log_every_steps=1, eval_every_steps=2)
+    with pytest.raises(Interrupted):
+        fold_run(cfg, StopAt(5)).run()
+    path = layout.experiment_dir(cfg) / "fold0" / layout.RESUME
+    with pytest.raises(SystemExit):
+        fold_run(with_train(cfg, lr=2e-3), KillAt(3)).run()  # killed at step 3: step 2's evaluation replaced weights
+    assert not path.exists()
+    assert fold_run(cfg, StopAt(10**9)).progress.step.window == 0  # trained from its start, not continued
+
+
+def test_a_fold_resumed_from_its_first_step_records_every_step_once(prepared, tmp_path) -> None:
+    """log_every_steps=1, a state saved at step 1, killed at step 2 after its record was written: the resumed fold's
+    step records and TensorBoard events are an uninterrupted run's, step 1's one point included."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = with_train(prepared, log_every_steps=1, save_every_steps=1, tensorboard=True)
+    reference = dataclasses.replace(cfg, models_dir=str(tmp_path / "reference"))
+    fold_run(reference, StopAt(10**9)).run()
+    with pytest.raises(SystemExit):
+        fold_run(cfg, KillAt(2)).run()
+    folder = layout.fold_dir(cfg, 0)
+    assert torch.load(folder / layout.RESUME, weights_only=False)["step"]["window"] == 1
+    assert fold_run(cfg, StopAt(10**9)).run()["steps"] == 19
+
+    def records(models) -> tuple[list, dict]:
+        lines = (models / "sample" / "fold0" / layout.STEPS).read_text().splitlines()
+        events = EventAccumulator(str(models / "sample" / "tb" / "fold0"))
+        events.Reload()
+        tb = {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+        return [(r["step"], round(r["loss"], 6)) for r in map(json.loads, lines)], tb
+
+    got, want = records(tmp_path / "models"), records(tmp_path / "reference")
+    assert [s for s, _ in want[0]] == list(range(1, 20)) and got == want
+
+
+def test_a_stale_complete_fold_is_named_with_why_before_it_is_trained_again(prepared, capsys) -> None:
+    fold_run(prepared, StopAt(10**9)).run()  # fold 0 complete
+    folder = layout.fold_dir(prepared, 0)
+
+    def todo(cfg) -> tuple[list[int], str]:
+        capsys.readouterr()
+        made = validity.current_made_from(cfg)
+        return train.folds_to_train(cfg, [0], made, distributed.Dist()), capsys.readouterr().err
+
+    assert todo(prepared) == ([], "")  # complete: skipped, nothing to warn of
+    folds, err = todo(with_train(prepared, lr=2e-3))
+    assert folds == [0] and err == (
+        f"warning: fold 0: the complete fold in {folder} no longer counts (trained on other data or settings: "
+        "train.lr (0.002 here, 0.001 when trained)); it is trained again, replacing it\n"
+    )
+    done = read_json(folder / layout.DONE)
+    write_json(folder / layout.DONE, {k: v for k, v in done.items() if k != "made_from"})  # an older done.json
+    assert "train.lr (0.002 here, 0.001 when trained)); it is" in todo(with_train(prepared, lr=2e-3))[1]
+    write_json(folder / layout.DONE, done)
+    with open(folder / layout.WEIGHTS, "r+b") as f:
+        f.truncate(100)
+    folds, err = todo(prepared)
+    assert folds == [0] and err.startswith(f"warning: fold 0: the complete fold in {folder} no longer counts "
+                                           "(model.safetensors has 100 bytes, done.json records")  # fmt: skip
+    assert err.count("\n") == 1
+
+
 def test_why_a_resume_state_is_continued_or_not() -> None:
     made = {"table": "t", "model": {"tiny": True}, "settings": {"train": {"lr": 0.001, "patience": 6}, "model": {}}}
     state = {"digest": "d", "world": 1, "made_from": made, "resume_key": fingerprint.resume_key(made)}
@@ -263,7 +353,9 @@ def test_a_full_disk_while_a_resume_state_is_saved_is_one_line_and_keeps_the_las
 
 
 def test_each_step_runs_its_jobs_in_one_fixed_order(prepared, monkeypatch) -> None:
-    """After every optimizer step: timing, logging, evaluation, the deadline, a stop request, the checkpoint."""
+    """After every optimizer step: timing, logging, evaluation, the deadline, a stop request, the checkpoint; at a
+    fresh fold's first step the deadline and the stop are asked before anything is written (a stop there writes
+    nothing)."""
     run = fold_run(dataclasses.replace(prepared, train=dataclasses.replace(prepared.train, save_every_steps=1)),
                    StopAt(10**9))  # fmt: skip
     order = ["time_window", "log_window", "evaluate_when_due", "deadline_passed", "stop_requested",
@@ -273,4 +365,6 @@ def test_each_step_runs_its_jobs_in_one_fixed_order(prepared, monkeypatch) -> No
         job = getattr(run, name)
         monkeypatch.setattr(run, name, lambda *a, job=job, name=name: (calls.append(name), job(*a))[1])
     run.train_epoch(0)
-    assert calls == order * run.windows
+    first = ["time_window", "deadline_passed", "stop_requested", "log_window", "evaluate_when_due",
+             "checkpoint_when_due"]  # fmt: skip
+    assert calls == first + order * (run.windows - 1)

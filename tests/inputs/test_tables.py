@@ -248,3 +248,13 @@ def test_held_out_without_translated_files_says_it_holds_nothing(tmp_path: Path)
         "data: data.held_out=0.3 holds out nothing, as data.extra_files names no translated file: the test's fr, pt, "
         "ru get no OOF rows"
     ) in said
+
+
+def test_a_training_file_of_no_rows_is_read_and_said(tmp_path: Path, raw_sample: Path) -> None:
+    """A header-only translated file (a download cut short) adds nothing: `make data` says so, naming it."""
+    path = raw_sample / "translated-train.csv"
+    path.write_text(path.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    said = []
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}")
+    data.prepare(cfg, log=said.append)
+    assert f"data: {path}: no rows (a header only): it adds no training rows" in said

@@ -330,6 +330,13 @@ def test_kaggle_model_goes_to_model_sources(tmp_path: Path) -> None:
     ("overrides", "message"),
     [
         (["kaggle.continue_from=../x"], "kaggle.continue_from='../x': expected self, <kernel>, <owner>/<kernel>"),
+        *(
+            (
+                [f"kaggle.continue_from={ref}"],
+                f"kaggle.continue_from={ref!r}: expected self, <kernel>, <owner>/<kernel>",
+            )
+            for ref in ("a/../b", "./x", "x/", "a//b", "a/b/", "/x", "..", "x/..", "someone/Run-A", "RUN-A", "a/b")
+        ),
         (["kaggle.continue_from=a/b/c"], "kaggle.continue_from='a/b/c': the version must be a number from 1"),
         (["kaggle.continue_from=a/b/0"], "kaggle.continue_from='a/b/0': the version must be a number"),
         (["kaggle.continue_from=someone/Bad_Run"], "kaggle.continue_from='someone/Bad_Run': expected self"),
