@@ -152,7 +152,9 @@ def test_a_resume_under_a_lower_patience_already_used_up_stops_at_once(prepared,
     out = capsys.readouterr().out
     assert len(seen) == 2 and done["stopped_early"] is True and (done["best_step"], done["steps"]) == (3, 6)
     assert done["auc"] == 0.70 and run.progress.step.window == 7  # nothing trained past the saved step
-    line = "fold 0: train.patience=1 is already used up: no better AUC than step 3's (0.7000) in the 1 evaluation "
+    line = (
+        "fold 0: train.patience=1 is already used up: no better valid AUC than step 3's (0.7000) in the 1 evaluation "
+    )
     assert line + "up to step 6; stopping at once, keeping step 3\n" in out
 
 
