@@ -181,6 +181,18 @@ def headline(figures: dict) -> tuple[Metric, float] | None:
     return None
 
 
+def saved_figures(cv) -> dict:
+    """A cv.json's figures by metric key: its `metrics`; of one written before it had them, what it recorded
+    under the old keys (`oof_auc`: the validation AUC; the six-language AUC where no test language was missing)."""
+    if not isinstance(cv, dict):
+        return {}
+    if isinstance(cv.get("metrics"), dict):
+        return cv["metrics"]
+    six = cv.get("six") if isinstance(cv.get("six"), dict) else {}
+    old = {SIX.key: six.get("auc") if six.get("missing") == [] else None, "valid_auc": cv.get("oof_auc")}
+    return {k: v for k, v in old.items() if isinstance(v, (int, float))}
+
+
 def scores(rows: pd.DataFrame, profile: dict | None, scale: str) -> dict[str, float]:
     """Every metric of METRICS on these OOF rows (NaN where it needs probabilities and `pred` is a rank)."""
     ranks = scale != layout.PROBABILITY
