@@ -171,6 +171,13 @@ BY_KEY = {m.key: m for m in METRICS}
 RANKED_BY = (SIX, BY_KEY["valid_auc"])  # an experiment is ranked by the first of these it has
 
 
+def judged_by(record: dict) -> str:
+    """The name of the metric an evaluation (a metrics.jsonl record) was judged by; 'AUC' for one made before
+    evaluations said so (the six-language estimate over whichever test languages the fold's rows stood for)."""
+    metric = BY_KEY.get(record.get("metric") or "") if isinstance(record, dict) else None
+    return metric.header if metric else "AUC"
+
+
 def headline(figures: dict) -> tuple[Metric, float] | None:
     """The figure an experiment is ranked by (the first of RANKED_BY that `figures`, a cv.json's `metrics`,
     has), with its metric; None without one."""

@@ -193,8 +193,7 @@ def plot_fold_curves(ax, fold: int, steps: list[dict], evals: list[dict], best_s
     scored = [(r["step"], r["auc"]) for r in evals if r.get("auc") is not None]
     if scored:
         x, y = zip(*scored)
-        # what the evaluations were judged by (records written before they said so: the six-language AUC)
-        name = metrics.BY_KEY[evals[-1].get("metric") or metrics.SIX.key].header
+        name = metrics.judged_by(evals[-1])  # as the evaluation lines name it ('AUC' in a record made before)
         ax.plot(x, y, color="tab:orange", marker="o", ms=3, lw=1.2, label=f"{name} of the fold's rows")
         best = [(s, a) for s, a in scored if s == best_step] or [max(scored, key=lambda p: p[1])]
         ax.plot(*best[0], marker="*", ms=14, color="tab:red", ls="", label=f"best: {name} {best[0][1]:.4f}")
