@@ -17,6 +17,7 @@ the lock of experiment <name>-tfidf while it runs: a second `make baseline` of i
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import replace
@@ -30,7 +31,7 @@ from sklearn.linear_model import LogisticRegression
 from pipeline import config as config_mod
 from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import PipelineError, run_stage
-from pipeline.files import file_record, read_json, write_csv, write_json
+from pipeline.files import file_record, write_csv, write_json
 from pipeline.inputs import tables
 from pipeline.scoring import metrics, report
 from pipeline.scoring.publish import publish
@@ -77,17 +78,22 @@ def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path,
 
 
 def compare(cfg, summary: dict) -> None:
-    """The transformer's OOF beside the baseline's, when models/<name>/cv.json exists."""
+    """The transformer's OOF beside the baseline's, when models/<name>/cv.json exists ('-' for a figure it
+    lacks; one that cannot be read is named)."""
     xlmr = layout.experiment_dir(cfg) / layout.CV_JSON
     if not xlmr.exists():
         return
-    other = read_json(xlmr)
+    other = report.read_cv(xlmr)
+    if not other:
+        print(f"\n{xlmr} cannot be read: `make cv` writes it again, to compare the two")
+        return
     langs = list(summary["per_lang"])
     print("\n" + report.figures_head(f"{'model':<12}", langs))
     for name, s in ((cfg.model.name, other), (MODEL, summary)):
-        minutes = sum(d.get("minutes", 0) for d in s["fold_details"].values())
-        figures = {**(s.get("metrics") or {}), "per_lang": s["per_lang"]}  # an older cv.json has no metrics: '-'
-        print(report.figures_line(f"{name:<12}", figures, langs, minutes))
+        details = s.get("fold_details") if isinstance(s.get("fold_details"), dict) else {}
+        minutes = sum((d or {}).get("minutes", 0) for d in details.values()) if details else math.nan  # "-"
+        per = s.get("per_lang") if isinstance(s.get("per_lang"), dict) else {}
+        print(report.figures_line(f"{name:<12}", {**metrics.saved_figures(s), "per_lang": per}, langs, minutes))
 
 
 def run(cfg) -> dict:

@@ -35,6 +35,7 @@ fold's done.json.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -282,10 +283,12 @@ def print_report(name: str, members: list[Member], f: Fit, summary: dict, second
     per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in f.fold_weights.items())
     print(f"weights fit without each fold (fold: {' '.join(m.name for m in members)}): {per_fold}")
     six, valid = metrics.SIX, metrics.BY_KEY["valid_auc"]
-    best = max(v[six.key] for v in summary["blend"]["member_metrics"].values())
+    # '-' where there is no such figure (no stand-in rows of both classes for a test language), as every table
+    theirs = [v[six.key] for v in summary["blend"]["member_metrics"].values() if not math.isnan(v[six.key])]
+    best = max(theirs) if theirs else None
     print(
-        f"blend {name}: {six.header} {summary['metrics'][six.key]:.4f} (best member {best:.4f}), "
-        f"{valid.header} {summary['metrics'][valid.key]:.4f}"
+        f"blend {name}: {six.header} {metrics.shown(summary['metrics'][six.key], six.fmt)} (best member "
+        f"{metrics.shown(best, six.fmt)}), {valid.header} {metrics.shown(summary['metrics'][valid.key], valid.fmt)}"
         + (f", test AUC {summary['test_auc']['auc']:.4f}" if "test_auc" in summary else "")
         + f", {seconds:.1f} s -> {paths}"
     )

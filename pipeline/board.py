@@ -152,8 +152,9 @@ def row(cfg: Config, exp: Path) -> dict | None:
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
     figures = dict(summary["metrics"])
-    calibrated = six.get("calibrated") if not math.isnan(figures[metrics.SIX.key]) else None
-    if calibrated:  # the submission is calibrated: it is judged by the calibrated OOF's (nested) estimate
+    calibrated = six.get("calibrated")  # the submission is calibrated, with or without a 6-lang AUC to show it
+    if calibrated and not math.isnan(figures[metrics.SIX.key]):  # judged by the calibrated OOF's (nested) estimate
+        calibrated = {**calibrated, "ranked": True}
         figures[metrics.SIX.key] = calibrated["oof_after"]
     return {
         "name": exp.name,
@@ -262,6 +263,9 @@ def stale_notes(board: list[dict]) -> str:
 
 def calibrated_note(r: dict) -> str:
     c, six = r["calibrated"], metrics.SIX.header
+    if not c.get("ranked"):  # its before and after are of the languages the OOF has: no 6-lang AUC to rank by
+        return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}); its figures are of the "
+                f"uncalibrated OOF, which has no {six} to judge the calibration by")  # fmt: skip
     # the prior's move to the rates EM finds in the unlabelled test rows cannot be scored on the OOF
     after = "after (nested)" if c["how"] == "lang" else "after lang (nested; the move to the test's rates: not scored)"
     return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}): {six} {c['oof_before']:.4f} "

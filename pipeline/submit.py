@@ -46,8 +46,8 @@ def oof_figure(exp: Path) -> tuple[str, float] | None:
     """(the name, the value) of the figure the experiment is ranked by, from its cv.json
     (metrics.headline); None when there is none (or it cannot be read)."""
     try:
-        found = metrics.headline(read_json(exp / layout.CV_JSON).get("metrics"))
-    except (OSError, ValueError, AttributeError):
+        found = metrics.headline(metrics.saved_figures(read_json(exp / layout.CV_JSON)))
+    except (OSError, ValueError):
         return None
     return (found[0].header, found[1]) if found else None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from pipeline import baseline, blend, data
 from pipeline.errors import PipelineError
-from pipeline.files import read_json
+from pipeline.files import read_json, write_json
 from pipeline.inputs import tables
 from pipeline.scoring import metrics
 from tests.helpers import make_cfg, one_line_error, stage_args
@@ -122,3 +123,20 @@ def test_two_baselines_of_one_experiment_at_once_the_second_stops_naming_the_fir
         os.close(fd)
     assert baseline.main(args) == 0  # free again: the lock of a finished run is released
     assert str(lock.resolve()) not in files._held  # and not kept by this process after the stage
+
+
+def test_the_comparison_reads_an_older_cv_json_and_names_a_damaged_one(tmp_path: Path, capsys) -> None:
+    cfg = cfg_at(tmp_path)
+    exp = Path(cfg.models_dir) / cfg.name
+    exp.mkdir(parents=True)
+    ours = {"metrics": {"six": math.nan, "valid_auc": 0.8, "brier": 0.2}, "per_lang": {"es": 0.7, "tr": 0.6},
+            "fold_details": {0: {"minutes": 1.0}}}  # fmt: skip
+    # written before cv.json had `metrics`: the validation AUC as oof_auc, a six-language AUC missing fr
+    write_json(exp / "cv.json", {"oof_auc": 0.9123, "per_lang": {"es": 0.91}, "six": {"auc": 0.88, "missing": ["fr"]}})
+    baseline.compare(cfg, ours)
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.strip().splitlines()[1:]}
+    assert rows[cfg.model.name] == ["-", "0.9123", "-", "0.9100", "-", "-"]  # 6-lang, valid, Brier, es, tr
+    assert rows[baseline.MODEL] == ["-", "0.8000", "0.2000", "0.7000", "0.6000", "1.0"]
+    (exp / "cv.json").write_text("{not json")
+    baseline.compare(cfg, ours)  # after the baseline's own report: a line, not a traceback
+    assert f"{exp / 'cv.json'} cannot be read" in capsys.readouterr().out

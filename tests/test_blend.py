@@ -95,6 +95,9 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     # printed: each member beside the blend, per language
     assert all(m.header in out for m in metrics.METRICS) and all(f" {lg}" in out for lg in ("es", "it", "tr"))
     assert "\na " in out and "\nb " in out and "blend, nested (honest)" in out
+    # no stand-in rows for fr, pt, ru: no 6-lang AUC, which the summary line shows as '-' like every table
+    (line,) = [line for line in out.splitlines() if line.startswith("blend a+b:")]
+    assert f"{metrics.SIX.header} - (best member -), " in line and "nan" not in line
 
 
 def test_a_blend_refuses_a_calibration_before_any_work(tmp_path: Path) -> None:

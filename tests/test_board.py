@@ -201,3 +201,19 @@ def test_a_calibrated_submission_is_ranked_by_its_calibrated_estimate_and_says_s
     write_json(exp / "cv.json", {"calibration": {**record, "digests": ["other"] * 5}})  # of other folds: not used
     (row,) = board_rows(board.run(board_config(comp.models)))
     assert row["experiment"] == "xlmr" and row[metrics.SIX.header] != "0.7500"
+
+
+def test_a_calibrated_submission_without_a_six_language_auc_is_still_marked(tmp_path: Path) -> None:
+    """No stand-in rows for fr, pt, ru: no 6-lang AUC to rank by, but the submission is calibrated all the same,
+    and the board says so (the latest predict's record: one without calibration drops it)."""
+    comp = Competition(tmp_path, 600)
+    exp = comp.experiment("xlmr", noisy(comp.rows["toxic"].to_numpy(), 1.0, 1), None)
+    folds = [f"fold{k}" for k in range(5)]
+    record = {"how": "lang", "oof_before": 0.7, "oof_after": 0.75, "folds": folds,
+              "digests": [read_json(exp / f / "done.json")["digest"] for f in folds]}  # fmt: skip
+    write_json(exp / "cv.json", {"calibration": record})
+    text = board.run(board_config(comp.models))
+    (row,) = board_rows(text)
+    assert row["experiment"] == "xlmr (calibrated)" and row[metrics.SIX.header] == "-"
+    assert "- xlmr (calibrated): its submission is calibrated (lang); its figures are of the uncalibrated OOF" in text
+    assert "0.7500" not in text  # the estimate over the languages the OOF has is not shown as a 6-lang AUC

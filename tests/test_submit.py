@@ -160,3 +160,16 @@ def test_lines_of_submissions_jsonl_that_cannot_be_read_are_named_and_left_out(t
     out, err = capsys.readouterr()
     assert "2026-01-01T00:00:00+00:00" in out and "0.9" in out
     assert [line.split(" is not")[0][-2:] for line in err.splitlines()] == [":2", ":3", ":4"]
+
+
+def test_the_oof_figure_of_a_cv_json_written_before_it_had_metrics(tmp_path: Path) -> None:
+    """An older cv.json keeps its figures under other keys: the validation AUC as oof_auc, the six-language
+    AUC in `six` (a figure only where no test language was missing)."""
+    exp = tmp_path / "old"
+    exp.mkdir()
+    (exp / "cv.json").write_text(json.dumps({"oof_auc": 0.9, "six": {"auc": 0.8, "missing": ["fr"]}}))
+    assert submit.oof_figure(exp) == ("valid AUC", 0.9)
+    (exp / "cv.json").write_text(json.dumps({"oof_auc": 0.9, "six": {"auc": 0.8, "missing": []}}))
+    assert submit.oof_figure(exp) == ("6-lang AUC", 0.8)
+    (exp / "cv.json").write_text("[1, 2]")
+    assert submit.oof_figure(exp) is None

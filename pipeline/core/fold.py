@@ -157,13 +157,6 @@ def auto_fit(cfg: Config, model, net, prec: str, d: distributed.Dist) -> Config:
     return with_plan(cfg, micro, per_device // micro)  # the banner and the saved config show the fitted plan
 
 
-def judged_by(record: dict) -> str:
-    """The name of the metric an evaluation was judged by (metrics.METRICS; 'AUC' in a record made before
-    evaluations said so)."""
-    metric = metrics.BY_KEY.get(record.get("metric") or "")
-    return metric.header if metric else "AUC"
-
-
 class FoldRun:
     """One fold's model, optimizer and schedule, with its resume states; `run()` trains it to the end."""
 
@@ -504,7 +497,7 @@ class FoldRun:
         p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
         self.log.evaluation(record)
         if d.is_main and self.exhausted():
-            name = judged_by(record)
+            name = metrics.judged_by(record)
             print(f"fold {self.fold}: no better {name} for {t.patience} evaluation intervals (train.patience); "
                   f"stopping at step {record['step']}, keeping step {p.best['step']} "
                   f"({name} {p.best['auc']:.4f})")  # fmt: skip
@@ -515,7 +508,7 @@ class FoldRun:
         t, window = self.cfg.train, self.progress.step.window
         where = f"epoch {record['epoch']}" + (f" step {window}/{self.windows}" if window < self.windows else "")
         per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
-        auc = "stage 1" if self.stage1 else f"{judged_by(record)} {record['auc']:.4f} ({per})"
+        auc = "stage 1" if self.stage1 else f"{metrics.judged_by(record)} {record['auc']:.4f} ({per})"
         mark = ""
         if not self.stage1 and (t.eval_every_steps or t.patience):
             mark = " | best" if improved else f" | no better ({since}" + (f" of {t.patience})" if t.patience else ")")
@@ -565,10 +558,9 @@ class FoldRun:
     def used_up_line(self) -> str:
         """What a fold resumed with its patience already used up says: it stops at once, keeping its best."""
         p, t = self.progress, self.cfg.train
-        last, n = p.history[-1].get("step", 0), p.best["since"]
+        last, n, name = p.history[-1].get("step", 0), p.best["since"], metrics.judged_by(p.history[-1])
         return (
-            f"fold {self.fold}: train.patience={t.patience} is already used up: no better {judged_by(p.history[-1])} "
-            "than step "
+            f"fold {self.fold}: train.patience={t.patience} is already used up: no better {name} than step "
             f"{p.best['step']}'s ({p.best['auc']:.4f}) in the {n} evaluation{'s' * (n != 1)} up to step {last}; "
             f"stopping at once, keeping step {p.best['step']}"
         )

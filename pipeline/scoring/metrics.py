@@ -171,6 +171,13 @@ BY_KEY = {m.key: m for m in METRICS}
 RANKED_BY = (SIX, BY_KEY["valid_auc"])  # an experiment is ranked by the first of these it has
 
 
+def judged_by(record: dict) -> str:
+    """The name of the metric an evaluation (a metrics.jsonl record) was judged by; 'AUC' for one made before
+    evaluations said so (the six-language estimate over whichever test languages the fold's rows stood for)."""
+    metric = BY_KEY.get(record.get("metric") or "") if isinstance(record, dict) else None
+    return metric.header if metric else "AUC"
+
+
 def headline(figures: dict) -> tuple[Metric, float] | None:
     """The figure an experiment is ranked by (the first of RANKED_BY that `figures`, a cv.json's `metrics`,
     has), with its metric; None without one."""
@@ -179,6 +186,18 @@ def headline(figures: dict) -> tuple[Metric, float] | None:
         if isinstance(value, (int, float)) and not math.isnan(value):
             return m, float(value)
     return None
+
+
+def saved_figures(cv) -> dict:
+    """A cv.json's figures by metric key: its `metrics`; of one written before it had them, what it recorded
+    under the old keys (`oof_auc`: the validation AUC; the six-language AUC where no test language was missing)."""
+    if not isinstance(cv, dict):
+        return {}
+    if isinstance(cv.get("metrics"), dict):
+        return cv["metrics"]
+    six = cv.get("six") if isinstance(cv.get("six"), dict) else {}
+    old = {SIX.key: six.get("auc") if six.get("missing") == [] else None, "valid_auc": cv.get("oof_auc")}
+    return {k: v for k, v in old.items() if isinstance(v, (int, float))}
 
 
 def scores(rows: pd.DataFrame, profile: dict | None, scale: str) -> dict[str, float]:

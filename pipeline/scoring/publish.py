@@ -51,12 +51,14 @@ def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs:
     for v in CHOICES:
         scaled = [calibration.apply(p, langs, fitted, prior=v == "lang+prior") for p in preds]
         each[v], rates[v] = combine(cfg, [p for p, _ in scaled]), scaled[0][1]
-    before = metrics.six_language(oof, profile)["auc"]
-    after = metrics.six_language(calibration.nested(oof, profile, c), profile)["auc"]
+    six = metrics.six_language(oof, profile)
+    before, after = six["auc"], metrics.six_language(calibration.nested(oof, profile, c), profile)["auc"]
     info = {"how": how, "oof_before": before, "oof_after": after, "c": c, "c_tried": tried,
             "own_fit": {g: f["own_fit"] for g, f in fitted.items()}, "test_rates": rates["lang+prior"],
             "oof_rates": {g: f["prior"] for g, f in fitted.items()}}  # fmt: skip
-    print(f"calibration {how}: {metrics.SIX.header} {before:.4f} -> {after:.4f} (nested, C={c:g}); "
+    # without stand-in rows for every test language, the estimate is of the languages there are: not a 6-lang AUC
+    of = f"AUC of {', '.join(six['per_lang'])} (no {metrics.SIX.header})" if six["missing"] else metrics.SIX.header
+    print(f"calibration {how}: {of} {before:.4f} -> {after:.4f} (nested, C={c:g}); "
           + calibration_words(fitted, rates[how]))  # fmt: skip
     return each[how], info, {"none": combine(cfg, preds), **each}
 

@@ -79,7 +79,22 @@ def fold_table(summary: dict) -> str:
                               langs, minutes))  # fmt: skip
     if "six" in summary:
         lines.append(six_line(summary["metrics"][metrics.SIX.key], summary["six"]))
+        lines += judged_apart(summary) if not summary["six"]["missing"] else []
     return "\n".join(lines)
+
+
+def judged_apart(summary: dict) -> list[str]:
+    """A line for each fold without a 6-lang AUC of its own where the OOF has one: its evaluations were
+    judged by its valid AUC (metrics.fold_score), which the table's columns alone do not say."""
+    six, valid = metrics.SIX, metrics.BY_KEY["valid_auc"]
+    mix = summary["six"]["profile"]["mix"]
+    lines = []
+    for k, scores in summary["folds"].items():
+        if metrics.shown(scores.get(six.key)) == "-":
+            lacking = [lg for lg in mix if metrics.shown((scores.get("per_lang") or {}).get(lg)) == "-"]
+            lines.append(f"fold {k}: {six.header} - (no stand-in rows of both classes for {', '.join(lacking)}): "
+                         f"it was judged by its {valid.header}")  # fmt: skip
+    return lines
 
 
 def figures_head(lead: str, langs: list[str], minutes: bool = True) -> str:
@@ -193,8 +208,7 @@ def plot_fold_curves(ax, fold: int, steps: list[dict], evals: list[dict], best_s
     scored = [(r["step"], r["auc"]) for r in evals if r.get("auc") is not None]
     if scored:
         x, y = zip(*scored)
-        # what the evaluations were judged by (records written before they said so: the six-language AUC)
-        name = metrics.BY_KEY[evals[-1].get("metric") or metrics.SIX.key].header
+        name = metrics.judged_by(evals[-1])  # as the evaluation lines name it ('AUC' in a record made before)
         ax.plot(x, y, color="tab:orange", marker="o", ms=3, lw=1.2, label=f"{name} of the fold's rows")
         best = [(s, a) for s, a in scored if s == best_step] or [max(scored, key=lambda p: p[1])]
         ax.plot(*best[0], marker="*", ms=14, color="tab:red", ls="", label=f"best: {name} {best[0][1]:.4f}")

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from pipeline import layout, train
-from pipeline.core import evaluation, fold
+from pipeline.core import evaluation, fold, resume
 from pipeline.scoring import report
 from tests.helpers import one_line_error
 from tests.helpers.folds import StopAt, fold_run
@@ -156,6 +156,38 @@ def test_a_resume_under_a_lower_patience_already_used_up_stops_at_once(prepared,
         "fold 0: train.patience=1 is already used up: no better valid AUC than step 3's (0.7000) in the 1 evaluation "
     )
     assert line + "up to step 6; stopping at once, keeping step 3\n" in out
+
+
+def test_a_resume_from_evaluations_that_do_not_name_their_metric(prepared, monkeypatch, capsys) -> None:
+    """A resume state saved before evaluations named their metric (no `metric` in its history): the resumed
+    fold's lines, metrics.jsonl and curves go on; the older evaluations are 'AUC', as their own lines said."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scripted(monkeypatch, [0.70, 0.60, 0.65])
+    cfg = with_train(prepared, eval_every_steps=3, patience=6)
+    with pytest.raises(fold.Interrupted):
+        fold_run(cfg, StopAt(7)).run()  # evaluated at steps 3 and 6
+    real = resume.fold_state
+
+    def older(state, rank=0):
+        saved = real(state, rank)
+        for record in saved.history:
+            record.pop("metric", None)
+        return saved
+
+    monkeypatch.setattr(resume, "fold_state", older)
+    capsys.readouterr()
+    fold_run(cfg, StopAt(10**9)).run()
+    assert "valid AUC 0.6500" in capsys.readouterr().out  # the fold's own evaluations name their metric
+    records = report.read_jsonl(layout.experiment_dir(cfg) / "fold0" / layout.METRICS)
+    assert [r.get("metric") for r in records[:3]] == [None, None, "valid_auc"]
+    ax = plt.subplots()[1]
+    report.plot_fold_curves(ax, 0, [], records[:2], 3)
+    assert "AUC of the fold's rows" in ax.get_legend_handles_labels()[1]  # not a 6-lang AUC it may not have been
+    plt.close("all")
 
 
 def test_evaluating_inside_epochs_leaves_training_as_it_was(prepared, tmp_path) -> None:

@@ -202,6 +202,23 @@ def test_calibration_is_applied_to_each_folds_probabilities_before_a_rank_ensemb
         publish.on_one_scale(cfg, folds[:1], test, ["fold0"], PROFILE, layout.RANK)
 
 
+def test_the_calibration_line_names_an_estimate_without_every_language_as_what_it_is(monkeypatch, capsys) -> None:
+    """With stand-in rows of es and it only, the estimate before and after calibration is of those two: the
+    line says so rather than call it a 6-lang AUC, which every table shows as '-'."""
+    from pipeline import config
+
+    oof = oof_rows(0)
+    oof = oof[oof["lang"] != "fr"]
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof)
+    cfg = config.load("sample", ["predict.calibration=lang"])
+    publish.on_one_scale(cfg, [oof["pred"].to_numpy()], oof, ["fold0"], PROFILE, layout.PROBABILITY)
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("calibration lang: AUC of es, it (no 6-lang AUC) ") and " -> " in line
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof_rows(0))
+    publish.on_one_scale(cfg, [oof_rows(1)["pred"].to_numpy()], oof_rows(1), ["fold0"], PROFILE, layout.PROBABILITY)
+    assert capsys.readouterr().out.startswith(f"calibration lang: {metrics.SIX.header} 0.")
+
+
 def entry(name: str, oof: float, oof6: float, test: float | None) -> dict:
     return {"name": name, "metrics": {"valid_auc": oof, "six": oof6}, "test": test}
 

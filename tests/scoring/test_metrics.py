@@ -53,3 +53,27 @@ def test_every_metric_is_in_the_docs_table_of_figures() -> None:
     text = (Path(__file__).parents[2] / "docs" / "recipes.md").read_text()
     rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
     assert {m.header for m in metrics.METRICS} <= rows
+
+
+def test_the_fold_table_names_a_fold_judged_by_its_valid_auc_where_the_oof_has_a_six_language_one() -> None:
+    """fr's held-out rows are clean in fold 1: the OOF has a 6-lang AUC, fold 1 none, and its evaluations were
+    judged by its valid AUC (metrics.fold_score); the table says so, not only by a '-' in its column."""
+    import numpy as np
+
+    from pipeline.scoring import report
+
+    rng, i = np.random.default_rng(0), np.arange(40)
+    frames = []
+    for lang, source in (("es", "validation"), ("it", "validation"), ("fr", "translated-train")):
+        y = (i % 4 == 0) if lang == "fr" else (i % 3 == 0)  # fr's toxic rows: all in fold 0 (i % 2 == 0)
+        frames.append(pd.DataFrame({"id": [f"{lang}{n}" for n in i], "lang": lang, "toxic": y.astype(int),
+                                    "fold": i % 2, "source": source, "pred": y + rng.normal(0, 1, 40)}))  # fmt: skip
+    oof = pd.concat(frames, ignore_index=True)
+    mix = {"es": 0.3, "fr": 0.4, "it": 0.3}
+    profile = {"mix": mix, "rates": dict.fromkeys(mix, 0.2), "rate_from": dict.fromkeys(mix, "validation.csv")}
+    summary = report.cv_summary(oof, {0: {}, 1: {}}, profile)
+    assert not math.isnan(summary["metrics"]["six"]) and math.isnan(summary["folds"][1]["six"])
+    assert metrics.fold_score(oof[oof["fold"] == 1], oof.loc[oof["fold"] == 1, "pred"], profile)[0] == "valid_auc"
+    lines = report.fold_table(summary).splitlines()
+    assert "fold 1: 6-lang AUC - (no stand-in rows of both classes for fr): it was judged by its valid AUC" in lines
+    assert not any(line.startswith("fold 0:") for line in lines)
