@@ -59,7 +59,7 @@ def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path,
     oof, on_test = fit_predict(train["text"], train["toxic"], [valid["text"], test["text"]], seed)
     write_csv(fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=oof))
     write_csv(fold_dir / layout.TEST_PREDS, pd.DataFrame({"id": test["id"], "toxic": on_test}))
-    _, score, per_lang = metrics.fold_score(valid, oof, profile)  # as a trained fold's
+    by, score, per_lang = metrics.fold_score(valid, oof, profile)  # as a trained fold's
     result = {
         "fold": fold,
         "digest": digest,
@@ -68,6 +68,7 @@ def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path,
         "epochs": 1,
         "best_epoch": 1,
         "auc": score,
+        "metric": by,
         "auc_per_lang": per_lang,
         "profile": profile,
         "minutes": round((time.perf_counter() - start) / 60, 2),
@@ -119,11 +120,12 @@ def fit_folds(cfg, base) -> dict:
     for fold in folds:
         fold_dir = layout.fold_dir(base, fold)
         if validity.is_complete(fold_dir, digest, needs=(layout.OOF, layout.TEST_PREDS)):
-            auc = validity.read_done(fold_dir)["auc"]
-            print(f"tfidf fold {fold}: complete with these settings (AUC {auc:.4f}); skipped")
+            done = validity.read_done(fold_dir)
+            print(f"tfidf fold {fold}: complete with these settings ({metrics.judged_by(done)} {done['auc']:.4f}); "
+                  "skipped")  # fmt: skip
             continue
         result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed, profile)
-        print(f"tfidf fold {fold}: AUC {result['auc']:.4f} ({result['minutes']:.1f} min)")
+        print(f"tfidf fold {fold}: {metrics.judged_by(result)} {result['auc']:.4f} ({result['minutes']:.1f} min)")
     summary = report.cv_report(base, digest)
     print(report.fold_table(summary))
     path = write_submission(base, digest, test, Path(meta["raw"]), profile)

@@ -351,7 +351,7 @@ def write_folds(
         folder = out / layout.fold_name(k)
         write_csv(folder / layout.OOF, rows)
         write_csv(folder / layout.TEST_PREDS, fold_files(members, k, w, ids))
-        _, score, per_lang = metrics.fold_score(rows, rows["pred"], profile)  # as a trained fold's
+        by, score, per_lang = metrics.fold_score(rows, rows["pred"], profile)  # as a trained fold's
         done[k] = {
             "fold": k,
             "digest": digest(members, w, step),
@@ -360,6 +360,7 @@ def write_folds(
             "members": [m.name for m in members],
             "weights": [round(float(x), 4) for x in w],
             "auc": score,
+            "metric": by,
             "auc_per_lang": per_lang,
             "profile": profile,
             "minutes": round(sum(m.done[k].get("minutes", 0) for m in members), 2),

@@ -61,6 +61,7 @@ from pipeline.kaggle.session import (
     visible_gpus,
 )
 from pipeline.schema import Config
+from pipeline.scoring import metrics
 
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}  # the usual cure for an all-reduce that hangs on PCIe peer-to-peer (T4s)
 
@@ -333,9 +334,9 @@ def counted(cfg: Config, fold: int, digest: str) -> bool:
     if why:
         print(f"kernel: {cfg.name} fold {fold} from the earlier session does not count ({why}): trained again")
         return False
-    auc = (validity.read_done(folder) or {}).get("auc")
-    print(f"kernel: {cfg.name} fold {fold}: complete from the earlier session"
-          f"{f' (AUC {auc:.4f})' if auc is not None else ''}; not trained again")  # fmt: skip
+    done = validity.read_done(folder) or {}
+    auc = f" ({metrics.judged_by(done)} {done['auc']:.4f})" if isinstance(done.get("auc"), float) else ""
+    print(f"kernel: {cfg.name} fold {fold}: complete from the earlier session{auc}; not trained again")
     return True
 
 

@@ -36,7 +36,7 @@ from pipeline.errors import PipelineError, run_stage
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.schema import Config
-from pipeline.scoring import report
+from pipeline.scoring import metrics, report
 
 
 def check_init_tokenizer(cfg: Config, tokenizer) -> None:
@@ -104,8 +104,9 @@ def folds_to_train(cfg: Config, folds: list[int], made: dict, d: distributed.Dis
         for fold in sorted(set(folds) - set(todo)):
             folder = layout.fold_dir(cfg, fold)
             (folder / layout.RESUME).unlink(missing_ok=True)  # killed after done.json
-            auc = validity.read_done(folder).get("auc")
-            how = "a stage-1 model" if auc is None else f"AUC {auc:.4f}"  # a stage-1 model has no validation rows
+            done = validity.read_done(folder)
+            # a stage-1 model has no validation rows
+            how = "a stage-1 model" if done.get("auc") is None else f"{metrics.judged_by(done)} {done['auc']:.4f}"
             print(f"fold {fold}: complete with these settings ({how}); skipped")
         for fold in todo:
             say_stale(layout.fold_dir(cfg, fold), fold, digest, made, cfg)

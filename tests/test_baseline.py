@@ -38,6 +38,7 @@ def prepared(tmp_path: Path) -> Path:
 def test_baseline_writes_folds_like_an_experiment(prepared: Path, capsys: pytest.CaptureFixture) -> None:
     cfg = cfg_at(prepared)
     summary = baseline.run(cfg)
+    out = capsys.readouterr().out
     table, test, _ = tables.load_table(cfg)
     exp = Path(cfg.models_dir) / f"{cfg.name}-tfidf"
     assert summary["metrics"]["valid_auc"] > 0.7  # the sample's toxic words are easy for character n-grams
@@ -46,6 +47,7 @@ def test_baseline_writes_folds_like_an_experiment(prepared: Path, capsys: pytest
         fold = exp / f"fold{k}"
         done = read_json(fold / "done.json")
         assert TRAINED_FIELDS <= set(done) and done["fold"] == k and done["model"] == baseline.MODEL
+        assert done["metric"] == "valid_auc" and f"tfidf fold {k}: valid AUC {done['auc']:.4f}" in out
         assert set(done["auc_per_lang"]) == set(table.loc[table["fold"] == k, "lang"])
         preds = pd.read_csv(fold / "test.csv", dtype={"id": str}, keep_default_na=False)
         assert list(preds.columns) == ["id", "toxic"] and list(preds["id"]) == list(test["id"])

@@ -707,7 +707,7 @@ def test_two_sessions_train_what_one_cannot(tmp_path: Path, capsys: pytest.Captu
     out = second.stdout
     assert "sample fold 0 from the earlier session (complete)" in out
     assert "sample fold 1 from the earlier session (with a resume state)" in out
-    assert "sample fold 0: complete from the earlier session (AUC" in out and "=== fold 0 ===" not in out
+    assert "sample fold 0: complete from the earlier session (valid AUC" in out and "=== fold 0 ===" not in out
     assert "fold 1: resuming at epoch 1, step" in out
     linked = b_working.parent / "temp" / "models" / "sample" / "fold0" / "model.safetensors"
     assert linked.is_symlink()  # read in place from the earlier output, not copied into temp
@@ -739,7 +739,7 @@ def test_a_continued_run_without_kept_weights_never_trains_a_complete_fold_again
     b_input, b_working, second = notebook_session(tmp_path / "b", *settings, earlier=a_working)
     check_submission(b_working, b_input, second)
     out = second.stdout
-    assert "sample fold 0: complete from the earlier session (AUC" in out and "=== fold 0 ===" not in out
+    assert "sample fold 0: complete from the earlier session (valid AUC" in out and "=== fold 0 ===" not in out
     assert "fold 0 epoch" not in out and "fold 1: resuming at epoch 1, step" in out
     assert "kernel: done; submission at" in out and "from folds 0, 1" in out
     assert "predict: 2 fold(s) (fold0, fold1)" in out  # fold 0 by its test predictions, fold 1 by its weights

@@ -45,7 +45,7 @@ def judge(best: dict, record: dict, stage1: bool) -> tuple[dict, bool]:
     better: an equal one keeps the earlier weights, whose evaluation came first."""
     if stage1 or record["auc"] > best["auc"]:
         keys = ("auc", "auc_per_lang", "epoch", "step")
-        return {**{k: record[k] for k in keys}, "since": 0}, True
+        return {**{k: record[k] for k in keys}, "metric": record.get("metric"), "since": 0}, True
     return {**best, "since": best["since"] + 1}, False
 
 

@@ -578,6 +578,7 @@ class FoldRun:
             "evaluations": len(p.history),
             "stopped_early": self.exhausted(),
             "auc": p.best["auc"],
+            "metric": p.best.get("metric"),  # which of metrics.METRICS `auc` is
             "auc_per_lang": p.best.get("auc_per_lang", {}),
             "minutes": round(seconds / 60, 2),
             "precision": self.precision,

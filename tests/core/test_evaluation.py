@@ -85,7 +85,7 @@ def test_patience_stops_a_fold_whose_auc_stopped_improving(prepared, monkeypatch
     run = fold_run(cfg, StopAt(10**9))
     done = run.run()
     assert len(seen) == 5 and done["evaluations"] == 5 and done["stopped_early"] is True
-    assert done["best_step"] == 6 and done["auc"] == 0.70
+    assert done["best_step"] == 6 and done["auc"] == 0.70 and done["metric"] == "valid_auc"  # named in done.json
     assert done["steps"] == 15 < 2 * run.windows  # training stopped at the fifth evaluation
     out = capsys.readouterr().out
     # the sample has no held-out translated rows: judged by the validation AUC, and named so
@@ -304,7 +304,7 @@ def test_a_fold_with_held_out_translated_rows_is_scored_as_the_test_is(tmp_path)
     done = json.loads((folder / layout.DONE).read_text())
     six = metrics.six_language(oof, metrics.read_profile(cfg))
     assert done["profile"] == metrics.read_profile(cfg)  # what it was scored by travels with it
-    assert done["auc"] == pytest.approx(six["auc"])
+    assert done["auc"] == pytest.approx(six["auc"]) and done["metric"] == "six"
     assert done["auc_per_lang"] == pytest.approx(six["per_lang"], nan_ok=True)
     assert done["auc"] != pytest.approx(metrics.auc(oof["toxic"], oof["pred"]))
     summary = report.cv_report(cfg)  # with OOF rows in languages validation.csv lacks
