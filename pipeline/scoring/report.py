@@ -79,22 +79,36 @@ def fold_table(summary: dict) -> str:
                               langs, minutes))  # fmt: skip
     if "six" in summary:
         lines.append(six_line(summary["metrics"][metrics.SIX.key], summary["six"]))
-        lines += judged_apart(summary) if not summary["six"]["missing"] else []
+    judged = judged_line(summary)
+    lines += [judged] if judged else []
     return "\n".join(lines)
 
 
-def judged_apart(summary: dict) -> list[str]:
-    """A line for each fold without a 6-lang AUC of its own where the OOF has one: its evaluations were
-    judged by its valid AUC (metrics.fold_score), which the table's columns alone do not say."""
-    six, valid = metrics.SIX, metrics.BY_KEY["valid_auc"]
-    mix = summary["six"]["profile"]["mix"]
-    lines = []
-    for k, scores in summary["folds"].items():
-        if metrics.shown(scores.get(six.key)) == "-":
-            lacking = [lg for lg in mix if metrics.shown((scores.get("per_lang") or {}).get(lg)) == "-"]
-            lines.append(f"fold {k}: {six.header} - (no stand-in rows of both classes for {', '.join(lacking)}): "
-                         f"it was judged by its {valid.header}")  # fmt: skip
-    return lines
+def judged_line(summary: dict) -> str:
+    """Which metric each fold's best step was chosen by, as its done.json records it (metrics.fold_score), with
+    the test languages a fold judged by its valid AUC lacked; '' where every fold was judged by the 6-lang AUC."""
+    six, by = metrics.SIX, {}
+    mix = (summary.get("six") or {}).get("profile", {}).get("mix", {})
+    for k, d in summary["fold_details"].items():
+        if int(k) >= 0:
+            by.setdefault(metrics.judged_by(d or {}), []).append(int(k))
+    if not by or set(by) == {six.header}:
+        return ""
+    parts = []
+    for name, folds in by.items():
+        lacking = sorted({lg for k in folds for lg in mix if metrics.shown(fold_lang(summary, k, lg)) == "-"})
+        valid = name == metrics.BY_KEY["valid_auc"].header
+        why = f", no stand-in rows of both classes for {', '.join(lacking)}" if valid and lacking else ""
+        parts.append(f"{name} (fold{'s' * (len(folds) > 1)} {', '.join(map(str, folds))}{why})")
+    old = (
+        "; AUC: made before folds named it (the estimate over the test languages their rows had)" if "AUC" in by else ""
+    )
+    return "best steps chosen by " + "; ".join(parts) + old
+
+
+def fold_lang(summary: dict, k: int, lang: str):
+    scores = summary["folds"].get(k) or summary["folds"].get(str(k)) or {}
+    return (scores.get("per_lang") or {}).get(lang)
 
 
 def figures_head(lead: str, langs: list[str], minutes: bool = True) -> str:
@@ -123,8 +137,7 @@ def six_line(value: float, six: dict) -> str:
     said = f"; {', '.join(priors)} at the prior {profile['rates'][priors[0]]:.3f}" if priors else ""
     if six["missing"]:
         return (f"{metrics.SIX.header} -: no OOF rows of both classes stand for {', '.join(six['missing'])} "
-                f"(data.held_out holds translated rows of data.extra_files out for them); the folds were judged "
-                f"by their {metrics.BY_KEY['valid_auc'].header} ({per})")  # fmt: skip
+                f"(data.held_out holds translated rows of data.extra_files out for them) ({per})")  # fmt: skip
     return (f"{metrics.SIX.header} {value:.4f} ({per}): the estimate of the test AUC, each language "
             f"weighted to its share of the test and its toxic rate there{said}")  # fmt: skip
 

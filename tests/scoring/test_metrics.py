@@ -71,9 +71,15 @@ def test_the_fold_table_names_a_fold_judged_by_its_valid_auc_where_the_oof_has_a
     oof = pd.concat(frames, ignore_index=True)
     mix = {"es": 0.3, "fr": 0.4, "it": 0.3}
     profile = {"mix": mix, "rates": dict.fromkeys(mix, 0.2), "rate_from": dict.fromkeys(mix, "validation.csv")}
-    summary = report.cv_summary(oof, {0: {}, 1: {}}, profile)
+    summary = report.cv_summary(oof, {0: {"metric": "six"}, 1: {"metric": "valid_auc"}}, profile)
     assert not math.isnan(summary["metrics"]["six"]) and math.isnan(summary["folds"][1]["six"])
     assert metrics.fold_score(oof[oof["fold"] == 1], oof.loc[oof["fold"] == 1, "pred"], profile)[0] == "valid_auc"
     lines = report.fold_table(summary).splitlines()
-    assert "fold 1: 6-lang AUC - (no stand-in rows of both classes for fr): it was judged by its valid AUC" in lines
-    assert not any(line.startswith("fold 0:") for line in lines)
+    assert (
+        "best steps chosen by 6-lang AUC (fold 0); valid AUC (fold 1, no stand-in rows of both classes for fr)" in lines
+    )
+    # folds made before done.json named the metric: said so; every fold judged by the 6-lang AUC: nothing said
+    old = report.fold_table({**summary, "fold_details": {0: {}, 1: {}}})
+    assert "best steps chosen by AUC (folds 0, 1); AUC: made before folds named it" in old
+    alike = report.fold_table({**summary, "fold_details": {0: {"metric": "six"}, 1: {"metric": "six"}}})
+    assert "best steps chosen by" not in alike
