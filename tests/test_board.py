@@ -184,16 +184,22 @@ def test_a_metric_added_to_the_one_list_reaches_every_report(tmp_path: Path, mon
     assert row["OOF rows"] == "600" and row["mean pred"] == f"{cv['metrics']['mean']:.4f}"
 
 
+def calibrated(exp: Path) -> dict:
+    """A `lang` calibration record of every fold of `exp`, written in its cv.json as `make predict` would."""
+    folds = [f"fold{k}" for k in range(5)]
+    record = {"how": "lang", "oof_before": 0.7, "oof_after": 0.75, "folds": folds,
+              "digests": [read_json(exp / f / "done.json")["digest"] for f in folds]}  # fmt: skip
+    write_json(exp / "cv.json", {"calibration": record})
+    return record
+
+
 def test_a_calibrated_submission_is_ranked_by_its_calibrated_estimate_and_says_so(tmp_path: Path) -> None:
     comp = Competition(tmp_path, 600)
     y = comp.rows["toxic"].to_numpy()
     three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
              "rate_from": dict.fromkeys(("es", "it", "tr"), "validation.csv")}  # fmt: skip
     exp = comp.experiment("xlmr", noisy(y, 1.0, 1), None, profile=three)
-    folds = [f"fold{k}" for k in range(5)]
-    record = {"how": "lang", "oof_before": 0.7, "oof_after": 0.75, "folds": folds,
-              "digests": [read_json(exp / f / "done.json")["digest"] for f in folds]}  # fmt: skip
-    write_json(exp / "cv.json", {"calibration": record})
+    record = calibrated(exp)
     text = board.run(board_config(comp.models))
     (row,) = board_rows(text)
     assert row["experiment"] == "xlmr (calibrated)" and row[metrics.SIX.header] == "0.7500"
@@ -208,10 +214,7 @@ def test_a_calibrated_submission_without_a_six_language_auc_is_still_marked(tmp_
     and the board says so (the latest predict's record: one without calibration drops it)."""
     comp = Competition(tmp_path, 600)
     exp = comp.experiment("xlmr", noisy(comp.rows["toxic"].to_numpy(), 1.0, 1), None)
-    folds = [f"fold{k}" for k in range(5)]
-    record = {"how": "lang", "oof_before": 0.7, "oof_after": 0.75, "folds": folds,
-              "digests": [read_json(exp / f / "done.json")["digest"] for f in folds]}  # fmt: skip
-    write_json(exp / "cv.json", {"calibration": record})
+    calibrated(exp)
     text = board.run(board_config(comp.models))
     (row,) = board_rows(text)
     assert row["experiment"] == "xlmr (calibrated)" and row[metrics.SIX.header] == "-"
