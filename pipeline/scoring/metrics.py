@@ -134,7 +134,6 @@ class Metric:
     score: Callable[[pd.DataFrame, dict | None], float]  # (OOF rows with `pred`, the test profile) -> value
     fmt: str = ".4f"
     probabilities: bool = False  # meaningless on ranks (a blend's OOF): not computed there
-    higher: bool = True  # whether a higher value is better
 
 
 def six_auc(rows: pd.DataFrame, profile: dict | None) -> float:
@@ -165,7 +164,7 @@ METRICS = (
     SIX,
     Metric("valid_auc", "valid AUC", "ROC AUC on validation.csv's rows (es, it, tr)", valid_auc),
     Metric("brier", "Brier", "mean squared error of the probabilities on validation.csv's rows (lower is "
-           "better; calibration shows here, not in an AUC)", valid_brier, probabilities=True, higher=False),
+           "better; calibration shows here, not in an AUC)", valid_brier, probabilities=True),
 )  # fmt: skip
 BY_KEY = {m.key: m for m in METRICS}
 RANKED_BY = (SIX, BY_KEY["valid_auc"])  # an experiment is ranked by the first of these it has
