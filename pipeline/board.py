@@ -17,6 +17,7 @@ version does not know), (newer version), with one line that says so.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -167,6 +168,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "incomplete": incomplete,  # folds still to train (or being trained)
         "newer": newer,  # made by a newer version (or a member was): this one cannot say whether its folds count
         "calibrated": calibrated,  # {how, oof_before, oof_after} where its submission is calibrated
+        "test_of": json.dumps((six.get("profile") or {}).get("mix"), sort_keys=True),  # the test it was scored for
         **s,
     }
 
@@ -202,10 +204,12 @@ def compared_by(r: dict, q: dict) -> metrics.Metric:
 
 
 def mark_disagreements(board: list[dict]) -> list[dict]:
-    """`below`: for an experiment ranked above another while its test AUC is below it, that other one (the
-    one with the best test AUC of those): its OOF rose where its test AUC fell."""
+    """`below`: for an experiment ranked above another of the same test while its test AUC is below it, that
+    other one (the one with the best test AUC of those): its OOF rose where its test AUC fell. Experiments
+    scored on other tests (the sample's and the real slice's) are not compared."""
     for r in board:
         others = [q for q in board if q is not r and q["test"] is not None and r["test"] is not None
+                  and q.get("test_of") == r.get("test_of")
                   and q["metrics"][compared_by(r, q).key] < r["metrics"][compared_by(r, q).key]
                   and q["test"] > r["test"]]  # fmt: skip
         r["below"] = max(others, key=lambda q: q["test"])["name"] if others else ""

@@ -234,3 +234,18 @@ def test_board_ranks_by_the_six_language_oof_and_marks_a_rise_that_fell() -> Non
     text = board.stale_notes(ranked)
     assert "- plain (!): valid AUC 0.9500 above six-low's 0.9000, test AUC 0.8000 below its 0.8600" in text
     assert "- six-high (!): 6-lang AUC 0.8700 above six-low's 0.8500, test AUC 0.8500 below its 0.8600" in text
+
+
+nan_ = float("nan")
+
+
+def test_experiments_scored_on_other_tests_are_not_compared() -> None:
+    """The sample's test and the real slice's are other tests: a higher OOF with a lower test AUC across them
+    says nothing."""
+    rows = [
+        {**entry("real", 0.89, nan_, 0.84), "test_of": "real"},
+        {**entry("sample", 0.83, nan_, 0.85), "test_of": "s"},
+    ]
+    assert [r["below"] for r in board.mark_disagreements(sorted(rows, key=board.rank))] == ["", ""]
+    same = [{**r, "test_of": "real"} for r in rows]
+    assert [r["below"] for r in board.mark_disagreements(sorted(same, key=board.rank))] == ["sample", ""]
