@@ -197,18 +197,13 @@ def digest(members: list[Member], weights, step: float) -> str:
 def members_table(rows: list[tuple[str, str, pd.Series, str]], oof: pd.DataFrame, profile: dict) -> str:
     """Name, weight, every metric (metrics.METRICS; the six-language AUC is what the weights maximise) and
     the AUC per test language, for each (name, weight, predictions, their scale)."""
-    figures = [(name, weight, figures_of(oof.assign(pred=np.asarray(p)), profile, scale))
+    figures = [(name, weight, metrics.figures(oof.assign(pred=np.asarray(p)), profile, scale))
                for name, weight, p, scale in rows]  # fmt: skip
     langs = list(figures[0][2]["per_lang"]) if figures else []
     head = report.figures_head(f"{'':<28} {'weight':>6}", langs, minutes=False)
     lines = [head, "-" * len(head)]
     lines += [report.figures_line(f"{name:<28} {weight:>6}", f, langs) for name, weight, f in figures]
     return "\n".join(lines)
-
-
-def figures_of(oof: pd.DataFrame, profile: dict, scale: str) -> dict:
-    """Every metric and the AUC per language of one set of OOF predictions."""
-    return {**metrics.scores(oof, profile, scale), "per_lang": metrics.per_language(oof, profile)}
 
 
 @dataclass

@@ -205,6 +205,11 @@ def scores(rows: pd.DataFrame, profile: dict | None, scale: str) -> dict[str, fl
     return {m.key: math.nan if m.probabilities and ranks else m.score(rows, profile) for m in METRICS}
 
 
+def figures(rows: pd.DataFrame, profile: dict | None, scale: str) -> dict:
+    """Every metric of METRICS and the AUC per test language of one set of OOF rows: a row of every table."""
+    return {**scores(rows, profile, scale), "per_lang": per_language(rows, profile)}
+
+
 def per_language(rows: pd.DataFrame, profile: dict | None) -> dict[str, float]:
     """The AUC of each test language on the rows that stand for it (validation.csv's where it has them, else
     its held-out translated rows); without a profile, of each language on validation.csv's rows."""
@@ -239,10 +244,11 @@ def fold_score(rows: pd.DataFrame, preds, profile: dict | None) -> tuple[str, fl
     the fold's rows stand for every test language (the best step is chosen by what the board ranks by);
     else (no held-out translated rows, or a stage without prepared test rows) the validation AUC."""
     rows = rows.assign(pred=np.asarray(preds))
+    six = six_language(rows, profile) if profile else None  # once: it is every evaluation's work
     # the labels of a fold's rows never change: every evaluation of a fold is judged by one metric
-    covered = profile and not six_language(rows, profile)["missing"]
-    metric = SIX if covered else BY_KEY["valid_auc"]
-    return metric.key, metric.score(rows, profile), per_language(rows, profile)
+    if six and not six["missing"]:
+        return SIX.key, six["auc"], six["per_lang"]
+    return "valid_auc", valid_auc(rows), six["per_lang"] if six else per_language(rows, None)
 
 
 def test_score(raw: Path, test: pd.DataFrame, preds: pd.DataFrame) -> dict | None:

@@ -45,10 +45,7 @@ def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = 
         "scale": scale,
         "metrics": metrics.scores(oof, profile, scale),
         "per_lang": metrics.per_language(oof, profile),
-        "folds": {
-            int(k): {**metrics.scores(g, profile, scale), "per_lang": metrics.per_language(g, profile)}
-            for k, g in oof.groupby("fold")
-        },
+        "folds": {int(k): metrics.figures(g, profile, scale) for k, g in oof.groupby("fold")},
         "rows": len(oof),
         "fold_details": done,
     }
