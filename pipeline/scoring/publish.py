@@ -105,8 +105,7 @@ def publish(
     write_csv(path, sub)
     if common:
         write_csv(layout.submission_csv(cfg), sub)
-    if score is not None or how is not None or cfg.predict.calibration == "none":
-        record(cfg, name, dirs, score, how)
+    record(cfg, name, dirs, score, how)
     return path, score
 
 
@@ -116,9 +115,12 @@ def aligned(sub: pd.DataFrame, ids: pd.Series, preds: np.ndarray) -> np.ndarray:
 
 
 def record(cfg: Config, name: str, dirs: list[Path], score: dict | None, how: dict | None) -> None:
-    """Print the test AUC and keep it (and what calibration did) in cv.json with the folds it belongs to."""
+    """Print the test AUC and keep it (and what calibration did) in cv.json with the folds it belongs to; an
+    uncalibrated submission drops an earlier calibration's record, whatever made it uncalibrated."""
     cv_path = layout.experiment_dir(cfg, name) / layout.CV_JSON
     cv = report.read_cv(cv_path)  # a damaged cv.json is rewritten by the next `make cv`
+    if score is None and how is None and "calibration" not in cv:
+        return  # nothing to keep, nothing gone stale
     if score is not None:
         per = " ".join(f"{k} {v:.4f}" for k, v in score["per_lang"].items())
         print(f"test AUC {score['auc']:.4f} ({per}) on {score['rows']:,} labelled rows")
