@@ -120,8 +120,8 @@ def say_stale(folder, fold: int, digest: str, made: dict, cfg: Config) -> None:
     why = validity.fold_status(folder, digest, needs=(layout.WEIGHTS,))
     if why in ("", "not complete"):
         return
-    why = why.removesuffix(" (retrain it with `make train`)")
-    if why == "trained on other data or settings":
+    why = why.removesuffix(validity.RETRAIN)
+    if why == validity.OTHER_INPUTS:
         why += f": {changed_since(folder, made, cfg)}"
     print(f"warning: fold {fold}: the complete fold in {folder} no longer counts ({why}); it is trained again, "
           "replacing it", file=sys.stderr)  # fmt: skip

@@ -19,6 +19,9 @@ from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.files import file_digest, read_json
 from pipeline.schema import Config
 
+# why a fold whose fingerprint is not the current one does not count, and what makes a trained one again
+OTHER_INPUTS, RETRAIN = "trained on other data or settings", " (retrain it with `make train`)"
+
 
 def data_settings(cfg: Config) -> dict:
     """The data settings that decide what the tables hold: all but where the files are read from (data.source,
@@ -182,10 +185,10 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     # a fold trained by several processes carries the world size in its fingerprint (done.json says how many)
     if digest is not None and done["digest"] != fingerprint.with_world(digest, done.get("world", 1)):
         if done.get("model") == fingerprint.TFIDF["model"]:
-            return "trained on other data or settings (make it again with `make baseline`)"
+            return f"{OTHER_INPUTS} (make it again with `make baseline`)"
         if done.get("head") != fingerprint.HEAD:  # a trained fold records the head its weights belong to
-            return "made by an older version, whose model had another head (retrain it with `make train`)"
-        return "trained on other data or settings (retrain it with `make train`)"
+            return f"made by an older version, whose model had another head{RETRAIN}"
+        return OTHER_INPUTS + RETRAIN
     recorded = done.get("files") or {}
     if layout.ALL in needs:  # every recorded file, the weights first
         needs = tuple(
