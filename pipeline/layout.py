@@ -146,6 +146,11 @@ def extra_files(cfg: Config, raw: Path) -> list[tuple[Path, str]]:
     for entry in cfg.data.extra_files:
         name, lang = split_extra(entry)
         for path in find_extra(cfg, raw, name):
+            if path.name in (VALID, TEST, SAMPLE_SUBMISSION):
+                # validation.csv is what the folds are scored on: as a training file, every validation text would
+                # train every fold, and the CV would read high without a word
+                raise DataError(f"data.extra_files={entry}: {path} is the competition's {path.name}, not a training "
+                                f"file: the folds validate on validation.csv and predict test.csv")  # fmt: skip
             seen.setdefault(path, lang)
     return list(seen.items())
 

@@ -1,14 +1,16 @@
-"""Stage `make leaks`: does a fold train on a version of a comment it validates on? Held-out groups checked
-by content, by tests that do not share the grouping's rule.
+"""Stage `make leaks`: does a fold train on a version of a comment it validates on? Validation rows (held-out
+translated rows and validation.csv's) checked by content, by tests that do not share the grouping's rule.
 
 Reads   input/prepared/<name>/folds.csv (the table and its folds), data.group_encoder
-Writes  nothing; prints, for each test, the held-out rows that have a twin among their fold's training rows
+Writes  nothing; prints, for each test, the validation rows that have a twin among their fold's training rows
 
-A twin, three ways: the same text once case, spaces and punctuation are set aside; a rare number (five
+A twin, four ways: the same text once case, spaces and punctuation are set aside; a rare number (five
 digits or more, or an IP address) that exactly one other row of another language holds (an IP names an
-author, not a comment, so a hit is a lead to read, not a proof); and each other's nearest row of all the
-table's rows, of another language, at a cosine of at least NEAREST in the encoder's space: the nearest
-neighbour of everything, unlike the grouping, which matches only rows of one label and one language pair.
+author, not a comment, so a hit is a lead to read, not a proof); the same words (word 1-2-gram TF-IDF cosine of
+at least SAME_WORDS within a language: a template with another name in it, where validation.csv is grouped by
+characters); and each other's nearest row of all the table's rows, of another language, at a cosine of at least
+NEAREST in the encoder's space: the nearest neighbour of everything, unlike the grouping, which matches only
+rows of one label and one language pair.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import pandas as pd
 
 from pipeline import config as config_mod
 from pipeline import layout
-from pipeline.errors import PipelineError, run_stage
+from pipeline.errors import run_stage
 from pipeline.inputs import encoder, groups, tables
 from pipeline.schema import Config
 
 NEAREST = 0.85
+SAME_WORDS = 0.8
 _RARE = re.compile(r"\d{5,}|\d+\.\d+\.\d+\.\d+")
 
 
@@ -55,6 +58,27 @@ def nearest_pairs(vectors: np.ndarray, langs: np.ndarray) -> list[tuple[int, int
             if i < j and best[j] == i and score[i] >= NEAREST and langs[i] != langs[j]]  # fmt: skip
 
 
+def word_pairs(texts: list[str], langs: np.ndarray) -> list[tuple[int, int]]:
+    """Rows of one language whose word 1-2-gram TF-IDF vectors are at least SAME_WORDS alike: a copy with a
+    name or a few words changed (the grouping matches characters, this test words)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    pairs = []
+    for lang in sorted(set(langs)):
+        rows = np.flatnonzero(langs == lang)
+        if len(rows) < 2:
+            continue
+        try:
+            vectors = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit_transform([texts[i] for i in rows])
+        except ValueError:  # no word at all in the language's rows
+            continue
+        for start in range(0, len(rows), 2048):
+            i, j = np.nonzero((vectors[start : start + 2048] @ vectors.T).toarray() >= SAME_WORDS)
+            later = start + i < j
+            pairs += [(int(rows[start + a]), int(rows[b])) for a, b in zip(i[later], j[later])]
+    return pairs
+
+
 def leaked(pairs: list[tuple[int, int]], table: pd.DataFrame) -> tuple[set[int], set[int]]:
     """(held-out rows of a pair, those whose twin trains in their fold): a twin with another fold, or a
     training-only row (fold -1), trains in it."""
@@ -72,9 +96,9 @@ def leaked(pairs: list[tuple[int, int]], table: pd.DataFrame) -> tuple[set[int],
 def audit(cfg: Config, table: pd.DataFrame) -> dict[str, tuple[int, int]]:
     """{test: (held-out rows it finds a twin of, of those whose twin trains in their fold)}."""
     rows = table[table["source"] != "pseudo"].reset_index(drop=True)
-    rows = rows[rows["source"] != layout.VALID_SOURCE].reset_index(drop=True)  # validation.csv is not grouped
     texts, langs = rows["text"].astype(str).tolist(), rows["lang"].to_numpy()
-    tests = {"same text": duplicate_pairs(texts), "rare number": number_pairs(texts, langs)}
+    tests = {"same text": duplicate_pairs(texts), "rare number": number_pairs(texts, langs),
+             "same words": word_pairs(texts, langs)}  # fmt: skip
     if cfg.data.group_encoder:
         tests["nearest row"] = nearest_pairs(encoder.vectors(cfg, texts), langs)
     return {name: tuple(len(s) for s in leaked(pairs, rows)) for name, pairs in tests.items()}
@@ -82,14 +106,13 @@ def audit(cfg: Config, table: pd.DataFrame) -> dict[str, tuple[int, int]]:
 
 def run(cfg: Config) -> dict:
     table, _, _ = tables.load_table(cfg)
-    held = table[(table["fold"] >= 0) & (table["source"] != layout.VALID_SOURCE)]
-    if held.empty:
-        raise PipelineError(f"{layout.prepared_dir(cfg)}: no translated row is held out (data.held_out=0)")
-    per = held.groupby(["lang", "fold"]).size().unstack(fill_value=0)
-    print(f"held-out rows per language and fold (of {len(held):,}):\n{per.to_string()}")
+    held = table[table["fold"] >= 0]
+    kind = np.where(held["source"] == layout.VALID_SOURCE, "validation.csv", "held out")
+    per = held.groupby([kind, "lang", "fold"]).size().unstack(fill_value=0)
+    print(f"validation rows per source, language and fold (of {len(held):,}):\n{per.to_string()}")
     found = audit(cfg, table)
     for name, (twins, bad) in found.items():
-        print(f"{name:>12}: {bad:,} of {twins:,} held-out rows with a twin have it among their fold's training rows")
+        print(f"{name:>12}: {bad:,} of {twins:,} validation rows with a twin have it among their fold's training rows")
     return found
 
 

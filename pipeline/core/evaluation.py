@@ -6,15 +6,24 @@ predictions (a later, worse one leaves them); with train.patience = P the fold s
 (train.eval_every_steps steps, else an epoch) have passed since its best evaluation without a better one:
 counted in steps, so that an epoch's end evaluated a few steps after an evaluation inside it counts for those
 few steps, not for a whole evaluation. A stage-1 model has no validation rows: its last evaluation is its model.
+
+The best evaluation is chosen on the very rows it is then scored on: of several equally good evaluations, the
+one whose noise happens to favour these rows wins, so its figure reads high, the more so the more evaluations
+there are. The fold's OOF (`pred` of oof.csv: what cv, blends, calibration and the board score) is therefore
+held out from that choice: the fold's rows are split in two halves (groups whole, each language and label
+evenly), and each half gets its predictions at the evaluation that scores best on the other half. `best`
+beside it holds the best evaluation's predictions, those of the weights kept.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from pipeline.core import distributed, loop
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
+from pipeline.scoring import metrics
 
 
 def predict_rows(model, d: distributed.Dist, data: Ragged, idx: np.ndarray, cfg: Config, prec: str, pad_id: int):
@@ -53,3 +62,37 @@ def exhausted(best: dict, last_step: int, patience: int, interval: int, stage1: 
     """train.patience evaluation intervals (`interval` optimizer steps) from the best evaluation to the last one
     (at optimizer step `last_step`) without a better AUC: the fold stops (never a stage-1 model)."""
     return patience > 0 and not stage1 and best["since"] > 0 and last_step - best["step"] >= patience * interval
+
+
+def halves(keys: np.ndarray, strata: np.ndarray, seed: int) -> np.ndarray:
+    """True for the rows of a fold's first half, False for the second: each group (`keys`: versions and copies
+    of one comment) whole on one side, the groups of each stratum (language x label of their first row) dealt
+    to the two sides in turn, in a seeded order."""
+    frame = pd.DataFrame({"key": keys, "stratum": strata})
+    first = frame.groupby("key", sort=True)["stratum"].first()
+    dealt = first.iloc[np.random.default_rng(seed).permutation(len(first))]
+    side = dealt.groupby(dealt).cumcount() % 2 == 0  # the stratum's 1st, 3rd, ... group: the first half
+    return frame["key"].map(side).to_numpy(dtype=bool)
+
+
+def held_out_choice(
+    valid: pd.DataFrame, predictions: dict[int, np.ndarray], profile: dict | None, first: np.ndarray
+) -> tuple[np.ndarray, list[int]]:
+    """The fold's OOF with no evaluation chosen on the rows it scores: each half's predictions at the evaluation
+    (optimizer step, a key of `predictions`) that scores best on the other half, the earliest of equals; and the
+    two steps chosen (the first half's, the second's). A half without both classes cannot choose: then both
+    halves take the step the whole fold scores best."""
+    steps = sorted(predictions)
+
+    def best_on(rows: np.ndarray) -> int:
+        scores = [metrics.fold_score(valid[rows], predictions[s][rows], profile)[1] for s in steps]
+        return steps[int(np.argmax(np.nan_to_num(scores, nan=-np.inf)))]  # argmax: the first of equals
+
+    labels = valid["toxic"].to_numpy()
+    whole = np.ones(len(valid), dtype=bool)
+    if min(len(np.unique(labels[first])), len(np.unique(labels[~first]))) < 2:
+        chosen = [best_on(whole)] * 2
+    else:
+        chosen = [best_on(~first), best_on(first)]  # the first half by the second half's scores, and back
+    out = np.where(first, predictions[chosen[0]], predictions[chosen[1]])
+    return out, chosen

@@ -128,6 +128,15 @@ def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distrib
     return model.to(d.device)
 
 
+def fold_halves(valid: pd.DataFrame, seed: int) -> np.ndarray:
+    """The two halves of a fold's rows whose evaluations choose each other's step (evaluation.halves): groups of
+    the table's `group` column whole (a row without one is its own), each language and label evenly."""
+    given = valid["group"].astype(str).to_numpy() if "group" in valid else np.full(len(valid), "")
+    keys = np.where(given != "", given, "row:" + valid["id"].astype(str).to_numpy())
+    strata = (valid["lang"].astype(str) + "_" + valid["toxic"].astype(int).astype(str)).to_numpy()
+    return evaluation.halves(keys, strata, seed)
+
+
 def wrap(model, d: distributed.Dist):
     """DDP around the model under torchrun (it copies rank 0's weights to every rank), else the model."""
     if not d.enabled:
@@ -188,6 +197,8 @@ class FoldRun:
             raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
         # the fold is scored as the board ranks: its rows weighted to the test's languages and toxic rates
         self.profile = None if stage1 else metrics.read_profile(cfg)
+        self.first_half = fold_halves(table.iloc[self.valid_idx], cfg.train.seed + fold)
+        self.chosen: list[int] | None = None  # the steps of the held-out choice, once an evaluation made it
         self.labels = table["toxic"].to_numpy(np.float32)
         self.pad_id = self.tokenizer.pad_token_id
 
@@ -277,6 +288,7 @@ class FoldRun:
                 "scaler": self.scaler.state_dict(),
                 "best": p.best,
                 "history": p.history,
+                "predictions": p.predictions,
                 "steplog": carries,
                 "rng": rngs,
             }
@@ -486,14 +498,15 @@ class FoldRun:
         record = self.eval_record(epoch, preds, time.perf_counter() - start, steps_run)
         p.history.append(record)
         best, improved = evaluation.judge(p.best, record, self.stage1)
+        if not self.stage1:
+            p.predictions[record["step"]] = preds
         if d.is_main:
             print(self.eval_line(record, improved, best["since"]))
             atomic_write_text(self.fold_dir / layout.METRICS, "".join(json.dumps(h) + "\n" for h in p.history))
             if improved:
                 save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
-                if not self.stage1:
-                    valid = self.table.iloc[self.valid_idx][layout.OOF_COLUMNS]
-                    write_csv(self.fold_dir / layout.OOF, valid.assign(pred=preds))
+            if best["step"] in p.predictions:  # not a stage-1 model's; nor a best a state saved before this kept
+                self.chosen = self.write_oof(p.predictions[best["step"]])
         p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
         self.log.evaluation(record)
         if d.is_main and self.exhausted():
@@ -501,6 +514,15 @@ class FoldRun:
             print(f"fold {self.fold}: no better {name} for {t.patience} evaluation intervals (train.patience); "
                   f"stopping at step {record['step']}, keeping step {p.best['step']} "
                   f"({name} {p.best['auc']:.4f})")  # fmt: skip
+
+    def write_oof(self, best: np.ndarray) -> list[int]:
+        """oof.csv after an evaluation: `pred`, each half's predictions at the step the other half chose
+        (evaluation.held_out_choice: no step chosen on the rows it scores), and `best`, the best step's (the
+        weights kept); returns the two steps chosen."""
+        valid = self.table.iloc[self.valid_idx]
+        held, chosen = evaluation.held_out_choice(valid, self.progress.predictions, self.profile, self.first_half)
+        write_csv(self.fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=held, best=best))
+        return chosen
 
     def eval_line(self, record: dict, improved: bool, since: int) -> str:
         """`fold 0 epoch 1: loss ... AUC ... (per language) ex/s, peak MB | ETA`, with the step when inside
@@ -574,6 +596,7 @@ class FoldRun:
             "epochs": max((h["epoch"] for h in p.history), default=0),
             "best_epoch": p.best["epoch"],
             "best_step": p.best["step"],
+            "held_out_steps": self.chosen,  # the steps oof.csv's two halves were taken at (evaluation.held_out_choice)
             "steps": max((h.get("step", 0) for h in p.history), default=0),
             "evaluations": len(p.history),
             "stopped_early": self.exhausted(),

@@ -50,6 +50,8 @@ class FoldState:
     best: dict = dataclasses.field(default_factory=lambda: {"auc": -1.0, "epoch": -1, "step": -1, "since": 0})
     steplog: dict = dataclasses.field(default_factory=dict)  # core.steplog's sums since its last record
     seconds: float = 0.0  # the time the fold ran before this process, up to the state's save
+    # each evaluation's predictions of the fold's rows, by its step: the OOF's held-out choice is made from them
+    predictions: dict = dataclasses.field(default_factory=dict)
 
 
 class StopFlag:
@@ -178,7 +180,8 @@ def fold_state(state: dict, rank: int = 0) -> FoldState:
         last = {h["epoch"]: h["seconds"] for h in state["history"] if h["epoch"] <= state["epoch"]}
         seconds = sum(last.values()) + step.seconds
     return FoldState(state["epoch"], step, state["history"], best,
-                     carries[rank] if rank < len(carries) else {}, seconds)  # fmt: skip
+                     carries[rank] if rank < len(carries) else {}, seconds,
+                     state.get("predictions") or {})  # fmt: skip
 
 
 def own_rng(state: dict, rank: int) -> dict:

@@ -34,12 +34,16 @@ import pandas as pd
 TWIN_COSINE = 0.84  # translations of one comment: mutual nearest rows of their languages at least this close
 SAME_LANGUAGE_COSINE = 0.95  # two rows of one language: a duplicate, only this close (similar insults are not)
 MAX_GROUP = 50
+MIN_DUPLICATE = 10  # a normalised text this long or longer is one comment wherever it recurs ("thanks" is not)
 
 _NUMBER = re.compile(r"\d+")
 _LATIN = re.compile(r"[A-Za-z][A-Za-z'\-]{2,}")
 _MARKS = re.compile(r"[!?]{2,}|\.{3,}|={2,}|\[\[|\]\]|\{\{|\}\}|~{3,}|'{2,}|\*+|#+|:\)|:\(|;\)|<3")
 _NOT_WORD = re.compile(r"\W+")
 SIGNATURE_FLOOR = 0.5  # rough matching: a translation less like any original than this is its own group
+# validation rows of one language this alike in character 3-5-grams are copies of one comment (a template with
+# another user's name in it, a comment pasted again with a word changed): one group, in one fold
+NEAR_COPY_COSINE = 0.9
 
 
 # ---------------------------------------------------------------- by content, with a sentence encoder
@@ -51,11 +55,11 @@ def normalised(text: str) -> str:
 
 
 def duplicate_links(texts: list[str]) -> list[tuple[int, int]]:
-    """(first, other) for every row whose normalised text (10 characters or more) an earlier row has."""
+    """(first, other) for every row whose normalised text (MIN_DUPLICATE characters or more) an earlier row has."""
     first: dict[str, int] = {}
     links = []
     for i, t in enumerate(map(normalised, texts)):
-        if len(t) >= 10:
+        if len(t) >= MIN_DUPLICATE:
             j = first.setdefault(t, i)
             if j != i:
                 links.append((j, i))
@@ -109,6 +113,34 @@ def content_groups(rows: pd.DataFrame, vectors: np.ndarray) -> np.ndarray:
     langs, labels = rows["lang"].to_numpy(), (rows["toxic"].to_numpy() >= 0.5)
     links = twin_links(vectors, langs, labels) + duplicate_links(rows["text"].tolist())
     return np.array([f"c{c}" for c in components(len(rows), links)], dtype=object)
+
+
+def near_copy_links(texts: list[str], langs: np.ndarray) -> list[tuple[int, int]]:
+    """(i, j), i < j, for rows of one language whose character 3-5-gram TF-IDF vectors are at least
+    NEAR_COPY_COSINE alike: a Wikipedia welcome template with another user's name, a comment pasted twice."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    links = []
+    for lang in sorted(set(langs)):
+        rows = np.flatnonzero(langs == lang)
+        if len(rows) < 2:
+            continue
+        vectors = TfidfVectorizer(analyzer="char", ngram_range=(3, 5), sublinear_tf=True).fit_transform(
+            [texts[i] for i in rows]
+        )  # rows of unit length: a product is a cosine
+        for start in range(0, len(rows), 2048):  # a block of rows against all of them
+            i, j = np.nonzero((vectors[start : start + 2048] @ vectors.T).toarray() >= NEAR_COPY_COSINE)
+            later = start + i < j
+            links += [(int(rows[start + a]), int(rows[b])) for a, b in zip(i[later], j[later])]
+    return links
+
+
+def copy_groups(texts: list[str], langs: np.ndarray) -> np.ndarray:
+    """A group key for each validation row: its near-copies of its language and its duplicates of any
+    language (the same text once case, spaces and punctuation are set aside) share one, through any chain."""
+    texts = [str(t) for t in texts]
+    links = near_copy_links(texts, np.asarray(langs)) + duplicate_links(texts)
+    return np.array([f"v{c}" for c in components(len(texts), links)], dtype=object)
 
 
 # ---------------------------------------------------------------- rough: by what translation keeps

@@ -25,7 +25,9 @@ from pipeline.inputs import encoder, groups, pseudo
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
 from pipeline.schema import Config
 
-TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold"]
+# group: the rows that are versions or copies of one comment share it (validation rows and held-out rows; '' for
+# the others), so that whatever splits a fold's rows again keeps each group whole
+TABLE_COLUMNS = ["id", "text", "lang", "toxic", "source", "fold", "group"]
 
 
 # ---------------------------------------------------------------- the extra translated training files
@@ -63,8 +65,17 @@ def read_extra(path: Path, lang: str, notes: list[str]) -> pd.DataFrame:
 # ---------------------------------------------------------------- build
 
 
-def assign_folds(strata: pd.Series, k: int, seed: int) -> np.ndarray:
-    """Fold 0..k-1 for each row, from a seeded StratifiedKFold on the given strata."""
+def assign_folds(strata: pd.Series, k: int, seed: int, keys: np.ndarray | None = None) -> np.ndarray:
+    """Fold 0..k-1 for each row, from a seeded StratifiedKFold on the given strata; with group `keys`, each group
+    goes where its first row does, the first rows of the groups split as single rows are (so that a table without
+    copies gets the very folds it would without keys)."""
+    if keys is not None:
+        _, first, back = np.unique(keys, return_index=True, return_inverse=True)
+        order = np.sort(first)  # the groups in the order of their first rows
+        fold_of = assign_folds(strata.iloc[order].reset_index(drop=True), k, seed)
+        at = np.empty(len(first), dtype=np.int64)
+        at[np.argsort(first)] = np.arange(len(first))  # a group's position in `order`
+        return fold_of[at[back.ravel()]]
     folds = np.full(len(strata), -1, dtype=np.int64)
     splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     for fold, (_, idx) in enumerate(splitter.split(np.zeros(len(strata)), strata.to_numpy())):
@@ -142,11 +153,12 @@ def hold_out(cfg: Config, extra: pd.DataFrame, english: list[pd.DataFrame]) -> t
     n_extra, n_english = int(held[: len(extra)].sum()), int(held[len(extra) :].sum())
     words = (f"{n_extra:,} translated and {n_english:,} English training rows of {len(np.unique(keys[held])):,} "
              f"source comments held out for validation, grouped {how}")  # fmt: skip
+    group = np.where(held, keys.astype(str), "")
     out, at = [], len(extra)
     for part in english:
-        out.append(part.assign(fold=folds[at : at + len(part)]))
+        out.append(part.assign(fold=folds[at : at + len(part)], group=group[at : at + len(part)]))
         at += len(part)
-    return extra.assign(fold=folds[: len(extra)]), out, words
+    return extra.assign(fold=folds[: len(extra)], group=group[: len(extra)]), out, words
 
 
 def validation_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
@@ -157,14 +169,28 @@ def validation_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
     check_lang(valid, path, notes)
     if len(valid) < k:
         raise DataError(f"{path}: {len(valid)} rows cannot make {k} folds")
+    soft = ~valid["toxic"].isin([0, 1])
+    if soft.any():  # the AUC's targets: 0 or 1
+        first = valid[soft].iloc[0]
+        notes.append(f"{path}: {int(soft.sum()):,} labels are neither 0 nor 1 (the first: {first['toxic']:g} at id "
+                     f"{first['id']}): rounded at 0.5, as the AUC scores 0 or 1")  # fmt: skip
     label = (valid["toxic"] >= 0.5).astype(int).astype(str)
+    # near-copies (templates, comments pasted again) in one fold: a fold never trains on a copy of a row it scores
+    keys = groups.copy_groups(valid["comment_text"].tolist(), valid["lang"].to_numpy())
+    copies = pd.Series(keys).duplicated(keep=False).to_numpy()
+    if copies.any():
+        notes.append(f"{path}: {int(copies.sum()):,} rows are near-copies of another of their language (character "
+                     f"3-5-gram cosine at least {groups.NEAR_COPY_COSINE:g}) or the same text: "
+                     f"{len(set(keys[copies])):,} groups, each kept in one fold")  # fmt: skip
+    firsts = ~pd.Series(keys).duplicated().to_numpy()  # a group is placed as its first row is
     # a stratum smaller than k cannot be spread over k folds: then the label alone (each fold keeps both
     # classes), then the language alone
     for strata in (valid["lang"] + "_" + label, label, valid["lang"]):
-        if strata.value_counts().min() >= k:
+        if strata[firsts].value_counts().min() >= k:
             break
-    folds = assign_folds(strata, k, cfg.data.seed)
-    return source_rows(valid["id"], valid["comment_text"], valid["lang"], valid["toxic"], path.stem, folds)
+    folds = assign_folds(strata, k, cfg.data.seed, keys)
+    part = source_rows(valid["id"], valid["comment_text"], valid["lang"], valid["toxic"], path.stem, folds)
+    return part.assign(group=keys)
 
 
 def test_table(raw, notes: list[str]) -> pd.DataFrame:
@@ -195,6 +221,8 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
         notes += [held] if held else []
     parts.append(validation_part(cfg, raw / layout.VALID, notes))
     table = pd.concat(parts, ignore_index=True)
+    table["group"] = table["group"].fillna("") if "group" in table else ""
+    table = drop_validation_copies(table, notes)
     # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
     table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
     table["fold"] = table["fold"].astype(np.int64)
@@ -206,6 +234,20 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     notes += [table.attrs["pseudo"]] if table.attrs.get("pseudo") else []
     table.attrs["notes"] = notes  # said by `make data`
     return table, test
+
+
+def drop_validation_copies(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """The table without the training-only rows whose text is a validation row's (case, spaces and punctuation
+    set aside): every fold would train on the very comment one of them scores."""
+    valid = (table["source"] == layout.VALID_SOURCE).to_numpy()
+    seen = {t for t in map(groups.normalised, table.loc[valid, "text"]) if len(t) >= groups.MIN_DUPLICATE}
+    texts = table["text"].astype(str)
+    copy = (table["fold"].to_numpy() == layout.STAGE1) & texts.map(lambda t: groups.normalised(t) in seen).to_numpy()
+    if copy.any():
+        by = ", ".join(f"{n:,} of {s}" for s, n in table[copy].groupby("source").size().items())
+        notes.append(f"{int(copy.sum()):,} training rows hold the text of a validation row ({by}): dropped, so that "
+                     f"no fold trains on a comment it scores")  # fmt: skip
+    return table[~copy].reset_index(drop=True)
 
 
 def nothing_held_out(cfg: Config, table: pd.DataFrame, test: pd.DataFrame) -> str:
@@ -255,7 +297,7 @@ def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     inputs as they are now (validity.current_meta), else one line that says `make data`."""
     out = layout.prepared_dir(cfg)
     meta = validity.current_meta(cfg)
-    dtypes = {"id": str, "text": str, "lang": str, "source": str}
+    dtypes = {"id": str, "text": str, "lang": str, "source": str, "group": str}
     table = pd.read_csv(out / layout.TABLE, dtype=dtypes, keep_default_na=False)
     test = pd.read_csv(out / layout.TEST_TABLE, dtype=dtypes, keep_default_na=False)
     # tables built before `make data` refused an empty test set

@@ -74,7 +74,14 @@ def test_the_kept_weights_are_the_best_evaluations_not_the_last(prepared, monkey
     assert torch.equal(kept[name], best["weights"][name])
     assert not torch.equal(kept[name], seen[-1]["weights"][name])  # training went on after the best
     oof = pd.read_csv(fold_dir / "oof.csv")
-    np.testing.assert_allclose(oof["pred"].to_numpy(), best["preds"], rtol=1e-12)  # through CSV
+    np.testing.assert_allclose(oof["best"].to_numpy(), best["preds"], rtol=1e-12)  # through CSV
+    # `pred`: each half at the step the other half scores best (the scripted AUC is the model's, not a half's)
+    run_valid = run.table.iloc[run.valid_idx]
+    held, chosen = evaluation.held_out_choice(
+        run_valid, {s["step"]: s["preds"] for s in seen}, run.profile, run.first_half
+    )
+    np.testing.assert_allclose(oof["pred"].to_numpy(), held, rtol=1e-12)
+    assert done["held_out_steps"] == chosen and all(c in steps for c in chosen)
     records = [json.loads(line) for line in (fold_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == steps and [r["auc"] for r in records][:3] == [0.60, 0.70, 0.90]
 
@@ -314,3 +321,64 @@ def test_a_fold_with_held_out_translated_rows_is_scored_as_the_test_is(tmp_path)
     assert f"{metrics.SIX.header} {six['auc']:.4f}" in report.fold_table(summary)
     evaluations = [json.loads(line) for line in (folder / layout.METRICS).read_text().splitlines()]
     assert {e["metric"] for e in evaluations} == {"six"}  # each evaluation names what it was judged by
+
+
+def simulated_fold(rng, evaluations: int, rows: int = 2500, rate: float = 0.15) -> tuple[pd.DataFrame, dict]:
+    """A fold's rows and `evaluations` evaluations that are equally good in truth: each one a fresh draw of
+    noise on one shared signal, so no step is better than another but by chance."""
+    y = (rng.random(rows) < rate).astype(int)
+    signal = 1.2 * y + rng.normal(size=rows)
+    preds = {100 * (e + 1): 1 / (1 + np.exp(-(signal + 0.8 * rng.normal(size=rows)))) for e in range(evaluations)}
+    return pd.DataFrame({"id": [f"r{i}" for i in range(rows)], "lang": "es", "toxic": y}), preds
+
+
+def test_the_oof_is_not_chosen_on_the_rows_it_scores() -> None:
+    """Ten equally good evaluations: the best of them, judged on the rows it is scored on, reads about 0.01
+    high; each half at the step the other half chose reads as one evaluation does (the truth)."""
+    rng = np.random.default_rng(0)
+    best_bias, held_bias = [], []
+    for _ in range(40):
+        valid, preds = simulated_fold(rng, 10)
+        truth = metrics_auc(valid, preds[100])  # one evaluation, chosen by nothing
+        best_bias.append(max(metrics_auc(valid, p) for p in preds.values()) - truth)
+        first = evaluation.halves(valid["id"].to_numpy(), valid["toxic"].astype(str).to_numpy(), 0)
+        held, _ = evaluation.held_out_choice(valid, preds, None, first)
+        held_bias.append(metrics_auc(valid, held) - truth)
+    assert np.mean(best_bias) > 0.008  # the bias the board used to rank by
+    assert abs(np.mean(held_bias)) < 0.003, np.mean(held_bias)
+
+
+def metrics_auc(valid: pd.DataFrame, preds) -> float:
+    from pipeline.scoring.metrics import auc
+
+    return auc(valid["toxic"], preds)
+
+
+def test_a_better_step_is_still_found_by_the_other_half() -> None:
+    """Where one evaluation is better in truth, both halves choose it: holding the choice out costs nothing."""
+    rng = np.random.default_rng(1)
+    valid, preds = simulated_fold(rng, 4)
+    y = valid["toxic"].to_numpy()
+    preds[300] = 1 / (1 + np.exp(-(3.0 * y + rng.normal(size=len(y)))))  # far better than the others
+    first = evaluation.halves(valid["id"].to_numpy(), valid["toxic"].astype(str).to_numpy(), 0)
+    held, chosen = evaluation.held_out_choice(valid, preds, None, first)
+    assert chosen == [300, 300]
+    np.testing.assert_array_equal(held, preds[300])
+
+
+def test_halves_keep_groups_whole_and_split_each_stratum_evenly() -> None:
+    keys = np.array([f"g{i // 3}" for i in range(600)])  # groups of three rows
+    strata = np.array(["es_0", "es_1", "tr_0", "tr_1"])[np.arange(600) // 150]
+    first = evaluation.halves(keys, strata, seed=5)
+    frame = pd.DataFrame({"key": keys, "first": first, "stratum": strata})
+    assert (frame.groupby("key")["first"].nunique() == 1).all()  # a group on one side
+    share = frame.groupby("stratum")["first"].mean()
+    assert ((share - 0.5).abs() <= 0.02).all(), share.to_dict()
+    assert not np.array_equal(first, evaluation.halves(keys, strata, seed=6))  # seeded
+
+
+def test_a_half_of_one_class_falls_back_to_the_whole_folds_best() -> None:
+    valid = pd.DataFrame({"id": ["a", "b", "c", "d"], "lang": "es", "toxic": [0, 1, 0, 0]})
+    preds = {1: np.array([0.1, 0.2, 0.3, 0.4]), 2: np.array([0.1, 0.9, 0.2, 0.3])}
+    held, chosen = evaluation.held_out_choice(valid, preds, None, np.array([True, True, False, False]))
+    assert chosen == [2, 2] and np.array_equal(held, preds[2])

@@ -258,3 +258,80 @@ def test_a_training_file_of_no_rows_is_read_and_said(tmp_path: Path, raw_sample:
     cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}")
     data.prepare(cfg, log=said.append)
     assert f"data: {path}: no rows (a header only): it adds no training rows" in said
+
+
+# ---------------------------------------------------------------- validation.csv: copies, labels, not a training file
+
+
+WELCOME = (
+    "50x50px|left Vikipedi'ye hoş geldiniz, {name}! Katkılarınız için teşekkür ederiz. Yeni başlayanlar için "
+    "rehber sayfasına göz atabilir, sorularınızı yardım masasına sorabilirsiniz. İyi çalışmalar dileriz."
+)
+
+
+def with_copies(raw: Path, copies: list[str]) -> pd.DataFrame:
+    """validation.csv with `copies` appended as non-toxic Turkish rows; returns the new rows."""
+    valid = pd.read_csv(raw / layout.VALID, dtype={"id": str}, keep_default_na=False)
+    new = pd.DataFrame({"id": [f"copy{i}" for i in range(len(copies))], "comment_text": copies, "lang": "tr",
+                        "toxic": 0})  # fmt: skip
+    pd.concat([valid, new], ignore_index=True).to_csv(raw / layout.VALID, index=False)
+    return new
+
+
+def test_near_copies_in_validation_csv_share_one_fold_and_are_said(tmp_path: Path, raw_sample: Path) -> None:
+    """A welcome template with a different user's name each time, and a comment pasted again in other case and
+    punctuation: one group each, in one fold, so no fold trains on a copy of a row it scores."""
+    names = ["Ahmet", "Mehmet", "Zeynep", "Deniz", "Ayşe", "Burak", "Elif", "Can", "Emre", "Selin"]
+    pasted = "bu sayfa tamamen boş ve kaynak yok, lütfen düzeltelim arkadaşlar"
+    with_copies(raw_sample, [WELCOME.format(name=n) for n in names] + [pasted, pasted.upper() + "!!!"])
+    said = []
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}")
+    data.prepare(cfg, log=said.append)
+    table, _, _ = tables.load_table(cfg)
+    rows = table.set_index("id")
+    welcome = rows.loc[[f"copy{i}" for i in range(10)]]
+    assert welcome["fold"].nunique() == 1 and welcome["group"].nunique() == 1
+    assert rows.loc["copy10", "fold"] == rows.loc["copy11", "fold"]
+    assert rows.loc["copy10", "group"] == rows.loc["copy11", "group"] != welcome["group"].iloc[0]
+    assert any("rows are near-copies of another of their language (character 3-5-gram cosine at least 0.9)" in s
+               and "each kept in one fold" in s for s in said), said  # fmt: skip
+
+
+def test_validation_csv_or_test_csv_as_a_training_file_is_refused(tmp_path: Path, raw_sample: Path) -> None:
+    for name in ("validation.csv", "test.csv"):
+        cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", f"data.extra_files=[{name}]")
+        with pytest.raises(DataError, match=rf"^data.extra_files={name}: .*{name} is the competition's {name}, not a "
+                                            r"training file"):  # fmt: skip
+            data.prepare(cfg, log=quiet)
+
+
+def test_training_rows_holding_a_validation_text_are_dropped_and_said(tmp_path: Path, raw_sample: Path) -> None:
+    """A renamed copy of validation rows in a training file: dropped (case and punctuation set aside), and said."""
+    valid = pd.read_csv(raw_sample / layout.VALID, dtype={"id": str}, keep_default_na=False)
+    texts = [t for t in valid["comment_text"] if len(t) > 20][:3]
+    extra = tmp_path / "more-es.csv"
+    copies = [texts[0].upper(), texts[1] + " !!", texts[2], "una frase del todo nueva aquí"]
+    write_translated(extra, copies, [0, 1, 0, 1])
+    said = []
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", f"data.extra_files=[{extra}]")
+    data.prepare(cfg, log=said.append)
+    table, _, _ = tables.load_table(cfg)
+    kept = table.loc[table["source"] == "more-es", "text"].tolist()
+    assert kept == ["una frase del todo nueva aquí"]
+    assert ("data: 3 training rows hold the text of a validation row (3 of more-es): dropped, so that no fold "
+            "trains on a comment it scores") in said  # fmt: skip
+
+
+def test_a_soft_label_in_validation_csv_is_said(tmp_path: Path, raw_sample: Path) -> None:
+    valid = pd.read_csv(raw_sample / layout.VALID, dtype={"id": str}, keep_default_na=False)
+    valid["toxic"] = valid["toxic"].astype(float)
+    valid.loc[4, "toxic"] = 0.3
+    valid.to_csv(raw_sample / layout.VALID, index=False)
+    said = []
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}")
+    data.prepare(cfg, log=said.append)
+    first = valid.loc[4, "id"]
+    assert (f"data: {raw_sample / layout.VALID}: 1 labels are neither 0 nor 1 (the first: 0.3 at id {first}): "
+            "rounded at 0.5, as the AUC scores 0 or 1") in said  # fmt: skip
+    table, _, _ = tables.load_table(cfg)
+    assert set(table["toxic"]) == {0, 1}
