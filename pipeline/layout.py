@@ -49,6 +49,9 @@ TOKENS_POINTER = "tokens.json"  # {"key": ...}: the token cache input/cache/<key
 CACHE_META = "meta.json"  # in a token cache: key, sizes and digests of its arrays
 # how data.held_out groups translated rows (pipeline.inputs.groups); a new way rebuilds the tables held out before
 HELD_OUT_GROUPING = 2
+# how validation.csv's near-copies are grouped into one fold (pipeline.inputs.groups.copy_groups); a new way
+# rebuilds every table, whose folds it decides
+VALIDATION_GROUPING = 1
 VALID_SOURCE = Path(VALID).stem  # the `source` of validation.csv's rows in the table and the OOF
 OOF_COLUMNS = ["id", "lang", "toxic", "fold", "source"]  # an oof.csv: these, then pred
 # the scale of an oof.csv's pred and a fold test.csv's toxic, recorded in the fold's done.json (`scale`): a

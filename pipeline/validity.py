@@ -47,6 +47,7 @@ def input_signature(cfg: Config, raw: Path | None = None) -> dict:
     }
     if cfg.data.held_out > 0:  # tables held out by an earlier way of grouping are built again
         signature["grouping"] = layout.HELD_OUT_GROUPING
+    signature["validation_grouping"] = layout.VALIDATION_GROUPING  # so are tables whose folds split near-copies
     return signature
 
 
@@ -73,6 +74,8 @@ def changed_inputs(recorded: dict, now: dict) -> str:
     changed = [name for name, digest in now["files"] if was.get(name) != digest]
     if changed or len(was) != len(now["files"]):
         return f"{', '.join(changed) or 'the list of files'} changed"
+    if any(recorded.get(k) != now.get(k) for k in ("grouping", "validation_grouping")):
+        return "an earlier version grouped the rows into folds otherwise"
     return "the teacher's test predictions (data.pseudo_from) changed"
 
 

@@ -13,6 +13,7 @@ METRICS is the one list of figures every report shows.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,6 +122,31 @@ def six_language(oof: pd.DataFrame, profile: dict) -> dict:
         "rows": len(rows),
         "missing": sorted(set(profile["mix"]) - set(both[both == 2].index)),
     }
+
+
+def prior_span(profile: dict) -> tuple[list[str], float, float] | None:
+    """(the test languages whose toxic rate is the prior, the lowest and the highest rate of a language
+    validation.csv has): the rates a language without validation rows may plausibly have; None where no
+    language takes the prior or none has its own rate."""
+    frm = profile.get("rate_from") or {}
+    guessed = sorted(g for g in profile["mix"] if frm.get(g) == FROM_PRIOR)
+    own = [profile["rates"][g] for g in profile["mix"] if frm.get(g) == FROM_VALIDATION]
+    return (guessed, min(own), max(own)) if guessed and own else None
+
+
+def six_corners(oof: pd.DataFrame, profile: dict) -> list[float] | None:
+    """The six-language estimate with each prior-rate language's toxic rate at either end of prior_span, every
+    combination in one fixed order (the estimate's assumption, shown: its range is their min to max, and two
+    experiments whose order differs at some corner are a tie); None where no rate is a prior."""
+    span = prior_span(profile)
+    if span is None:
+        return None
+    guessed, low, high = span
+    out = []
+    for corner in itertools.product((low, high), repeat=len(guessed)):
+        moved = {**profile, "rates": {**profile["rates"], **dict(zip(guessed, corner))}}
+        out.append(six_language(oof, moved)["auc"])
+    return out
 
 
 @dataclass(frozen=True)

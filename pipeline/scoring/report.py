@@ -52,6 +52,11 @@ def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = 
     if profile:  # what the six-language AUC is made of (its value: in `metrics`, NaN where a language is missing)
         six = {k: v for k, v in metrics.six_language(oof, profile).items() if k != "auc"}
         summary["six"] = {**six, "profile": profile, "held_out_rows": int((~metrics.on_validation(oof)).sum())}
+        corners = metrics.six_corners(oof, profile) if not six["missing"] else None
+        if corners:  # the estimate under every plausible toxic rate of the languages validation.csv lacks
+            summary["six"].update(corners=corners, range=[min(corners), max(corners)])
+    if "best" in oof:  # each fold's best step, chosen on the rows it is scored on: the figure reads high
+        summary["best_step"] = metrics.scores(oof.assign(pred=oof["best"]), profile, scale)
     return summary
 
 
@@ -76,6 +81,7 @@ def fold_table(summary: dict) -> str:
                               langs, minutes))  # fmt: skip
     if "six" in summary:
         lines.append(six_line(summary["metrics"][metrics.SIX.key], summary["six"]))
+    lines += [line for line in [best_step_line(summary)] if line]
     judged = judged_line(summary)
     lines += [judged] if judged else []
     return "\n".join(lines)
@@ -135,8 +141,29 @@ def six_line(value: float, six: dict) -> str:
     if six["missing"]:
         return (f"{metrics.SIX.header} -: no OOF rows of both classes stand for {', '.join(six['missing'])} "
                 f"(data.held_out holds translated rows of data.extra_files out for them) ({per})")  # fmt: skip
-    return (f"{metrics.SIX.header} {value:.4f} ({per}): the estimate of the test AUC, each language "
+    line = (f"{metrics.SIX.header} {value:.4f} ({per}): the estimate of the test AUC, each language "
             f"weighted to its share of the test and its toxic rate there{said}")  # fmt: skip
+    span = metrics.prior_span(profile)
+    if six.get("range") and span:
+        low, high = six["range"]
+        line += (f"\n  from {low:.4f} to {high:.4f} as {', '.join(span[0])} take any toxic rate from {span[1]:.3f} "
+                 f"to {span[2]:.3f} (validation.csv's lowest and highest language's): the test's own is not "
+                 "known")  # fmt: skip
+    return line
+
+
+def best_step_line(summary: dict) -> str:
+    """What the figures would read with each fold's best step, chosen on the very rows it is scored on, beside
+    the OOF's (each half's step chosen on the other half); '' for folds without both."""
+    best, held = summary.get("best_step"), summary["metrics"]
+    m = next((m for m in metrics.RANKED_BY if not math.isnan(held.get(m.key, math.nan))), None)
+    if not best or m is None or math.isnan(best.get(m.key, math.nan)):
+        return ""
+    gap = best[m.key] - held[m.key]
+    return (
+        f"{m.header} {best[m.key]:.4f} with each fold's best step, chosen on the rows it is scored on "
+        f"({gap:+.4f}); the OOF above takes each half of a fold at the step its other half chose"
+    )
 
 
 def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
