@@ -107,11 +107,16 @@ def of_these_folds(record, done: dict[int, dict]) -> bool:
 
 
 def folds_done(summary: dict, total) -> str:
-    """`3/5` folds complete of data.folds; a run on the training-only rows alone (fold -1) is `stage 1`."""
+    """`3 of 5` folds complete of data.folds; a run on the training-only rows alone (fold -1) is `stage 1`."""
     done = [int(k) for k in summary.get("fold_details", {}) or summary["folds"]]
     if done == [-1]:
         return "stage 1"
-    return f"{sum(k >= 0 for k in done)}/{total}"
+    return f"{sum(k >= 0 for k in done)} of {total}"
+
+
+def scored_folds(summary: dict) -> list[int]:
+    """The folds whose OOF rows an experiment's figures are of: figures compare only over the same folds."""
+    return sorted(int(k) for k in summary.get("folds", {}) if int(k) >= 0)
 
 
 def display_settings(exp: Path, summary: dict) -> dict:
@@ -124,7 +129,9 @@ def display_settings(exp: Path, summary: dict) -> dict:
         dones = [d for d in map(validity.read_done, layout.done_dirs(exp).values()) if d]
         names = b["members"] if b else (dones[0].get("members") or []) if dones else []
         members = " + ".join(f"{n} {b['weights'][n]:.2f}" for n in names) if b else " + ".join(map(str, names))
-        return {"model": f"blend: {members or '?'}", "folds_total": len(layout.done_dirs(exp))}
+        # of its members' data.folds: a blend of two folds of five is "2 of 5", not "2/2"
+        total = max([len(layout.done_dirs(exp)), *(member_folds(exp.parent / str(n)) for n in names)])
+        return {"model": f"blend: {members or '?'}", "folds_total": total}
     if (exp / layout.RUN_CONFIG).exists() and kind != fingerprint.TFIDF["model"]:
         # read as plain YAML, not as a Config: an experiment from an older version still gets its row
         saved = yaml.safe_load((exp / layout.RUN_CONFIG).read_text()) or {}
@@ -141,6 +148,14 @@ def display_settings(exp: Path, summary: dict) -> dict:
     if kind == fingerprint.TFIDF["model"]:  # the TF-IDF baseline: what its done.json says
         return {"model": kind, "epochs": first.get("epochs"), "folds_total": len(layout.done_dirs(exp))}
     return {"model": "?", "folds_total": len(layout.done_dirs(exp))}  # folds, but no config: made by hand?
+
+
+def member_folds(exp: Path) -> int:
+    """The folds a blend member's config makes (data.folds), 0 where it cannot be read."""
+    try:
+        return int((yaml.safe_load((exp / layout.RUN_CONFIG).read_text()) or {}).get("data", {}).get("folds", 0))
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+        return 0
 
 
 def row(cfg: Config, exp: Path) -> dict | None:
@@ -162,6 +177,10 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "metrics": figures,
         "per_lang": summary["per_lang"],
         "folds": folds_done(summary, s.pop("folds_total")),
+        "scored_folds": scored_folds(summary),  # the rows its figures are of: compared only with the same
+        # the estimate at each plausible toxic rate of the languages validation.csv lacks (metrics.six_corners);
+        # a calibrated experiment is ranked by another figure, which has none
+        "corners": None if calibrated and calibrated.get("ranked") else six.get("corners"),
         "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
         "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
@@ -185,16 +204,34 @@ def rows(cfg: Config) -> list[dict]:
             continue
         if found is not None:
             out.append(found)
-    return mark_disagreements(sorted(out, key=rank))
+    return mark_ties(mark_disagreements(sorted(out, key=rank)))
 
 
 def rank(r: dict) -> tuple:
-    """The six-language AUC first (it ranks experiments as the test does: docs/recipes.md measures it), then
-    the validation AUC of experiments without held-out translated rows; NaN last."""
+    """Experiments scored on the most folds first, each set of folds apart (figures compare only over the same
+    rows); within one, the six-language AUC first (it ranks experiments as the test does: docs/recipes.md
+    measures it), then the validation AUC of experiments without held-out translated rows; NaN last."""
+    folds = r.get("scored_folds") or []
     for i, m in enumerate(metrics.RANKED_BY):
         if not math.isnan(r["metrics"][m.key]):
-            return (i, -r["metrics"][m.key])
-    return (len(metrics.RANKED_BY), 0.0)
+            return (-len(folds), folds, i, -r["metrics"][m.key])
+    return (-len(folds), folds, len(metrics.RANKED_BY), 0.0)
+
+
+def comparable(r: dict, q: dict) -> bool:
+    """Two rows whose figures compare: of the same test, over the same folds' rows."""
+    return r.get("test_of") == q.get("test_of") and r.get("scored_folds") == q.get("scored_folds")
+
+
+def mark_ties(board: list[dict]) -> list[dict]:
+    """`tie`: for an experiment ranked by the six-language AUC just above a comparable one, that one's name where
+    their order flips at some plausible toxic rate of the languages validation.csv lacks (both rows' corners:
+    metrics.six_corners): the estimate cannot tell them apart."""
+    for r, q in zip(board, board[1:]):
+        a, b = r.get("corners"), q.get("corners")
+        if comparable(r, q) and a and b and len(a) == len(b) and compared_by(r, q) is metrics.SIX:
+            r["tie"] = q["name"] if any(y > x for x, y in zip(a, b)) else ""
+    return board
 
 
 def compared_by(r: dict, q: dict) -> metrics.Metric:
@@ -209,7 +246,7 @@ def mark_disagreements(board: list[dict]) -> list[dict]:
     scored on other tests (the sample's and the real slice's) are not compared."""
     for r in board:
         others = [q for q in board if q is not r and q["test"] is not None and r["test"] is not None
-                  and q.get("test_of") == r.get("test_of")
+                  and comparable(r, q)
                   and q["metrics"][compared_by(r, q).key] < r["metrics"][compared_by(r, q).key]
                   and q["test"] > r["test"]]  # fmt: skip
         r["below"] = max(others, key=lambda q: q["test"])["name"] if others else ""
@@ -229,7 +266,8 @@ def board_table(board: list[dict]) -> str:
             + (" (incomplete)" if r.get("incomplete") else "")
             + (" (newer version)" if r.get("newer") else "")
             + (" (calibrated)" if r.get("calibrated") else "")
-            + (" (!)" if r.get("below") else ""),
+            + (" (!)" if r.get("below") else "")
+            + (" (~)" if r.get("tie") else ""),
             *(cell(r["metrics"].get(m.key), m.fmt) for m in metrics.METRICS),
             *(cell(r["per_lang"].get(lg), ".4f") for lg in langs),
             r["folds"],
@@ -256,6 +294,13 @@ def stale_notes(board: list[dict]) -> str:
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
     notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]
     notes += [calibrated_note(r) for r in board if r.get("calibrated")]
+    notes += [f"- {r['name']} (~): a tie with {r['tie']}: their order flips as the test languages validation.csv "
+              "lacks take other plausible toxic rates (`make cv` shows the estimate's range)" for r in board
+              if r.get("tie")]  # fmt: skip
+    sets = {tuple(r.get("scored_folds") or []) for r in board if r.get("scored_folds")}
+    if len(sets) > 1:
+        notes.append("- experiments are ranked among those scored on the same folds, the most folds first: "
+                     "figures over other rows do not compare")  # fmt: skip
     for r in board:
         if r.get("below"):
             q = next(x for x in board if x["name"] == r["below"])

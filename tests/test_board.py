@@ -73,7 +73,7 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     # the Brier score needs probabilities: a trained experiment's OOF has them, a blend's ranks do not
     assert row["xlmr"]["Brier"] == f"{cv['metrics']['brier']:.4f}" and row["xlmr+xlmr-tfidf"]["Brier"] == "-"
     assert row["xlmr"]["test AUC"] == "0.8765" and row["xlmr-tfidf"]["test AUC"] == "-"
-    assert row["xlmr"]["folds"] == "5/5" and row["partial"]["folds"] == "2/5"  # folds done of data.folds
+    assert row["xlmr"]["folds"] == "5 of 5" and row["partial"]["folds"] == "2 of 5"  # folds done of data.folds
     assert row["xlmr"]["minutes"] == "7.5" and row["partial"]["minutes"] == "3.0"  # 1.5 a fold
     assert [row["xlmr"][k] for k in ("model", "max_len", "epochs", "lr", "batch")] == [
         "tiny",
@@ -125,7 +125,7 @@ def test_stale_notes_name_the_command_that_makes_each_kind_again(tmp_path: Path)
     row = {r["experiment"].split(" (")[0]: r for r in board_rows(text)}
     assert "- xlmr-tfidf (stale): fold0, fold1, fold2, fold3, fold4: trained on other data or settings (make it " \
            "again with `make baseline`)" in text  # fmt: skip
-    assert row["xlmr+xlmr-tfidf"]["model"] == "blend: xlmr + xlmr-tfidf" and row["xlmr+xlmr-tfidf"]["folds"] == "0/5"
+    assert row["xlmr+xlmr-tfidf"]["model"] == "blend: xlmr + xlmr-tfidf" and row["xlmr+xlmr-tfidf"]["folds"] == "0 of 5"
     assert row["junk"]["model"] == "?" and "- junk (stale): " in text
 
 
@@ -220,3 +220,35 @@ def test_a_calibrated_submission_without_a_six_language_auc_is_still_marked(tmp_
     assert row["experiment"] == "xlmr (calibrated)" and row[metrics.SIX.header] == "-"
     assert "- xlmr (calibrated): its submission is calibrated (lang); its figures are of the uncalibrated OOF" in text
     assert "0.7500" not in text  # the estimate over the languages the OOF has is not shown as a 6-lang AUC
+
+
+def test_a_blend_of_some_folds_is_k_of_n_and_ranked_only_among_the_same_folds(tmp_path: Path) -> None:
+    """A blend of two folds of five reads "2 of 5", and an experiment of two folds is never ranked above one of
+    five by a figure over other rows, however high its own."""
+    comp = Competition(tmp_path, 600)
+    y = comp.rows["toxic"].to_numpy()
+    tests = {k: np.random.default_rng(k).random(90) for k in range(5)}
+    comp.experiment("all", noisy(y, 1.0, 1), None)
+    comp.experiment("few", noisy(y, 0.3, 2), tests, folds=(0, 1))  # far better, on two folds
+    comp.experiment("few2", noisy(y, 0.5, 3), tests, folds=(0, 1))
+    blend.run(comp.config("blend.members=[few,few2]", "blend.name=few-blend", "train.folds=[0,1]"))
+    text = board.run(board_config(comp.models))
+    listed = board_rows(text)
+    rows = {r["experiment"].split(" ")[0]: r for r in listed}
+    assert rows["few-blend"]["folds"] == "2 of 5" and rows["few"]["folds"] == "2 of 5"
+    order = [r["experiment"].split(" ")[0] for r in listed]
+    assert order[0] == "all" and set(order[1:]) == {"few", "few2", "few-blend"}
+    assert "experiments are ranked among those scored on the same folds, the most folds first" in text
+
+
+def test_two_experiments_whose_order_flips_inside_the_estimates_range_are_a_tie() -> None:
+    def row(name: str, corners, folds=(0, 1, 2)) -> dict:
+        return {"name": name, "metrics": {metrics.SIX.key: corners[0], "valid_auc": 0.9}, "test": None,
+                "test_of": "t", "scored_folds": list(folds), "corners": corners}  # fmt: skip
+
+    a, b, c = row("a", [0.910, 0.900]), row("b", [0.905, 0.903]), row("c", [0.850, 0.860])
+    marked = board.mark_ties([a, b, c])
+    assert marked[0]["tie"] == "b"  # b is above a at the second corner
+    assert marked[1]["tie"] == ""  # b is above c at every corner
+    d = row("d", [0.905, 0.903], folds=(0, 1))
+    assert board.mark_ties([row("a", [0.910, 0.900]), d])[0].get("tie") is None  # other rows: not compared

@@ -161,7 +161,7 @@ def check_board(made, text: str) -> int:
     for row in board_rows(text.split("\nwrote ")[0]):
         name, *marks = row["experiment"].split(" (")  # (!) is a note on the test AUC, not on the folds
         want = {"x": made.clean.cv, "x+x-tfidf": made.clean.blend}.get(name)
-        if want is not None and row["folds"] == "2/2" and not {"stale)", "incomplete)"} & set(marks):
+        if want is not None and row["folds"] == "2 of 2" and not {"stale)", "incomplete)"} & set(marks):
             for m in metrics.METRICS:  # every figure, found by its column's name
                 assert row[m.header] == metrics.shown(want["metrics"][m.key], m.fmt), (m.header, row)
             checked += 1

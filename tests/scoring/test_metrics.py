@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from pipeline.scoring import metrics
 
@@ -83,3 +85,31 @@ def test_the_fold_table_names_a_fold_judged_by_its_valid_auc_where_the_oof_has_a
     assert "best steps chosen by AUC (folds 0, 1); AUC: made before folds named it" in old
     alike = report.fold_table({**summary, "fold_details": {0: {"metric": "six"}, 1: {"metric": "six"}}})
     assert "best steps chosen by" not in alike
+
+
+def six_language_oof(n: int = 3000, seed: int = 0) -> pd.DataFrame:
+    """Validation rows of es, it, tr and held-out translated rows of fr, pt, ru, predictions of varied quality."""
+    rng = np.random.default_rng(seed)
+    lang = np.array(["es", "it", "tr", "fr", "pt", "ru"])[rng.integers(0, 6, n)]
+    source = np.where(np.isin(lang, ["es", "it", "tr"]), "validation", "translated-train")
+    rate = np.where(source == "validation", 0.15, 0.5)
+    y = (rng.random(n) < rate).astype(int)
+    skill = pd.Series({"es": 2.0, "it": 1.5, "tr": 1.0, "fr": 2.5, "pt": 0.5, "ru": 1.0})[lang].to_numpy()
+    return pd.DataFrame({"id": [f"r{i}" for i in range(n)], "lang": lang, "toxic": y, "fold": 0, "source": source,
+                         "pred": 1 / (1 + np.exp(-(skill * y + rng.normal(size=n))))})  # fmt: skip
+
+
+def test_the_estimates_range_moves_the_languages_without_validation_rows_over_plausible_rates() -> None:
+    oof = six_language_oof()
+    valid = oof[oof["source"] == "validation"].assign(toxic=lambda f: (f["lang"] == "it") * 1 | f["toxic"])
+    profile = metrics.test_profile(valid, oof["lang"])
+    guessed, low, high = metrics.prior_span(profile)
+    assert guessed == ["fr", "pt", "ru"] and low < high
+    corners = metrics.six_corners(oof, profile)
+    point = metrics.six_language(oof, profile)["auc"]
+    assert len(corners) == 8 and min(corners) < point < max(corners)
+    # the corner with pt (the worst language) rare and fr (the best) common reads highest
+    moved = {**profile, "rates": {**profile["rates"], "fr": high, "pt": low, "ru": low}}
+    assert metrics.six_language(oof, moved)["auc"] == pytest.approx(max(corners))
+    every = {**profile, "rate_from": {g: metrics.FROM_VALIDATION for g in profile["mix"]}}
+    assert metrics.six_corners(oof, every) is None  # nothing assumed, nothing to range over
