@@ -11,8 +11,8 @@ there). Two settings, each learned without a test label:
   from the stand-ins' toxic rate to the test's, as the test profile estimates it (metrics.test_profile):
   translated rows are about half toxic, the test's languages far less. A language with fewer than
   MIN_CLASS rows of either class among its stand-ins, or whose own fit would reverse its order (a slope
-  that is not positive), gets the fit on all stand-ins instead. The regularisation is the one of C_GRID
-  whose nested scaling gives the best estimate of the test AUC.
+  that is not positive), gets the fit on all stand-ins instead, and is moved from all stand-ins' toxic rate.
+  The regularisation is the one of C_GRID whose nested scaling gives the best estimate of the test AUC.
 - `lang+prior`: then each language is moved once more, to the toxic rate that EM finds in its unlabelled
   test predictions (Saerens, Latinne and Decaestecker, 2002). An EM answer at a boundary (below
   RATE_FLOOR or above 1 - RATE_FLOOR) or one that does not converge is not used: the language keeps the
@@ -55,22 +55,25 @@ def scale(scores, ab: tuple[float, float]) -> np.ndarray:
 
 
 def fit(oof: pd.DataFrame, profile: dict, c: float) -> dict[str, dict]:
-    """Per test language: its Platt scaling (`ab`), its stand-ins' toxic rate (`prior`, what the scaled
-    probabilities are made under), the profile's rate (`target`) and whether it had its own fit."""
+    """Per test language: its Platt scaling (`ab`), the toxic rate of the rows that scaling was fit on
+    (`prior`, what the scaled probabilities are made under: its own stand-ins', or all stand-ins' where it gets
+    the pooled fit), the profile's rate (`target`) and whether it had its own fit."""
     rows = metrics.stand_ins(oof, profile["mix"])
     pooled_ab = platt(rows["pred"], rows["toxic"], c)
     if pooled_ab[0] <= 0:  # even all languages together reverse the order: no scaling at all
         pooled_ab = (1.0, 0.0)
+    # the pooled fit's probabilities are made under the pooled rows' toxic rate, whatever the language's own
+    # (from 5 toxic of 200 stand-ins, or none, its rows would all rise, by odds of 7 or of 10^5)
+    pooled_prior = float(rows["toxic"].mean())
     out = {}
     for lang in profile["mix"]:
         own = rows[rows["lang"] == lang]
         y = own["toxic"].to_numpy()
-        ab, mine = pooled_ab, False
+        ab, prior, mine = pooled_ab, pooled_prior, False
         if min(int(y.sum()), int(len(y) - y.sum())) >= MIN_CLASS:
             found = platt(own["pred"], y, c)
             if found[0] > 0:  # a slope that is not positive would reverse the language's order
-                ab, mine = found, True
-        prior = float(y.mean()) if len(y) else float(rows["toxic"].mean())
+                ab, prior, mine = found, float(y.mean()), True
         out[lang] = {"ab": ab, "prior": prior, "target": profile["rates"][lang], "own_fit": mine, "rows": len(own)}
     return out
 

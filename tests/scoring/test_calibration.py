@@ -139,6 +139,33 @@ def test_a_language_with_few_positives_or_a_reversed_fit_gets_the_pooled_scaling
     assert not fitted["it"]["own_fit"] and fitted["it"]["ab"][0] > 0  # never a fit that reverses its order
 
 
+@pytest.mark.parametrize(("toxic", "before", "after"), [(5, 0.8135, 0.8465), (0, 0.7582, 0.8465)])
+def test_a_language_with_the_pooled_fit_is_moved_from_the_pooled_rows_toxic_rate(toxic, before, after) -> None:
+    """Six languages; ru's 200 held-out translations hold `toxic` toxic rows, too few for a fit of its own.
+    Its pooled-fit probabilities are made under the pooled stand-ins' rate, not ru's: moved from ru's own
+    2.5% (or 0%) to the test's 15%, every ru row rose (odds x7, or x10^5) and the pooled test AUC, 0.8107
+    uncalibrated, was `before` calibrated; moved from the pooled rate it is `after`."""
+    rng = np.random.default_rng(0)
+    frames = []
+    for lang, (_, rate, _) in SIX.items():
+        n = 200 if lang == "ru" else 1000
+        y, p = draw(rng, lang, n, TRANSLATED_RATES.get(lang, rate))
+        y = np.arange(n) < toxic if lang == "ru" else y  # ru's scores drawn as usual, its labels almost all clean
+        source = "translated-train" if lang in TRANSLATED_RATES else "validation"
+        pred = 1 / (1 + np.exp(-p))
+        frames.append(pd.DataFrame({"lang": lang, "toxic": y.astype(int), "source": source, "pred": pred}))
+    oof = pd.concat(frames, ignore_index=True)
+    profile = {"mix": {g: share for g, (share, _, _) in SIX.items()}, "rates": {g: r for g, (_, r, _) in SIX.items()}}
+    test = [(g, *draw(rng, g, int(50_000 * share), rate)) for g, (share, rate, _) in SIX.items()]
+    langs = np.concatenate([[g] * len(y) for g, y, _ in test])
+    y, p = np.concatenate([y for _, y, _ in test]), 1 / (1 + np.exp(-np.concatenate([p for _, _, p in test])))
+    fitted = calibration.fit(oof, profile, 1.0)
+    assert not fitted["ru"]["own_fit"] and fitted["ru"]["prior"] == pytest.approx(oof["toxic"].mean())
+    assert roc_auc_score(y, p) == pytest.approx(0.8107, abs=5e-4)
+    scaled, _ = calibration.apply(p, langs, fitted, prior=False)
+    assert roc_auc_score(y, scaled) == pytest.approx(after, abs=5e-4) and after > before + 0.03
+
+
 def test_the_regularisation_is_chosen_by_the_nested_estimate() -> None:
     oof = oof_rows()
     c, tried = calibration.choose_c(oof, PROFILE)
