@@ -204,6 +204,40 @@ def test_nested_calibration_never_uses_a_folds_own_labels() -> None:
     assert not np.allclose(a.loc[~at, "pred"], b.loc[~at, "pred"])
 
 
+def test_a_folds_c_is_chosen_without_its_rows() -> None:
+    """Fold 0's labels flipped: the C chosen on every row changes (0.1 to 0.01), and with it fold 0's rows
+    scaled nested with that C; with each fold's C chosen on the other folds alone, fold 0's rows are scaled
+    the same whatever their labels."""
+    oof = oof_rows(3, n=100)
+    flipped = oof.copy()
+    at = (oof["fold"] == 0).to_numpy()
+    flipped.loc[at, "toxic"] = 1 - flipped.loc[at, "toxic"]
+    (a, a_c), (b, b_c) = calibration.nested_choice(oof, PROFILE), calibration.nested_choice(flipped, PROFILE)
+    assert a_c[0] == b_c[0] and np.allclose(a.loc[at, "pred"], b.loc[at, "pred"])
+    assert a_c == {0: 1.0, 1: 1.0, 2: 0.1, 3: 0.1, 4: 1.0}
+    old = [calibration.nested(x, PROFILE, calibration.choose_c(x, PROFILE)[0]) for x in (oof, flipped)]
+    assert not np.allclose(old[0].loc[at, "pred"], old[1].loc[at, "pred"])  # C chosen with fold 0's rows
+    two = oof[oof["fold"] < 2]  # one other fold to choose on: each C judged on it scaled by its own fit
+    scaled, chose = calibration.nested_choice(two, PROFILE)
+    assert set(chose) == {0, 1} and not math.isnan(metrics.six_language(scaled, PROFILE)["auc"])
+
+
+def test_the_calibrated_estimate_is_of_rows_that_chose_neither_the_fit_nor_its_c(monkeypatch, capsys) -> None:
+    """The figure the board ranks a calibrated submission by: here 0.9087, where the best of the four C's
+    nested estimates, picked by the rows it scores, says 0.9210."""
+    from pipeline import config
+
+    oof = oof_rows(3, n=100)
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof)
+    cfg = config.load("sample", ["predict.calibration=lang"])
+    _, info, _ = publish.on_one_scale(cfg, [oof["pred"].to_numpy()], oof, ["fold0"], PROFILE, layout.PROBABILITY)
+    assert info["c"] == 0.1 and max(info["c_tried"].values()) == pytest.approx(0.9210, abs=5e-5)
+    assert info["oof_after"] == pytest.approx(0.9087, abs=5e-5) and info["c_by_fold"][2] == 0.1
+    assert "(nested, each fold's C chosen on the other folds: 1 1 0.1 0.1 1; the submission's C=0.1)" in (
+        capsys.readouterr().out
+    )
+
+
 def test_calibration_is_applied_to_each_folds_probabilities_before_a_rank_ensemble(monkeypatch) -> None:
     """predict.ensemble=rank with a calibration: each fold's probabilities are calibrated, then ranked; a
     calibration fit on probabilities and applied to ranks would give another submission."""
