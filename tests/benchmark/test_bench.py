@@ -230,6 +230,30 @@ def test_a_rows_flops_and_shares_follow_from_its_own_samples_and_flops_a_token()
     assert peaks.spec_peaks("Intel(R) Xeon(R) Platinum 8480+", cuda=False)["peaks"] == {}
 
 
+def test_the_docs_flops_table_follows_from_its_own_samples_and_flops_a_token() -> None:
+    """docs/bench.md's table of FLOPs utilisation: each row's TFLOP/s from its samples/s and the model's
+    FLOPs a token at 128 tokens, its share from those over the measured matmul figure it quotes."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    text = (Path(__file__).parents[2] / "docs" / "bench.md").read_text(encoding="utf-8")
+    lines = text.split("## FLOPs utilisation")[1].splitlines()
+    head = _cells(next(x for x in lines if x.startswith("| model |")))
+    rows = [dict(zip(head, _cells(x), strict=True)) for x in lines if x.startswith(("| XLM-R", "| e5"))]
+    sizes = {"XLM-R base": bench_runner.ARCH["xlm-roberta-base"], "e5-small": (384, 12, 12, 1536)}  # its config.json
+    assert len(rows) == 4
+    for r in rows:
+        h, n, _, ffn = sizes[r["model"]]
+        fpt = bench_report.train_flops_per_token(SimpleNamespace(hidden_size=h, num_hidden_layers=n,
+                                                                 intermediate_size=ffn), 128)  # fmt: skip
+        tflops = float(r["samples/s"].split()[0]) * 128 * fpt / 1e12
+        # samples/s has 2 decimals: 0.005 of it moves TFLOP/s by up to 0.0003 (XLM-R base), the share by 0.2%
+        assert float(r["TFLOP/s"]) == pytest.approx(tflops, abs=0.0008), r
+        share = 100 * tflops / float(r["measured matmul TFLOP/s"])
+        assert float(r["of measured matmul"].rstrip("%")) == pytest.approx(share, abs=0.7), r
+        assert r["of spec peak"] == "unknown"  # a CPU's: not known from its name
+
+
 def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
