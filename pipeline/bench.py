@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pipeline import config as config_mod
 from pipeline import layout
+from pipeline.benchmark import peaks as spec_mod
 from pipeline.benchmark import report
 from pipeline.benchmark.rows import plan, same_job, trainer_spec
 from pipeline.benchmark.runner import ROW_TAG, matmul_peak, run_row, run_subprocess
@@ -61,13 +62,15 @@ def measure(cfg: Config, runner, log=print) -> list[dict]:
     return results
 
 
-def measure_peaks(cfg: Config) -> dict[str, float]:
-    """The matmul peak of each precision the rows use, in FLOP/s (runner.matmul_peak)."""
+def measure_peaks(cfg: Config) -> tuple[dict[str, float], dict]:
+    """The measured matmul throughput of each precision the rows use, in FLOP/s (runner.matmul_peak), and the
+    device's spec peaks where its name makes them known (benchmark.peaks)."""
     from pipeline.core import distributed, precision
 
     device = distributed.pick_device(cfg.train.device)
     used = {precision.resolve_precision(p, device) for p in ("fp32", "auto")}
-    return {p: matmul_peak(device, p) for p in sorted(used)}
+    spec = spec_mod.spec_peaks(spec_mod.device_name(device), device.type == "cuda")
+    return {p: matmul_peak(device, p) for p in sorted(used)}, spec
 
 
 def _brief(r: dict) -> str:
@@ -80,8 +83,8 @@ def _brief(r: dict) -> str:
 
 def run(cfg: Config, runner, log=print) -> dict:
     """Measure every row with `runner(spec) -> result` (a fresh process each), print and write the table."""
-    peaks = measure_peaks(cfg)  # before the rows, in this process, alone on the machine
-    summary = report.summarize(measure(cfg, runner, log), peaks, cfg.bench.seq_len)
+    peaks, spec = measure_peaks(cfg)  # before the rows, in this process, alone on the machine
+    summary = report.summarize(measure(cfg, runner, log), peaks, cfg.bench.seq_len, spec)
     summary["seq_len"] = cfg.bench.seq_len  # samples/s x this: the tokens/s a Kaggle time plan can start from
     table = report.bench_table(cfg.bench, summary, explain=[])
     out, stem = layout.bench_dir(cfg), Path(cfg.bench.model).name  # a model folder: its name

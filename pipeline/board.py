@@ -94,7 +94,7 @@ def summary_of(exp: Path, counted: set[int], profile=None) -> dict:
         summary["test_auc"] = saved["test_auc"]
     calibrated = saved.get("calibration")
     if "six" in summary and of_these_folds(calibrated, done):  # the submission is calibrated: so is its OOF
-        summary["six"]["calibrated"] = {k: calibrated.get(k) for k in ("how", "oof_before", "oof_after")}
+        summary["six"]["calibrated"] = {k: calibrated.get(k) for k in ("how", "oof_before", "oof_after", "c_by_fold")}
     return summary
 
 
@@ -169,7 +169,9 @@ def row(cfg: Config, exp: Path) -> dict | None:
     six = summary.get("six") or {}
     figures = dict(summary["metrics"])
     calibrated = six.get("calibrated")  # the submission is calibrated, with or without a 6-lang AUC to show it
-    if calibrated and not math.isnan(figures[metrics.SIX.key]):  # judged by the calibrated OOF's (nested) estimate
+    # judged by the calibrated OOF's (nested) estimate; a record without each fold's C is of an older predict,
+    # whose after figure was the best of four estimates, chosen on the rows it scores: not ranked by
+    if calibrated and not math.isnan(figures[metrics.SIX.key]) and calibrated.get("c_by_fold"):
         calibrated = {**calibrated, "ranked": True}
         figures[metrics.SIX.key] = calibrated["oof_after"]
     return {
@@ -312,11 +314,19 @@ def stale_notes(board: list[dict]) -> str:
 
 def calibrated_note(r: dict) -> str:
     c, six = r["calibrated"], metrics.SIX.header
+    if not c.get("ranked") and not c.get("c_by_fold") and not math.isnan(r["metrics"][metrics.SIX.key]):
+        return (
+            f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}); its figures are of the "
+            f"uncalibrated OOF: the calibration's record is older than the choice of C inside each fold, and its "
+            f"{six} after calibration, {c['oof_after']:.4f}, chose C on the rows it scores (rerun `make predict`)"
+        )
     if not c.get("ranked"):  # its before and after are of the languages the OOF has: no 6-lang AUC to rank by
         return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}); its figures are of the "
                 f"uncalibrated OOF, which has no {six} to judge the calibration by")  # fmt: skip
     # the prior's move to the rates EM finds in the unlabelled test rows cannot be scored on the OOF
-    after = "after (nested)" if c["how"] == "lang" else "after lang (nested; the move to the test's rates: not scored)"
+    after = "after (nested, each fold's C chosen on the others)"
+    if c["how"] != "lang":
+        after = "after lang (nested, each fold's C chosen on the others; the move to the test's rates: not scored)"
     return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}): {six} {c['oof_before']:.4f} "
             f"before, {c['oof_after']:.4f} {after}, which it is ranked by; its other figures are of the "
             "uncalibrated OOF")  # fmt: skip

@@ -184,11 +184,14 @@ def test_a_metric_added_to_the_one_list_reaches_every_report(tmp_path: Path, mon
     assert row["OOF rows"] == "600" and row["mean pred"] == f"{cv['metrics']['mean']:.4f}"
 
 
-def calibrated(exp: Path) -> dict:
-    """A `lang` calibration record of every fold of `exp`, written in its cv.json as `make predict` would."""
+def calibrated(exp: Path, older: bool = False) -> dict:
+    """A `lang` calibration record of every fold of `exp`, written in its cv.json as `make predict` would;
+    `older`: as a predict wrote it before each fold's C was chosen on the other folds (no `c_by_fold`)."""
     folds = [f"fold{k}" for k in range(5)]
-    record = {"how": "lang", "oof_before": 0.7, "oof_after": 0.75, "folds": folds,
+    record = {"how": "lang", "oof_before": 0.7, "oof_after": 0.75, "c": 0.1, "c_tried": {"0.1": 0.75}, "folds": folds,
               "digests": [read_json(exp / f / "done.json")["digest"] for f in folds]}  # fmt: skip
+    if not older:
+        record["c_by_fold"] = {str(k): 0.1 for k in range(5)}
     write_json(exp / "cv.json", {"calibration": record})
     return record
 
@@ -207,6 +210,23 @@ def test_a_calibrated_submission_is_ranked_by_its_calibrated_estimate_and_says_s
     write_json(exp / "cv.json", {"calibration": {**record, "digests": ["other"] * 5}})  # of other folds: not used
     (row,) = board_rows(board.run(board_config(comp.models)))
     assert row["experiment"] == "xlmr" and row[metrics.SIX.header] != "0.7500"
+
+
+def test_an_older_calibration_record_whose_estimate_chose_its_c_is_not_ranked_by(tmp_path: Path) -> None:
+    """A record from before each fold's C was chosen on the other folds: its after figure is the best of four
+    estimates, chosen on the rows it scores. The board still marks the submission calibrated and reads the
+    record, but ranks it by its uncalibrated OOF and says why."""
+    comp = Competition(tmp_path, 600)
+    three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
+             "rate_from": dict.fromkeys(("es", "it", "tr"), "validation.csv")}  # fmt: skip
+    exp = comp.experiment("xlmr", noisy(comp.rows["toxic"].to_numpy(), 1.0, 1), None, profile=three)
+    calibrated(exp, older=True)
+    text = board.run(board_config(comp.models))
+    (row,) = board_rows(text)
+    assert row["experiment"] == "xlmr (calibrated)" and row[metrics.SIX.header] not in ("0.7500", "-")
+    assert ("- xlmr (calibrated): its submission is calibrated (lang); its figures are of the uncalibrated OOF: "
+            "the calibration's record is older than the choice of C inside each fold, and its 6-lang AUC after "
+            "calibration, 0.7500, chose C on the rows it scores (rerun `make predict`)") in text  # fmt: skip
 
 
 def test_a_calibrated_submission_without_a_six_language_auc_is_still_marked(tmp_path: Path) -> None:

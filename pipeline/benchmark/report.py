@@ -20,8 +20,8 @@ def train_flops_per_token(config, seq_len: int) -> float:
     and a backward of twice its cost), each 2 FLOPs a weight of the layers' matrix products (Q, K, V, the
     output projection and the two FFN matrices) plus the attention's own products (scores and their mix,
     4 x seq_len x hidden a layer). Recomputation by checkpointing is not counted: it is work, not model FLOPs
-    (the MFU convention), so a row that recomputes shows it as a lower MFU. Embedding lookups and the head
-    are left out (no or next to no FLOPs)."""
+    (the MFU convention), so a row that recomputes shows it as a lower share of a peak. Embedding lookups and
+    the head are left out (no or next to no FLOPs)."""
     h, n = config.hidden_size, config.num_hidden_layers
     ffn = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * h)  # DistilBERT: hidden_dim
     forward = n * (2 * (4 * h * h + 2 * h * ffn) + 4 * seq_len * h)
@@ -73,9 +73,11 @@ def _ok(r: dict | None) -> bool:
     return r is not None and "peak_mb" in r
 
 
-def summarize(results: list[dict], peaks: dict[str, float] | None = None, seq_len: int = 0) -> dict:
+def summarize(results: list[dict], peaks: dict[str, float] | None = None, seq_len: int = 0,
+              spec: dict | None = None) -> dict:  # fmt: skip
     """Ratios to the baseline (the first row), to the floor, and ours / Trainer, added to each row; with this
-    machine's measured matmul `peaks` (FLOP/s by precision), each row's model FLOP/s and MFU."""
+    machine's measured matmul `peaks` (FLOP/s by precision), each row's model FLOP/s and its share of them
+    (`of_matmul`), and of the hardware's `spec` peak where it is known (peaks.spec_peaks: `of_spec`)."""
     base = results[0]["ours"]
     params = next((r["ours"]["parameters"] for r in results if _ok(r["ours"])), 0)
     floor_mb = FLOOR_BYTES * params / 2**20
@@ -86,7 +88,9 @@ def summarize(results: list[dict], peaks: dict[str, float] | None = None, seq_le
         r["floor_mb"] = FLOOR_BYTES * o["trained_parameters"] / 2**20
         if peaks and "flops_per_token" in o and o.get("precision") in peaks:
             r["tflops"] = achieved_flops(o, seq_len) / 1e12
-            r["mfu"] = achieved_flops(o, seq_len) / peaks[o["precision"]]
+            r["of_matmul"] = achieved_flops(o, seq_len) / peaks[o["precision"]]
+            if o["precision"] in (spec or {}).get("peaks", {}):
+                r["of_spec"] = achieved_flops(o, seq_len) / spec["peaks"][o["precision"]]
         r["mem_vs_floor"] = o["peak_mb"] / floor_mb
         if r is results[0]:
             r["speed_vs_base"] = {"ratio": 1.0, "low": 1.0, "high": 1.0, "verdict": "baseline"}
@@ -98,7 +102,7 @@ def summarize(results: list[dict], peaks: dict[str, float] | None = None, seq_le
             r["speed_vs_trainer"] = speed_ratio(o, t)
             if t["peak_mb"] > 0:
                 r["mem_vs_trainer"] = o["peak_mb"] / t["peak_mb"]
-    return {"parameters": params, "floor_mb": floor_mb, "rows": results, "peaks": peaks or {}}
+    return {"parameters": params, "floor_mb": floor_mb, "rows": results, "peaks": peaks or {}, "spec": spec or {}}
 
 
 def ties(summary: dict) -> list[str]:
@@ -136,6 +140,13 @@ def ratio_cell(ratio: dict | None) -> str:
     return f"{ratio['ratio']:.2f} ({ratio['low']:.2f}-{ratio['high']:.2f}) {word}"
 
 
+def share_cell(r: dict, key: str) -> str:
+    """A share of a peak: `45%`, `3.2%` below a tenth; `unknown` for a timed row whose peak is not known."""
+    if key not in r:
+        return "unknown" if "tflops" in r else "-"
+    return f"{r[key]:.0%}" if r[key] >= 0.1 else f"{r[key]:.1%}"
+
+
 def _row_line(r: dict, cuda: bool) -> str:
     o, t = r["ours"], r["trainer"]
     shape = f"{o['micro']} x {o['accumulation']}" if "micro" in o else "-"
@@ -150,7 +161,7 @@ def _row_line(r: dict, cuda: bool) -> str:
         f"{_cell(r, 'mem_vs_base', '.2f')} | {_cell(r, 'mem_vs_floor', '.2f')} | "
         f"{speed_cell(o)} | {ratio_cell(r.get('speed_vs_base'))} | {tpeak} | {speed_cell(t)} | "
         f"{_cell(r, 'mem_vs_trainer', '.2f')} | {ratio_cell(r.get('speed_vs_trainer'))} | "
-        f"{_cell(r, 'tflops', '.3f')} | {_cell(r, 'mfu', '.0%')} |"
+        f"{_cell(r, 'tflops', '.3f')} | {share_cell(r, 'of_matmul')} | {share_cell(r, 'of_spec')} |"
     )
 
 
@@ -213,8 +224,9 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
         f"# make bench: {bench.model}, sequence length {bench.seq_len}, effective batch {bench.effective_batch}, "
         f"{bench.steps} timed optimizer steps per row after a warm-up, {device}\n\n"
         "| row | switches Trainer lacks | micro x accum | peak MB | x baseline | x floor | samples/s | x baseline | "
-        "Trainer peak MB | Trainer samples/s | memory ours/Trainer | speed ours/Trainer | TFLOP/s | MFU |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "Trainer peak MB | Trainer samples/s | memory ours/Trainer | speed ours/Trainer | TFLOP/s | "
+        "of measured matmul | of spec peak |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = [_row_line(r, cuda) for r in rows]
     notes = [
@@ -242,12 +254,7 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
         ),
     ]
     if summary.get("peaks"):
-        said = ", ".join(f"{p} {v / 1e12:.2f} TFLOP/s" for p, v in summary["peaks"].items())
-        notes.append(
-            f"TFLOP/s: ours' model FLOPs at the median step (3 forwards a token: 2 FLOPs a weight of the layers' "
-            f"matrices plus attention's own products; recomputation not counted); MFU: that over this machine's "
-            f"own matmul peak, measured in the same run ({said}, the fastest 2048 x 2048 product)."
-        )
+        notes.append(flops_note(summary))
     notes += trainer_notes(rows)
     notes.append(
         f"Trimming keeps the {bench.vocab_used:,} ids the data is drawn from (a stand-in for the distinct "
@@ -256,6 +263,21 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
     )
     notes += row_notes(rows) + list(explain)
     return head + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def flops_note(summary: dict) -> str:
+    """What TFLOP/s and the two shares divide by: the measured matmul throughput, and the spec peak or why not."""
+    said = ", ".join(f"{p} {v / 1e12:.2f} TFLOP/s" for p, v in summary["peaks"].items())
+    spec = summary.get("spec") or {}
+    known = ", ".join(f"{p} {v / 1e12:g} TFLOP/s" for p, v in spec.get("peaks", {}).items())
+    of_spec = f"{spec.get('device')}'s dense spec peak ({known})" if known else "the hardware's spec peak"
+    return (
+        "TFLOP/s: ours' model FLOPs at the median step (3 forwards a token: 2 FLOPs a weight of the layers' "
+        "matrices plus attention's own products; recomputation not counted). of measured matmul: that over the "
+        f"fastest of ten 2048 x 2048 products measured in the same run ({said}), a share of what this machine "
+        f"reached in one large product, not of its hardware peak. of spec peak (MFU): that over {of_spec}; "
+        f"unknown where it is not known: {spec.get('why', 'no spec peak was looked up')}."
+    )
 
 
 def format_profiles(summary: dict) -> str:

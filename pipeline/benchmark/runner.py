@@ -71,8 +71,9 @@ def bench_model(cfg: Config, mconf):
 
 
 def matmul_peak(device, precision: str, n: int = 2048, repeats: int = 10) -> float:
-    """This machine's own peak: the FLOP/s of the fastest of `repeats` n x n matrix products in `precision`
-    (fp32, or bf16/fp16 operands), the physical limit every throughput figure is read against."""
+    """This machine's measured matmul throughput: the FLOP/s of the fastest of `repeats` n x n matrix products
+    in `precision` (fp32, or bf16/fp16 operands). What one large product reached here, not the hardware's
+    peak (benchmark.peaks has that, where it is known), which it can fall far below."""
     import torch
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]

@@ -11,14 +11,15 @@ there). Two settings, each learned without a test label:
   from the stand-ins' toxic rate to the test's, as the test profile estimates it (metrics.test_profile):
   translated rows are about half toxic, the test's languages far less. A language with fewer than
   MIN_CLASS rows of either class among its stand-ins, or whose own fit would reverse its order (a slope
-  that is not positive), gets the fit on all stand-ins instead. The regularisation is the one of C_GRID
-  whose nested scaling gives the best estimate of the test AUC.
+  that is not positive), gets the fit on all stand-ins instead, and is moved from all stand-ins' toxic rate.
+  The regularisation is the one of C_GRID whose nested scaling gives the best estimate of the test AUC.
 - `lang+prior`: then each language is moved once more, to the toxic rate that EM finds in its unlabelled
   test predictions (Saerens, Latinne and Decaestecker, 2002). An EM answer at a boundary (below
   RATE_FLOOR or above 1 - RATE_FLOOR) or one that does not converge is not used: the language keeps the
   profile's rate, and the run says so.
 
-Its effect on the OOF is measured nested: fold k's rows scaled by what the other folds' rows fit.
+Its effect on the OOF is measured nested twice over (nested_choice): fold k's rows scaled by what the other
+folds' rows fit, with the C that those rows chose, so that no row is scored by a choice it took part in.
 """
 
 from __future__ import annotations
@@ -55,22 +56,25 @@ def scale(scores, ab: tuple[float, float]) -> np.ndarray:
 
 
 def fit(oof: pd.DataFrame, profile: dict, c: float) -> dict[str, dict]:
-    """Per test language: its Platt scaling (`ab`), its stand-ins' toxic rate (`prior`, what the scaled
-    probabilities are made under), the profile's rate (`target`) and whether it had its own fit."""
+    """Per test language: its Platt scaling (`ab`), the toxic rate of the rows that scaling was fit on
+    (`prior`, what the scaled probabilities are made under: its own stand-ins', or all stand-ins' where it gets
+    the pooled fit), the profile's rate (`target`) and whether it had its own fit."""
     rows = metrics.stand_ins(oof, profile["mix"])
     pooled_ab = platt(rows["pred"], rows["toxic"], c)
     if pooled_ab[0] <= 0:  # even all languages together reverse the order: no scaling at all
         pooled_ab = (1.0, 0.0)
+    # the pooled fit's probabilities are made under the pooled rows' toxic rate, whatever the language's own
+    # (from 5 toxic of 200 stand-ins, or none, its rows would all rise, by odds of 7 or of 10^5)
+    pooled_prior = float(rows["toxic"].mean())
     out = {}
     for lang in profile["mix"]:
         own = rows[rows["lang"] == lang]
         y = own["toxic"].to_numpy()
-        ab, mine = pooled_ab, False
+        ab, prior, mine = pooled_ab, pooled_prior, False
         if min(int(y.sum()), int(len(y) - y.sum())) >= MIN_CLASS:
             found = platt(own["pred"], y, c)
             if found[0] > 0:  # a slope that is not positive would reverse the language's order
-                ab, mine = found, True
-        prior = float(y.mean()) if len(y) else float(rows["toxic"].mean())
+                ab, prior, mine = found, float(y.mean()), True
         out[lang] = {"ab": ab, "prior": prior, "target": profile["rates"][lang], "own_fit": mine, "rows": len(own)}
     return out
 
@@ -119,16 +123,44 @@ def apply(preds: np.ndarray, langs: np.ndarray, fitted: dict[str, dict], prior: 
 
 def nested(oof: pd.DataFrame, profile: dict, c: float) -> pd.DataFrame:
     """The OOF with each fold's rows scaled by the fit on the other folds' rows (what the OOF says of it)."""
-    out = oof.copy()
+    return by_the_other_folds(oof, profile, lambda rest: c)[0]
+
+
+def nested_choice(oof: pd.DataFrame, profile: dict) -> tuple[pd.DataFrame, dict[int, float]]:
+    """The OOF with each fold's rows scaled by the fit on the other folds' rows, with the C that those rows
+    chose (choose_c on them alone); and each fold's C. Its estimate is what calibration, its C chosen as the
+    submission's is, does to rows that neither fit it nor chose its C. The best of choose_c's estimates is
+    not that: it is the one of four that these very rows picked."""
+    return by_the_other_folds(oof, profile, lambda rest: choose_c(rest, profile)[0])
+
+
+def by_the_other_folds(oof: pd.DataFrame, profile: dict, pick) -> tuple[pd.DataFrame, dict[int, float]]:
+    """The OOF with each fold's rows scaled by the fit on the other folds' rows with the C `pick(those rows)`
+    gives; and each fold's C."""
+    out, chose = oof.copy(), {}
     for k in sorted(oof["fold"].unique()):
         at = (oof["fold"] == k).to_numpy()
-        fitted = fit(oof[~at], profile, c)
+        chose[int(k)] = pick(oof[~at])
+        fitted = fit(oof[~at], profile, chose[int(k)])
         out.loc[at, "pred"], _ = apply(oof.loc[at, "pred"].to_numpy(), oof.loc[at, "lang"].to_numpy(), fitted, False)
-    return out
+    return out, chose
 
 
 def choose_c(oof: pd.DataFrame, profile: dict) -> tuple[float, dict[float, float]]:
     """The C of C_GRID whose nested scaling gives the best estimate of the test AUC, and each one's estimate
-    (the first of equals: the strongest regularisation)."""
-    scores = {c: metrics.six_language(nested(oof, profile, c), profile)["auc"] for c in C_GRID}
+    (the first of equals: the strongest regularisation). The rows of a single fold have no other folds to be
+    scaled by: each C is then judged on the rows scaled by their own fit."""
+    one_fold = oof["fold"].nunique() < 2
+
+    def estimate(c: float) -> float:
+        scaled = in_sample(oof, profile, c) if one_fold else nested(oof, profile, c)
+        return metrics.six_language(scaled, profile)["auc"]
+
+    scores = {c: estimate(c) for c in C_GRID}
     return max(C_GRID, key=lambda c: (np.nan_to_num(scores[c], nan=-1.0), -c)), scores
+
+
+def in_sample(oof: pd.DataFrame, profile: dict, c: float) -> pd.DataFrame:
+    """The OOF scaled by the fit on its own rows."""
+    scaled, _ = apply(oof["pred"].to_numpy(), oof["lang"].to_numpy(), fit(oof, profile, c), False)
+    return oof.assign(pred=scaled)

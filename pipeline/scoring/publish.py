@@ -45,21 +45,24 @@ def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs:
     oof = report.read_oof(dirs) if how != "none" and dirs else None  # read only when it is used
     if oof is None or oof.empty:
         return combine(cfg, preds), None, {}
-    c, tried = calibration.choose_c(oof, profile)
+    c, tried = calibration.choose_c(oof, profile)  # the submission's C, chosen on every OOF row
     fitted, langs = calibration.fit(oof, profile, c), test["lang"].to_numpy()
     each, rates = {}, {}
     for v in CHOICES:
         scaled = [calibration.apply(p, langs, fitted, prior=v == "lang+prior") for p in preds]
         each[v], rates[v] = combine(cfg, [p for p, _ in scaled]), scaled[0][1]
     six = metrics.six_language(oof, profile)
-    before, after = six["auc"], metrics.six_language(calibration.nested(oof, profile, c), profile)["auc"]
-    info = {"how": how, "oof_before": before, "oof_after": after, "c": c, "c_tried": tried,
+    # judged on rows that chose neither the fit nor its C: `tried`'s best is the one these rows picked
+    scaled_oof, by_fold = calibration.nested_choice(oof, profile)
+    before, after = six["auc"], metrics.six_language(scaled_oof, profile)["auc"]
+    info = {"how": how, "oof_before": before, "oof_after": after, "c": c, "c_tried": tried, "c_by_fold": by_fold,
             "own_fit": {g: f["own_fit"] for g, f in fitted.items()}, "test_rates": rates["lang+prior"],
             "oof_rates": {g: f["prior"] for g, f in fitted.items()}}  # fmt: skip
     # without stand-in rows for every test language, the estimate is of the languages there are: not a 6-lang AUC
     of = f"AUC of {', '.join(six['per_lang'])} (no {metrics.SIX.header})" if six["missing"] else metrics.SIX.header
-    print(f"calibration {how}: {of} {before:.4f} -> {after:.4f} (nested, C={c:g}); "
-          + calibration_words(fitted, rates[how]))  # fmt: skip
+    folds_c = " ".join(f"{v:g}" for v in by_fold.values())
+    print(f"calibration {how}: {of} {before:.4f} -> {after:.4f} (nested, each fold's C chosen on the other folds: "
+          f"{folds_c}; the submission's C={c:g}); " + calibration_words(fitted, rates[how]))  # fmt: skip
     return each[how], info, {"none": combine(cfg, preds), **each}
 
 

@@ -60,9 +60,11 @@ def test_table_rows_ratios_and_files(tmp_path) -> None:
     assert ("computed natively" in table) == precision.cpu_has_bf16()
     assert (tmp_path / "bench" / "tiny.png").stat().st_size > 0
     assert json.loads((tmp_path / "bench" / "tiny.json").read_text())["parameters"] == summary["parameters"]
-    # model FLOP/s against this machine's matmul peak, measured in the same run
+    # model FLOP/s against the matmul throughput measured in the same run; a CPU's spec peak is not known
     assert set(summary["peaks"]) >= {"fp32"} and all(v > 1e8 for v in summary["peaks"].values())
-    assert all(0 < rows[k]["mfu"] < 1.5 for k in rows if k != "adamw8bit") and "| MFU |" in table
+    assert all(0 < rows[k]["of_matmul"] < 1.5 for k in rows if k != "adamw8bit")
+    assert "| TFLOP/s | of measured matmul | of spec peak |" in table and "| unknown |" in table
+    assert summary["spec"]["peaks"] == {} and "not known from its model name" in table
     assert rows["fp32"]["tflops"] == pytest.approx(
         rows["fp32"]["ours"]["flops_per_token"] * cfg.bench.seq_len * rows["fp32"]["ours"]["samples_per_second"] / 1e12
     )
@@ -191,7 +193,65 @@ def test_table_marks_ties() -> None:
     cells = {r: dict(zip(_cells(head), _cells(next(x for x in table.splitlines() if x.startswith(f"| row {r}")))))
              for r in "ab"}  # fmt: skip
     assert cells["a"]["speed ours/Trainer"] == "2.00 (2.00-2.00) faster" and "tie" not in "".join(cells["a"].values())
-    assert cells["b"]["speed ours/Trainer"].endswith("**tie**") and cells["b"]["MFU"] == "-"
+    assert cells["b"]["speed ours/Trainer"].endswith("**tie**") and cells["b"]["of measured matmul"] == "-"
+
+
+def _table_cells(table: str) -> dict[str, dict[str, str]]:
+    """Each row of a bench table by its label, its cells by the header's names."""
+    lines = table.splitlines()
+    head = _cells(next(x for x in lines if x.startswith("| row |")))
+    return {c[0]: dict(zip(head, c, strict=True)) for c in map(_cells, lines) if c[0].startswith("row ")}
+
+
+def test_a_rows_flops_and_shares_follow_from_its_own_samples_and_flops_a_token() -> None:
+    """A T4 row in fp16 and one in fp32: TFLOP/s is samples/s x tokens x FLOPs a token as the table prints
+    them; the share of the measured matmul divides it by the measured figure, the share of the spec peak by
+    the T4's datasheet figure (65 TFLOP/s fp16, 8.1 fp32); a precision the GPU has no figure for is unknown."""
+    from pipeline.benchmark import peaks
+
+    seq, large = 256, bench_runner.model_config(config.load("bench-gpu", device=False))  # XLM-R large
+    fpt = bench_report.train_flops_per_token(large, seq)
+    gpu = {"device": "cuda:0", "gpu": "Tesla T4", "flops_per_token": fpt, "reserved_mb": 12.0}
+    # 4.00 and 8.00 samples/s: the cells' own rounding is then that of TFLOP/s (3 decimals) and the share (1%)
+    steps = {"a": ((2.4, 2.5, 2.6), "fp32"), "b": ((1.2, 1.25, 1.3), "fp16"), "c": ((1.2, 1.25, 1.3), "bf16")}
+    rows = [_row(k, {**_speed(*s), **gpu, "precision": p}, {**_speed(*s), **gpu}) for k, (s, p) in steps.items()]
+    measured = {"fp32": 7.0e12, "fp16": 40e12, "bf16": 40e12}
+    summary = bench_report.summarize(rows, measured, seq, peaks.spec_peaks("Tesla T4", cuda=True))
+    cells = _table_cells(bench_report.bench_table(schema.BenchConfig(seq_len=seq), summary))
+    for key, spec in (("a", 8.1e12), ("b", 65e12)):
+        c, precision = cells[f"row {key}"], rows["ab".index(key)]["ours"]["precision"]
+        flops = float(c["samples/s"].split()[0]) * seq * fpt  # the table's own samples/s
+        assert float(c["TFLOP/s"]) == pytest.approx(flops / 1e12, abs=0.0005)
+        for name, peak in (("of measured matmul", measured[precision]), ("of spec peak", spec)):
+            assert float(c[name].rstrip("%")) == pytest.approx(100 * flops / peak, abs=0.5)
+    assert cells["row c"]["of spec peak"] == "unknown" and cells["row c"]["of measured matmul"] != "-"
+    assert peaks.spec_peaks("Tesla T4", cuda=True)["peaks"]["fp16"] == 65e12
+    assert peaks.spec_peaks("NVIDIA GeForce RTX 5090", cuda=True)["peaks"] == {}  # not in the table: not guessed
+    assert peaks.spec_peaks("Intel(R) Xeon(R) Platinum 8480+", cuda=False)["peaks"] == {}
+
+
+def test_the_docs_flops_table_follows_from_its_own_samples_and_flops_a_token() -> None:
+    """docs/bench.md's table of FLOPs utilisation: each row's TFLOP/s from its samples/s and the model's
+    FLOPs a token at 128 tokens, its share from those over the measured matmul figure it quotes."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    text = (Path(__file__).parents[2] / "docs" / "bench.md").read_text(encoding="utf-8")
+    lines = text.split("## FLOPs utilisation")[1].splitlines()
+    head = _cells(next(x for x in lines if x.startswith("| model |")))
+    rows = [dict(zip(head, _cells(x), strict=True)) for x in lines if x.startswith(("| XLM-R", "| e5"))]
+    sizes = {"XLM-R base": bench_runner.ARCH["xlm-roberta-base"], "e5-small": (384, 12, 12, 1536)}  # its config.json
+    assert len(rows) == 4
+    for r in rows:
+        h, n, _, ffn = sizes[r["model"]]
+        fpt = bench_report.train_flops_per_token(SimpleNamespace(hidden_size=h, num_hidden_layers=n,
+                                                                 intermediate_size=ffn), 128)  # fmt: skip
+        tflops = float(r["samples/s"].split()[0]) * 128 * fpt / 1e12
+        # samples/s has 2 decimals: 0.005 of it moves TFLOP/s by up to 0.0003 (XLM-R base), the share by 0.2%
+        assert float(r["TFLOP/s"]) == pytest.approx(tflops, abs=0.0008), r
+        share = 100 * tflops / float(r["measured matmul TFLOP/s"])
+        assert float(r["of measured matmul"].rstrip("%")) == pytest.approx(share, abs=0.7), r
+        assert r["of spec peak"] == "unknown"  # a CPU's: not known from its name
 
 
 def _cells(line: str) -> list[str]:

@@ -139,6 +139,33 @@ def test_a_language_with_few_positives_or_a_reversed_fit_gets_the_pooled_scaling
     assert not fitted["it"]["own_fit"] and fitted["it"]["ab"][0] > 0  # never a fit that reverses its order
 
 
+@pytest.mark.parametrize(("toxic", "before", "after"), [(5, 0.8135, 0.8465), (0, 0.7582, 0.8465)])
+def test_a_language_with_the_pooled_fit_is_moved_from_the_pooled_rows_toxic_rate(toxic, before, after) -> None:
+    """Six languages; ru's 200 held-out translations hold `toxic` toxic rows, too few for a fit of its own.
+    Its pooled-fit probabilities are made under the pooled stand-ins' rate, not ru's: moved from ru's own
+    2.5% (or 0%) to the test's 15%, every ru row rose (odds x7, or x10^5) and the pooled test AUC, 0.8107
+    uncalibrated, was `before` calibrated; moved from the pooled rate it is `after`."""
+    rng = np.random.default_rng(0)
+    frames = []
+    for lang, (_, rate, _) in SIX.items():
+        n = 200 if lang == "ru" else 1000
+        y, p = draw(rng, lang, n, TRANSLATED_RATES.get(lang, rate))
+        y = np.arange(n) < toxic if lang == "ru" else y  # ru's scores drawn as usual, its labels almost all clean
+        source = "translated-train" if lang in TRANSLATED_RATES else "validation"
+        pred = 1 / (1 + np.exp(-p))
+        frames.append(pd.DataFrame({"lang": lang, "toxic": y.astype(int), "source": source, "pred": pred}))
+    oof = pd.concat(frames, ignore_index=True)
+    profile = {"mix": {g: share for g, (share, _, _) in SIX.items()}, "rates": {g: r for g, (_, r, _) in SIX.items()}}
+    test = [(g, *draw(rng, g, int(50_000 * share), rate)) for g, (share, rate, _) in SIX.items()]
+    langs = np.concatenate([[g] * len(y) for g, y, _ in test])
+    y, p = np.concatenate([y for _, y, _ in test]), 1 / (1 + np.exp(-np.concatenate([p for _, _, p in test])))
+    fitted = calibration.fit(oof, profile, 1.0)
+    assert not fitted["ru"]["own_fit"] and fitted["ru"]["prior"] == pytest.approx(oof["toxic"].mean())
+    assert roc_auc_score(y, p) == pytest.approx(0.8107, abs=5e-4)
+    scaled, _ = calibration.apply(p, langs, fitted, prior=False)
+    assert roc_auc_score(y, scaled) == pytest.approx(after, abs=5e-4) and after > before + 0.03
+
+
 def test_the_regularisation_is_chosen_by_the_nested_estimate() -> None:
     oof = oof_rows()
     c, tried = calibration.choose_c(oof, PROFILE)
@@ -175,6 +202,40 @@ def test_nested_calibration_never_uses_a_folds_own_labels() -> None:
     a, b = calibration.nested(oof, PROFILE, 1.0), calibration.nested(flipped, PROFILE, 1.0)
     assert np.allclose(a.loc[at, "pred"], b.loc[at, "pred"])  # fold 0 scaled by the other folds alone
     assert not np.allclose(a.loc[~at, "pred"], b.loc[~at, "pred"])
+
+
+def test_a_folds_c_is_chosen_without_its_rows() -> None:
+    """Fold 0's labels flipped: the C chosen on every row changes (0.1 to 0.01), and with it fold 0's rows
+    scaled nested with that C; with each fold's C chosen on the other folds alone, fold 0's rows are scaled
+    the same whatever their labels."""
+    oof = oof_rows(3, n=100)
+    flipped = oof.copy()
+    at = (oof["fold"] == 0).to_numpy()
+    flipped.loc[at, "toxic"] = 1 - flipped.loc[at, "toxic"]
+    (a, a_c), (b, b_c) = calibration.nested_choice(oof, PROFILE), calibration.nested_choice(flipped, PROFILE)
+    assert a_c[0] == b_c[0] and np.allclose(a.loc[at, "pred"], b.loc[at, "pred"])
+    assert a_c == {0: 1.0, 1: 1.0, 2: 0.1, 3: 0.1, 4: 1.0}
+    old = [calibration.nested(x, PROFILE, calibration.choose_c(x, PROFILE)[0]) for x in (oof, flipped)]
+    assert not np.allclose(old[0].loc[at, "pred"], old[1].loc[at, "pred"])  # C chosen with fold 0's rows
+    two = oof[oof["fold"] < 2]  # one other fold to choose on: each C judged on it scaled by its own fit
+    scaled, chose = calibration.nested_choice(two, PROFILE)
+    assert set(chose) == {0, 1} and not math.isnan(metrics.six_language(scaled, PROFILE)["auc"])
+
+
+def test_the_calibrated_estimate_is_of_rows_that_chose_neither_the_fit_nor_its_c(monkeypatch, capsys) -> None:
+    """The figure the board ranks a calibrated submission by: here 0.9087, where the best of the four C's
+    nested estimates, picked by the rows it scores, says 0.9210."""
+    from pipeline import config
+
+    oof = oof_rows(3, n=100)
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof)
+    cfg = config.load("sample", ["predict.calibration=lang"])
+    _, info, _ = publish.on_one_scale(cfg, [oof["pred"].to_numpy()], oof, ["fold0"], PROFILE, layout.PROBABILITY)
+    assert info["c"] == 0.1 and max(info["c_tried"].values()) == pytest.approx(0.9210, abs=5e-5)
+    assert info["oof_after"] == pytest.approx(0.9087, abs=5e-5) and info["c_by_fold"][2] == 0.1
+    assert "(nested, each fold's C chosen on the other folds: 1 1 0.1 0.1 1; the submission's C=0.1)" in (
+        capsys.readouterr().out
+    )
 
 
 def test_calibration_is_applied_to_each_folds_probabilities_before_a_rank_ensemble(monkeypatch) -> None:
