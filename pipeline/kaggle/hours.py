@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,9 @@ from pipeline.schema import Config
 
 T4_FP16_FLOPS, T4_UTILISATION = 65e12, 0.10
 T4_GPUS = 2  # kaggle.accelerator NvidiaTeslaT4
+# the names torch gives a T4 ("Tesla T4", "NVIDIA T4"): the whole name, since a Quadro T4000 or an NVIDIA T400 contains
+# "T4" too and is another card
+T4_NAME = re.compile(r"(NVIDIA )?(Tesla )?T4", re.IGNORECASE)
 FILL = 0.6  # an assumed mean row length, as a share of model.max_length, where the token cache is not here
 PADDING = 1.1  # length-grouped batches pad about a tenth
 EVAL_SPEEDUP = 3.0  # a forward pass is about a third of a training step
@@ -118,7 +122,7 @@ def measured_throughput(cfg: Config) -> tuple[tuple[float, str] | None, str]:
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None, ""
     gpu = str(ours.get("gpu") or "")
-    if "T4" not in gpu:  # a figure from another GPU (or one that did not record its name) is not Kaggle's
+    if not T4_NAME.fullmatch(gpu.strip()):  # another GPU (or one that did not record its name) is not Kaggle's
         return None, f"{path} was measured on {gpu or 'a GPU it does not name'}, not a T4: not used"
     how = f"measured by make bench-gpu on one {gpu} ({path}), x {T4_GPUS} T4s (the all-reduce between them not counted)"
     return (rate, how), ""

@@ -38,18 +38,20 @@ def test_the_estimate_says_it_is_one(tmp_path: Path) -> None:
     assert plan.save_seconds > 0 and plan.predict_seconds > hours.LOAD_SECONDS
 
 
-@pytest.mark.parametrize("gpu", [None, "NVIDIA A100-SXM4-80GB"])
+@pytest.mark.parametrize("gpu", [None, "NVIDIA A100-SXM4-80GB", "Quadro T4000", "NVIDIA T400", "NVIDIA T400 4GB"])
 def test_a_bench_figure_from_another_gpu_is_not_kaggle_s(tmp_path: Path, gpu: str | None) -> None:
-    """make bench-gpu on an A100 (or in a file that names no GPU) says nothing of two T4s: not doubled, not used."""
+    """make bench-gpu on an A100, on a card whose name holds "T4" without being one (Quadro T4000, T400), or in a
+    file that names no GPU says nothing of two T4s: not doubled, not used."""
     bench_file(tmp_path, gpu)
     rate, source = hours.throughput(cfg_for(tmp_path, *LARGE))
     assert "an estimate for 2 T4s" in source and "not a T4: not used" in source and rate != 10.0 * 256 * 2
 
 
-def test_a_bench_figure_from_a_t4_is_used(tmp_path: Path) -> None:
-    bench_file(tmp_path, "Tesla T4")
+@pytest.mark.parametrize("gpu", ["Tesla T4", "NVIDIA T4"])
+def test_a_bench_figure_from_a_t4_is_used(tmp_path: Path, gpu: str) -> None:
+    bench_file(tmp_path, gpu)
     rate, source = hours.throughput(cfg_for(tmp_path, *LARGE))
-    assert rate == 10.0 * 256 * 2 and source.startswith("measured by make bench-gpu on one Tesla T4")
+    assert rate == 10.0 * 256 * 2 and source.startswith(f"measured by make bench-gpu on one {gpu}")
 
 
 def test_extra_files_are_counted_or_said_not_to_be(tmp_path: Path) -> None:
