@@ -34,10 +34,7 @@ class SessionClock:
 
     @classmethod
     def begin(cls, cfg: Config, start: float) -> SessionClock:
-        k = cfg.kaggle
-        limit = k.time_limit_h * 3600
-        if k.timeout and k.timeout < limit:  # kernels_push's session_timeout_seconds ends the session first
-            limit = float(k.timeout)
+        k, limit = cfg.kaggle, hours.session_seconds(cfg)
         arch = disk.model_architecture(cfg)
         params = disk.transformer_parameters(arch) if arch else 0
         predict = hours.plan_time(cfg, 1).predict_seconds

@@ -229,11 +229,25 @@ def plan_time(cfg: Config, folds: int) -> TimePlan:
     )  # fmt: skip
 
 
+def session_seconds(cfg: Config) -> float:
+    """A session's length: kaggle.time_limit_h, or kaggle.timeout when shorter (kernels_push's
+    session_timeout_seconds ends the session first)."""
+    limit = cfg.kaggle.time_limit_h * 3600
+    return float(cfg.kaggle.timeout) if 0 < cfg.kaggle.timeout < limit else limit
+
+
+def session_words(cfg: Config) -> str:
+    """`12 h`, or `2 h (kaggle.timeout=7200)` when the timeout is what ends the session."""
+    limit = session_seconds(cfg)
+    shorter = f" (kaggle.timeout={cfg.kaggle.timeout})" if limit < cfg.kaggle.time_limit_h * 3600 else ""
+    return f"{limit / 3600:.3g} h{shorter}"
+
+
 def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> str:
     """The plan in lines; `reserve`: the seconds the notebook keeps free at the session's end (its clock's)."""
     k = cfg.kaggle
     reserve = k.margin_minutes * 60 if reserve is None else reserve
-    usable = k.time_limit_h * 3600 - reserve
+    usable = session_seconds(cfg) - reserve
     evals = f"{plan.evals_per_epoch:g} evaluations" if plan.evals_per_epoch != 1 else "evaluating it"
     lines = [
         f"kernel: time plan, an estimate (the log's ETA lines are measured), at {plan.tokens_per_second:,.0f} padded "
@@ -248,7 +262,7 @@ def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> st
     if plan.stage1_seconds:
         lines.append(f"    {hours(plan.stage1_seconds):>11}  the stage-1 model {cfg.model.init_from}, first")
     lines += [
-        f"    {hours(plan.total_seconds):>11}  {plan.folds} fold(s) and predicting, of a {k.time_limit_h:g} h session "
+        f"    {hours(plan.total_seconds):>11}  {plan.folds} fold(s) and predicting, of a {session_words(cfg)} session "
         f"({hours(reserve)} kept free at its end)",
         f"    {plan.total_seconds / 3600 / k.weekly_quota_h:11.0%}  of a {k.weekly_quota_h:g} h weekly GPU quota",
     ]

@@ -82,3 +82,16 @@ def test_a_stage1_model_and_evaluations_inside_epochs_are_counted(tmp_path: Path
     assert attached.stage1_seconds == 0  # trained by another kernel
     often = hours.plan_time(cfg_for(tmp_path, *LARGE, "train.eval_every_steps=50"), 5)
     assert often.evals_per_epoch > 5 and often.fold_seconds > base.fold_seconds
+
+
+def test_the_plan_is_against_kaggle_timeout_when_it_is_shorter(tmp_path: Path) -> None:
+    """kaggle.timeout=7200 ends the session after two hours: the plan weighs the folds against that, not 12 hours."""
+    cfg = cfg_for(tmp_path, *LARGE, "kaggle.timeout=7200")
+    assert hours.session_seconds(cfg) == 7200
+    text = hours.format_time(hours.plan_time(cfg, 5), cfg)
+    assert "fold(s) and predicting, of a 2 h (kaggle.timeout=7200) session" in text and "12 h session" not in text
+    assert "kernel: warning: the folds need about" in text and "about 1 fold(s) fit one" in text
+    longer = cfg_for(tmp_path, *LARGE, "kaggle.timeout=99999")
+    assert hours.session_seconds(longer) == 12 * 3600 and "of a 12 h session" in hours.format_time(
+        hours.plan_time(longer, 5), longer
+    )
