@@ -48,15 +48,20 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     folds = len(cfg.train.folds) or cfg.data.folds
     plan = kaggle_disk.plan_disk(cfg, folds)
     print(kaggle_disk.format_plan(plan, cfg.kaggle.working_gb))
-    problem = kaggle_disk.over_quota(plan, cfg.kaggle.working_gb)
+    timed = hours.plan_time(cfg, folds) if plan.parameters else None
+    clock = SessionClock.begin(cfg, 0.0)
+    resumes = timed is not None and hours.must_resume(timed, cfg, clock.reserve())
+    problem = kaggle_disk.over_quota(plan, cfg.kaggle.working_gb, resumes)
     if problem:
         raise KernelError(problem)
-    if not plan.parameters:
+    if timed is None:
         print(f"kernel: the size of {cfg.model.name} is not known offline: weights are not in the plan above")
-    else:
-        clock = SessionClock.begin(cfg, 0.0)
-        print(hours.format_time(hours.plan_time(cfg, folds), cfg, clock.reserve()))
-        print(f"kernel: in the notebook, {clock.describe()}")
+        return plan
+    print(hours.format_time(timed, cfg, clock.reserve()))
+    print(f"kernel: in the notebook, {clock.describe()}")
+    problem = hours.resume_refusal(timed, cfg, clock.reserve())
+    if problem:
+        raise KernelError(problem)
     return plan
 
 

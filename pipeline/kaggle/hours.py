@@ -243,6 +243,24 @@ def session_words(cfg: Config) -> str:
     return f"{limit / 3600:.3g} h{shorter}"
 
 
+def must_resume(plan: TimePlan, cfg: Config, reserve: float) -> bool:
+    """A fold (or the stage-1 model) longer than the training a session gives: only a resume state carried into
+    the next session lets it end."""
+    return max(plan.fold_seconds, plan.stage1_seconds) > session_seconds(cfg) - reserve
+
+
+def resume_refusal(plan: TimePlan, cfg: Config, reserve: float) -> str:
+    """The one line that refuses kaggle.keep_resume=false with a fold longer than a session; "" otherwise."""
+    if cfg.kaggle.keep_resume or not must_resume(plan, cfg, reserve):
+        return ""
+    longest = max(plan.fold_seconds, plan.stage1_seconds)
+    return (
+        f"kaggle.keep_resume=false with a fold of about {hours(longest)}, more than the "
+        f"{hours(session_seconds(cfg) - reserve)} a {session_words(cfg)} session trains: every session would start "
+        "it again and none could finish it; keep kaggle.keep_resume=true (the default), or train fewer rows a fold"
+    )
+
+
 def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> str:
     """The plan in lines; `reserve`: the seconds the notebook keeps free at the session's end (its clock's)."""
     k = cfg.kaggle
