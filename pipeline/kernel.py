@@ -31,7 +31,7 @@ from pipeline.kaggle import disk as kaggle_disk
 from pipeline.kaggle.bundle import write_bundle, write_kernel
 from pipeline.kaggle.clock import SessionClock
 from pipeline.kaggle.launch import code_digest
-from pipeline.kaggle.output import fetch_output, folders, kernel_status
+from pipeline.kaggle.output import ended_state, fetch_output, folders, kernel_status
 from pipeline.kaggle.plan import (
     KERNEL_METADATA,
     KernelError,
@@ -88,6 +88,22 @@ def write_and_describe(cfg: Config, plan, kernel_dir, digest: str) -> dict:
     return meta
 
 
+def before_sending(plan, cfg: Config, api, continue_dir: Path):
+    """What Kaggle is asked before anything is sent (`api` None: a dry run, nothing asked): the kernel's own latest
+    version (refused while it runs: every push starts a GPU session), and with kaggle.continue_from the version to
+    continue from."""
+    if api is not None:
+        ended_state(plan.kernel_ref, api)  # a 404: the first push
+    if plan.continue_kernel and api is not None:  # refused while a version of it runs
+        return continuation.pick_version(cfg, plan, api, continue_dir)
+    if plan.continue_kernel:
+        print(f"kernel: kaggle.continue_from: a push asks Kaggle first for the newest version of "
+              f"{plan.continue_kernel} that finished with folds (refused while one runs) and attaches it")  # fmt: skip
+    elif api is None:
+        print(f"kernel: a push asks Kaggle first whether {plan.kernel_ref} still runs, and is refused while it does")
+    return plan
+
+
 def build_and_push(cfg: Config, api=None) -> dict:
     """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
     from pipeline.kaggle import client
@@ -107,11 +123,7 @@ def build_and_push(cfg: Config, api=None) -> dict:
     check_extra_files(cfg, listed_files(cfg, api))
     plan = make_plan(cfg, resolve_user(cfg, api))
     code_dir, kernel_dir, out = folders(cfg, plan.kernel_slug)
-    if plan.continue_kernel and api is not None:  # before anything is sent: refused while a version runs
-        plan = continuation.pick_version(cfg, plan, api, code_dir.parent / "continue")
-    elif plan.continue_kernel:
-        print(f"kernel: kaggle.continue_from: a push asks Kaggle first for the newest version of "
-              f"{plan.continue_kernel} that finished with folds (refused while one runs) and attaches it")  # fmt: skip
+    plan = before_sending(plan, cfg, api, code_dir.parent / "continue")
     files = write_bundle(cfg, plan, code_dir)
     digest = code_digest(code_dir / "pipeline")
     size = sum(p.stat().st_size for p in files)

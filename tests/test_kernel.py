@@ -108,9 +108,11 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
         mp.setattr(client, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
-    # status: the version before (none: 404), exists?, then polled until ready, then the version the notebook pins
-    assert names == [*["dataset_status"] * 2, "dataset_create_new", *["dataset_status"] * 3, "kernels_push"]
-    create = api.calls[2][1]
+    # the kernel's state (not running); the bundle's version before (none: 404), exists?, then the version the
+    # notebook pins, then polled until ready
+    assert names == ["kernels_status", *["dataset_status"] * 2, "dataset_create_new", *["dataset_status"] * 3,
+                     "kernels_push"]  # fmt: skip
+    create = api.calls[3][1]
     assert create["dir_mode"] == "zip" and create["public"] is False
     assert create["sent"] == ["kernel-config.yaml", "pipeline.zip"]  # subfolders travel zipped
     push = api.calls[-1][1]
@@ -127,10 +129,34 @@ def test_second_push_adds_a_version(tmp_path: Path) -> None:
     api.datasets.add("tester/jigsaw-sample-code")
     kernel.build_and_push(make_cfg(tmp_path, "kaggle.timeout=3600"), api=api)
     names = [name for name, _ in api.calls]
-    assert names == [*["dataset_status"] * 2, "dataset_create_version", *["dataset_status"] * 2, "kernels_push"]
-    assert api.calls[2][1]["dir_mode"] == "zip"
+    assert names == ["kernels_status", *["dataset_status"] * 2, "dataset_create_version", *["dataset_status"] * 2,
+                     "kernels_push"]  # fmt: skip
+    assert api.calls[3][1]["dir_mode"] == "zip"
     assert api.calls[-1][1]["timeout"] == "3600"
     assert api.calls[-1][1]["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8"  # 7 before
+
+
+def test_no_push_while_the_latest_version_still_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A plain push (no kaggle.continue_from) while the kernel's latest version is queued or runs would start a second
+    GPU session beside it: refused in one line before anything is sent. A kernel never pushed (404) is pushed."""
+    for state in ("RUNNING", "QUEUED"):
+        api = FakeKaggleApi()
+        api.kernel_state = state
+        with pytest.raises(KernelError, match=f"kernel tester/jigsaw-sample is {state.lower()}: a push now would "
+                                              "start a second GPU session beside it; wait for it to end"):  # fmt: skip
+            kernel.build_and_push(make_cfg(tmp_path), api=api)
+        assert [name for name, _ in api.calls] == ["kernels_status"]  # nothing uploaded, nothing pushed
+    api = FakeKaggleApi()
+    api.fail["kernels_status"] = http_error(404, "Not Found")  # the first push of this kernel
+    assert kernel.build_and_push(make_cfg(tmp_path), api=api)["version"] == 1
+    assert api.calls[0] == ("kernels_status", {"kernel": "tester/jigsaw-sample"})
+    api = FakeKaggleApi()
+    api.fail["kernels_status"] = http_error(500, "Server Error")  # not known whether it runs: nothing sent
+    with pytest.raises(KaggleError, match="Kaggle answered 500"):
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert "kernels_push" not in [name for name, _ in api.calls]
+    kernel.build_and_push(dry(tmp_path))
+    assert "a push asks Kaggle first whether tester/jigsaw-sample still runs" in capsys.readouterr().out
 
 
 def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) -> None:

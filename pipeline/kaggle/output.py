@@ -37,6 +37,26 @@ def folders(cfg: Config, kernel_slug: str) -> tuple[Path, Path, Path]:
     return root / "code", root / "notebook", root / "output"
 
 
+def ended_state(ref: str, api, why: str = "", also: str = "") -> str | None:
+    """The state of kernel `ref`'s latest version once it has ended (one of FINAL); None when it was never pushed
+    (404). Refused in one line while it is queued or runs: a push then starts a second GPU session beside it, on the
+    same weekly quota. `why` opens the line, `also` adds to what the push would do."""
+    from pipeline.kaggle import client
+
+    try:
+        status, _ = client.kernel_status(ref, api)
+    except client.KaggleError as exc:
+        if client.http_status(exc.__cause__) != 404:
+            raise
+        return None
+    if status not in FINAL:
+        raise KernelError(
+            f"{why}kernel {ref} is {status}: a push now would start a second GPU session beside it{also}; wait for "
+            "it to end (make kernel-status), then push again"
+        )
+    return status
+
+
 def experiments(cfg: Config) -> list[str]:
     """The experiments a kernel's output holds: the config's, and the stage-1 model it trained first."""
     return [cfg.name] + ([cfg.model.init_from] if cfg.model.init_from else [])
