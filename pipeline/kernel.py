@@ -139,10 +139,10 @@ def build_and_push(cfg: Config, api=None) -> dict:
         before = client.version_before_upload(plan.dataset_ref, api)
         action, ds_url = client.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
         print(f"kernel: code dataset {action}: {ds_url}")
-        print(f"kernel: code dataset {client.wait_dataset_ready(plan.dataset_ref, api)}")
         # the kernel attaches the very version uploaded, once Kaggle tells a number past the one before the upload
-        # (it may still serve the previous one as the latest for a while)
+        # (it may still serve the previous one as the latest for a while); only then is its state that version's
         plan = dataclasses.replace(plan, bundle_version=client.wait_new_version(plan.dataset_ref, before, api))
+        print(f"kernel: code dataset {client.wait_dataset_ready(plan.dataset_ref, api)}")
         result["metadata"] = write_and_describe(cfg, plan, kernel_dir, digest)
         url, version = client.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
         continuation.note_push(code_dir.parent, plan.kernel_ref, version)

@@ -187,6 +187,21 @@ def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) 
             kernel.build_and_push(make_cfg(tmp_path), api=api)
 
 
+def test_the_bundle_is_ready_in_the_version_the_kernel_attaches(tmp_path: Path, monkeypatch) -> None:
+    """Right after an upload Kaggle still answers the previous version's number, and its "ready": the push waits for
+    the new number first, then for that version to be ready (pending here), never for the previous one's state."""
+    api = FakeKaggleApi()
+    api.datasets.add("tester/jigsaw-sample-code")
+    # asked whether it exists (ready); after the upload the old number twice, then the new version processing
+    api.version_lag, api.dataset_states = 2, ["ready", "pending", "pending"]
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    result = kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert result["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8"
+    assert api.dataset_states == []  # the new version's states were waited through before the push
+    asked = [kw["format"] for name, kw in api.calls if name == "dataset_status"]
+    assert asked[-4:] == ["json(current_version_number)", None, None, None]  # the number, then ready
+
+
 def test_user_comes_from_the_api_else_config(tmp_path: Path) -> None:
     api = FakeKaggleApi()
     api.username = "alice"
