@@ -593,6 +593,37 @@ def test_output_already_there_is_not_fetched_or_copied_again(tmp_path: Path, cap
     assert weights.read_bytes() == b"WEIGHTS" * 100
 
 
+def test_only_what_the_latest_output_holds_is_installed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Session 1 cut fold 1 (its resume.pt in the output), session 2 completed it (no resume.pt): the second
+    `make kernel-output` installs session 2's files only; the first download's resume.pt is not installed again
+    beside the complete fold (6.7 GB for XLM-R large), and is gone from the kept download."""
+    api = FakeKaggleApi()
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.5\n",
+        "models/sample/fold1/resume.pt": b"state" * 100,
+        "models/sample/fold1/metrics.jsonl": b"{}\n",
+    }
+    cfg = make_cfg(tmp_path)
+    output.fetch_output(cfg, api=api)
+    fold1 = tmp_path / "models" / "sample" / "fold1"
+    assert (fold1 / "resume.pt").is_file()
+    shutil.rmtree(tmp_path / "models")  # installed elsewhere, or cleaned up: the download is what is kept
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.6\n",
+        "models/sample/fold1/done.json": b'{"fold": 1}',
+        "models/sample/fold1/metrics.jsonl": b"{}\n{}\n",
+    }
+    capsys.readouterr()
+    installed = output.fetch_output(cfg, api=api)
+    assert not (fold1 / "resume.pt").exists() and (fold1 / "done.json").is_file()
+    assert all(p.name != "resume.pt" for p in installed)
+    out = tmp_path / "kernel" / "jigsaw-sample" / "output"
+    assert not (out / "models" / "sample" / "fold1" / "resume.pt").exists()
+    said = capsys.readouterr().out
+    assert "models/sample/fold1/resume.pt: of an earlier output, not in the latest: removed, not installed" in said
+    assert "cut off, with a resume state" not in said
+
+
 @pytest.mark.slow
 def test_kernel_with_a_model_folder_runs_end_to_end(tmp_path: Path) -> None:
     """A non-tiny model.name loads the attached model folder; the bundle mounted as the uploaded zip."""

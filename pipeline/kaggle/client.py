@@ -693,7 +693,8 @@ def kernel_status(ref: str, api: KaggleApi) -> tuple[str, str]:
 
 
 def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: str | None = None) -> list[Path]:
-    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`.
+    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`; return the files the
+    output holds now (what kaggle listed: `dest` may hold older files the output no longer has).
 
     `dest` is kept between calls and force=False: kaggle skips a file already there with the same size
     and date, so fetching again after an interrupted download only gets what is missing.
@@ -702,10 +703,10 @@ def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: s
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        api.kernels_output(ref, str(dest), file_pattern=file_pattern, force=False, quiet=True)
+        listed, _ = api.kernels_output(ref, str(dest), file_pattern=file_pattern, force=False, quiet=True)
     except Exception as exc:
         raise _kernel_access(exc, what) from exc
-    files = files_under(dest)
+    files = sorted(Path(p) for p in listed or [])
     if not [p for p in files if p.suffix != ".log"]:
         raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
     return files

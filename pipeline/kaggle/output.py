@@ -89,6 +89,18 @@ def same_file(a: Path, b: Path) -> bool:
     return sa.st_size == sb.st_size and int(sa.st_mtime) == int(sb.st_mtime)
 
 
+def drop_stale(out: Path, listed: list[Path], pattern: str) -> list[Path]:
+    """Files of an earlier download in `out` that the latest output no longer holds (a fold's resume.pt from the
+    session that cut it, beside the fold a later session completed): removed, so that `out` is the latest output and
+    nothing older is installed or counted. Only names `pattern` matches: the rest is not an output's."""
+    keep = {p.resolve() for p in listed}
+    stale = [p for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".log" and p.resolve() not in keep
+             and re.search(pattern, p.relative_to(out).as_posix())]  # fmt: skip
+    for path in stale:
+        path.unlink()
+    return stale
+
+
 def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
     """Copy the output into models/<name>/ and submissions/ unchanged; files already there with the same
     size and time are skipped. Returns (files copied, files skipped)."""
@@ -164,6 +176,8 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     finally:
         if status != "complete":
             keep_log(plan.kernel_ref, out, log)
+    for path in drop_stale(out, files, output_pattern(cfg)):
+        print(f"kernel: {path.relative_to(out)}: of an earlier output, not in the latest: removed, not installed")
     print(f"kernel: {len(files)} output files in {out}")
     copied, skipped = install_output(cfg, out)
     for p in copied:
