@@ -341,14 +341,28 @@ def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     assert "kernel tester/jigsaw-sample: running" in out and "| step 29" in out
 
-    # following: the log streamed as the session writes it (kaggle 2.2.5: kernels_logs_stream), the latest ETA
-    api.log_events = [{"data": "fold 0 epoch 1: AUC 0.7 | ETA 3h10m"}, {"data": " for the run\nfold 0 epoch 2:"},
-                      {"data": " AUC 0.8 | ETA 2h05m for the run\n"}]  # fmt: skip
+    # following: the log streamed as the session writes it (kaggle 2.2.5: kernels_logs_stream), the latest ETA; its
+    # parsers yield an event a line, most without a newline: each is one line, shown as it comes, and an event
+    # without data shows nothing (kaggle's own follow prints them so)
+    seen: list[str] = []
+
+    def events():
+        yield {"stream_name": "stdout", "time": 1.0, "data": "fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run"}
+        seen.append(capsys.readouterr().out)  # what was shown before the next event came
+        yield {"stream_name": "stdout", "time": 1.5, "data": None}
+        yield {"data": "fold 0 epoch 2: AUC 0.8 | ETA 2h05m for the run"}
+        yield {"data": "two lines\nin one event\n"}
+
+    api.log_connections = [events()]
     polled = lambda s: pytest.fail("polled the stored log where the stream was there")  # noqa: E731
     assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=polled) == "complete"
-    out = capsys.readouterr().out
-    assert "| fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run\n  | fold 0 epoch 2: AUC 0.8" in out
+    assert seen[0].endswith("  | fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run\n")
+    out = seen[0] + capsys.readouterr().out
+    assert "  | fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run\n  | fold 0 epoch 2: AUC 0.8 | ETA 2h05m" in out
+    assert "  | two lines\n  | in one event\n" in out and "None" not in out
     assert out.endswith("kernel tester/jigsaw-sample: complete; ETA 2h05m for the run\n")
+    stored = json.dumps([{"data": "a"}, {"data": "b\n"}, {"data": None}, {"data": "c"}])
+    assert output.log_lines(stored) == ["a", "b", "c"]  # the stored log: an entry a line too
 
     # a library without the stream: the stored log, polled
     states = iter(["RUNNING", "COMPLETE"])

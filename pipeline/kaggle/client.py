@@ -36,7 +36,7 @@ import shutil
 import sys
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -785,24 +785,6 @@ def stream_events(ref: str, api: KaggleApi, sleep: Callable[[float], None] | Non
                     "run make kernel-status again"
                 ) from exc
             sleep(STREAM_RETRY_S)
-
-
-def stream_log(ref: str, api: KaggleApi, shown: Sequence[str] = (), sleep: Callable[[float], None] | None = None):
-    """The lines of the kernel's log as they are written, until the session ends, through dropped connections.
-    A stream that starts by replaying lines already `shown` (the stored log) has them left out: skipped while
-    they match in order."""
-    text, matched = "", 0
-    for event in stream_events(ref, api, sleep):
-        text += str((event or {}).get("data", ""))
-        *whole, text = text.split("\n")  # a line is shown once it has ended
-        for line in whole:
-            if matched is not None and matched < len(shown) and line == shown[matched]:
-                matched += 1
-                continue
-            matched = None  # the first new line: everything from here on is shown
-            yield line
-    if text:
-        yield text
 
 
 def kernel_log(ref: str, api: KaggleApi) -> str:

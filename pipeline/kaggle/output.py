@@ -68,6 +68,16 @@ def output_pattern(cfg: Config) -> str:
     return rf"^(models/({names})/|submission\.csv$|{re.escape(cfg.name)}\.csv$|{re.escape(RUN_CONFIG)}$)"
 
 
+def event_lines(event) -> list[str]:
+    """The lines of one log event ({stream_name, time, data}), as kaggle 2.2.5's own follow prints it: its data, a
+    newline added unless it ends with one (its parsers yield an event a line, most without one); no data, no line."""
+    data = event.get("data") if isinstance(event, dict) else None
+    if data is None:
+        return []
+    text = str(data)
+    return (text[:-1] if text.endswith("\n") else text).split("\n")
+
+
 def log_lines(raw: str) -> list[str]:
     """The text lines of a kernel log: Kaggle's JSON list of {stream_name, time, data} entries, or plain text."""
     try:
@@ -76,8 +86,23 @@ def log_lines(raw: str) -> list[str]:
         return raw.splitlines()
     if not isinstance(entries, list):
         return raw.splitlines()
-    text = "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
-    return text.splitlines()
+    return [line for entry in entries for line in event_lines(entry)]
+
+
+def follow_log(ref: str, api, shown: list[str], sleep: Callable[[float], None]):
+    """The lines of the kernel's log as they are written, each event's as it comes, until the session ends, through
+    dropped connections (client.stream_events). A stream that starts by replaying lines already `shown` (the stored
+    log) has them left out: skipped while they match in order."""
+    from pipeline.kaggle import client
+
+    matched: int | None = 0
+    for event in client.stream_events(ref, api, sleep):
+        for line in event_lines(event):
+            if matched is not None and matched < len(shown) and line == shown[matched]:
+                matched += 1
+                continue
+            matched = None  # the first new line: everything from here on is shown
+            yield line
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -227,7 +252,7 @@ def kernel_status(
     lines = show_log(plan.kernel_ref, out, api)
     print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
     if follow and status not in FINAL and client.can_stream_logs(api):
-        for line in client.stream_log(plan.kernel_ref, api, shown=list(lines), sleep=sleep):
+        for line in follow_log(plan.kernel_ref, api, list(lines), sleep):
             print(f"  | {line}", flush=True)
             lines.append(line)
         status, failure = client.kernel_status(plan.kernel_ref, api)
