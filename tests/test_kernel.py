@@ -1006,6 +1006,45 @@ def test_two_gpus_fall_back_to_one_when_an_all_reduce_fails(monkeypatch: pytest.
     assert "works with NCCL_P2P_DISABLE=1" in capsys.readouterr().out
 
 
+LAUNCHER = """#!{python}
+import os, signal, subprocess, sys, time
+# torchrun's way: each worker in a session of its own; these block as in a hung all-reduce, deaf to SIGTERM
+worker = "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \\
+         "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+for rank in range(2):
+    subprocess.Popen([sys.executable, "-c", worker, "{folder}/worker%d.pid" % rank], start_new_session=True)
+time.sleep(600)
+"""
+
+
+def test_a_hung_all_reduce_check_leaves_no_worker_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A two-process check whose workers block: at the timeout the launcher and both workers are stopped (TERM, then
+    KILL for workers deaf to it) and waited for, not left to hold both GPUs through the retry and the session."""
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(LAUNCHER.format(python=sys.executable, folder=tmp_path))
+    launcher.chmod(0o755)
+    monkeypatch.setattr(notebook.sys, "executable", str(launcher))  # torchrun's command line runs the stand-in
+    monkeypatch.setattr(notebook, "STOP_GRACE_S", 1.0, raising=False)
+    pids: list[int] = []
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            notebook.torchrun("pipeline.core.distributed", [], 2, timeout=8)
+        pids = [int((tmp_path / f"worker{rank}.pid").read_text()) for rank in range(2)]
+        assert not [pid for pid in pids if running(pid)], "workers outlived the check"
+    finally:
+        for pid in pids or [int(p.read_text()) for p in tmp_path.glob("worker*.pid") if p.read_text()]:
+            if running(pid):
+                os.kill(pid, 9)
+
+
+def running(pid: int) -> bool:
+    """The process runs (not a zombie waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def test_versioned_datasets_are_taken_or_refused_at_the_plan(tmp_path: Path) -> None:
     cfg = dry(tmp_path, "data.datasets=[someone/translated/3]", "data.extra_files=[translated-train.csv]")
     meta = kernel.build_and_push(cfg)["metadata"]
