@@ -362,6 +362,7 @@ def run_experiment(cfg: Config, run_cfg: Path, session: Session) -> Run:
             continue
         fresh, begin = not layout.fold_dir(cfg, fold).exists(), eta.now()
         outcome = train_fold(cfg, run_cfg, fold, session.nproc, folds_after=len(run.folds) - n - 1)
+        session.clock.trained = session.clock.trained or outcome != "later"  # its first epoch was never refused
         if outcome == "later":
             run.not_started.append(fold)
             continue
