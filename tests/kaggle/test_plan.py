@@ -71,6 +71,22 @@ def test_xlmr_large_plan_fits_and_keeps_transients_out_of_working(tmp_path: Path
     assert "5 x 2.24 GB" in out
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "kaggle.md"
+
+
+def test_the_docs_quote_what_the_dry_run_prints(tmp_path: Path, capsys) -> None:
+    """docs/kaggle.md's dry-run block is what `make kernel CONFIG=xlmr-large ARGS="kaggle.dry_run=true"` prints, from
+    its first line (kaggle.model_source) to the notebook's deadline: numbers of an older plan would mislead."""
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index("```\n", text.index('ARGS="kaggle.dry_run=true"` prints')) + 4
+    quoted = text[start : text.index("```", start)].splitlines()
+    cfg = config.load("xlmr-large", [f"kaggle.dir={tmp_path / 'kernel'}", *under(tmp_path), "kaggle.dry_run=true"])
+    kernel.build_and_push(cfg)
+    printed = capsys.readouterr().out.splitlines()
+    last = next(i for i, line in enumerate(printed) if line.startswith("kernel: in the notebook, training stops"))
+    assert quoted == printed[: last + 1]
+
+
 def test_a_two_stage_plan_counts_the_stage1_model(tmp_path: Path) -> None:
     big = ("kaggle.dry_run=true", "kaggle.working_gb=30")
     one = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *big))["disk"]
