@@ -89,11 +89,8 @@ def write_and_describe(cfg: Config, plan, kernel_dir, digest: str) -> dict:
 
 
 def before_sending(plan, cfg: Config, api, continue_dir: Path):
-    """What Kaggle is asked before anything is sent (`api` None: a dry run, nothing asked): the kernel's own latest
-    version (refused while it runs: every push starts a GPU session), and with kaggle.continue_from the version to
-    continue from."""
-    if api is not None:
-        ended_state(plan.kernel_ref, api)  # a 404: the first push
+    """With kaggle.continue_from, the version to continue from, asked of Kaggle before anything is sent (`api` None:
+    a dry run, nothing asked); the push itself asks the kernel's own state (output.ended_state)."""
     if plan.continue_kernel and api is not None:  # refused while a version of it runs
         return continuation.pick_version(cfg, plan, api, continue_dir)
     if plan.continue_kernel:
@@ -136,6 +133,8 @@ def build_and_push(cfg: Config, api=None) -> dict:
         print(f"kernel: a push would upload {plan.dataset_ref}, then run https://www.kaggle.com/code/{plan.kernel_ref}")
     else:
         write_kernel(cfg, plan, kernel_dir, digest)  # checked before anything is sent; rewritten once versioned
+        if plan.continue_kernel != plan.kernel_ref:  # kaggle.continue_from=self: asked a moment ago (pick_version)
+            ended_state(plan.kernel_ref, api)  # refused while it runs: every push starts a GPU session; 404: the first
         before = client.version_before_upload(plan.dataset_ref, api)
         action, ds_url = client.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
         print(f"kernel: code dataset {action}: {ds_url}")
