@@ -31,7 +31,7 @@ from pipeline.kaggle import disk as kaggle_disk
 from pipeline.kaggle.bundle import write_bundle, write_kernel
 from pipeline.kaggle.clock import SessionClock
 from pipeline.kaggle.launch import code_digest
-from pipeline.kaggle.output import fetch_output, folders, kernel_status
+from pipeline.kaggle.output import ended_state, fetch_output, folders, kernel_status
 from pipeline.kaggle.plan import (
     KERNEL_METADATA,
     KernelError,
@@ -48,15 +48,20 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     folds = len(cfg.train.folds) or cfg.data.folds
     plan = kaggle_disk.plan_disk(cfg, folds)
     print(kaggle_disk.format_plan(plan, cfg.kaggle.working_gb))
-    problem = kaggle_disk.over_quota(plan, cfg.kaggle.working_gb)
+    timed = hours.plan_time(cfg, folds) if plan.parameters else None
+    clock = SessionClock.begin(cfg, 0.0)
+    resumes = timed is not None and hours.must_resume(timed, cfg, clock.reserve())
+    problem = kaggle_disk.over_quota(plan, cfg.kaggle.working_gb, resumes)
     if problem:
         raise KernelError(problem)
-    if not plan.parameters:
+    if timed is None:
         print(f"kernel: the size of {cfg.model.name} is not known offline: weights are not in the plan above")
-    else:
-        clock = SessionClock.begin(cfg, 0.0)
-        print(hours.format_time(hours.plan_time(cfg, folds), cfg, clock.reserve()))
-        print(f"kernel: in the notebook, {clock.describe()}")
+        return plan
+    print(hours.format_time(timed, cfg, clock.reserve()))
+    print(f"kernel: in the notebook, {clock.describe()}")
+    problem = hours.resume_refusal(timed, cfg, clock.reserve())
+    if problem:
+        raise KernelError(problem)
     return plan
 
 
@@ -83,6 +88,19 @@ def write_and_describe(cfg: Config, plan, kernel_dir, digest: str) -> dict:
     return meta
 
 
+def before_sending(plan, cfg: Config, api, continue_dir: Path):
+    """With kaggle.continue_from, the version to continue from, asked of Kaggle before anything is sent (`api` None:
+    a dry run, nothing asked); the push itself asks the kernel's own state (output.ended_state)."""
+    if plan.continue_kernel and api is not None:  # refused while a version of it runs
+        return continuation.pick_version(cfg, plan, api, continue_dir)
+    if plan.continue_kernel:
+        print(f"kernel: kaggle.continue_from: a push asks Kaggle first for the newest version of "
+              f"{plan.continue_kernel} that finished with folds (refused while one runs) and attaches it")  # fmt: skip
+    elif api is None:
+        print(f"kernel: a push asks Kaggle first whether {plan.kernel_ref} still runs, and is refused while it does")
+    return plan
+
+
 def build_and_push(cfg: Config, api=None) -> dict:
     """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
     from pipeline.kaggle import client
@@ -102,11 +120,7 @@ def build_and_push(cfg: Config, api=None) -> dict:
     check_extra_files(cfg, listed_files(cfg, api))
     plan = make_plan(cfg, resolve_user(cfg, api))
     code_dir, kernel_dir, out = folders(cfg, plan.kernel_slug)
-    if plan.continue_kernel and api is not None:  # before anything is sent: refused while a version runs
-        plan = continuation.pick_version(cfg, plan, api, code_dir.parent / "continue")
-    elif plan.continue_kernel:
-        print(f"kernel: kaggle.continue_from: a push asks Kaggle first for the newest version of "
-              f"{plan.continue_kernel} that finished with folds (refused while one runs) and attaches it")  # fmt: skip
+    plan = before_sending(plan, cfg, api, code_dir.parent / "continue")
     files = write_bundle(cfg, plan, code_dir)
     digest = code_digest(code_dir / "pipeline")
     size = sum(p.stat().st_size for p in files)
@@ -119,13 +133,15 @@ def build_and_push(cfg: Config, api=None) -> dict:
         print(f"kernel: a push would upload {plan.dataset_ref}, then run https://www.kaggle.com/code/{plan.kernel_ref}")
     else:
         write_kernel(cfg, plan, kernel_dir, digest)  # checked before anything is sent; rewritten once versioned
+        if plan.continue_kernel != plan.kernel_ref:  # kaggle.continue_from=self: asked a moment ago (pick_version)
+            ended_state(plan.kernel_ref, api)  # refused while it runs: every push starts a GPU session; 404: the first
         before = client.version_before_upload(plan.dataset_ref, api)
         action, ds_url = client.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
         print(f"kernel: code dataset {action}: {ds_url}")
-        print(f"kernel: code dataset {client.wait_dataset_ready(plan.dataset_ref, api)}")
         # the kernel attaches the very version uploaded, once Kaggle tells a number past the one before the upload
-        # (it may still serve the previous one as the latest for a while)
+        # (it may still serve the previous one as the latest for a while); only then is its state that version's
         plan = dataclasses.replace(plan, bundle_version=client.wait_new_version(plan.dataset_ref, before, api))
+        print(f"kernel: code dataset {client.wait_dataset_ready(plan.dataset_ref, api)}")
         result["metadata"] = write_and_describe(cfg, plan, kernel_dir, digest)
         url, version = client.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
         continuation.note_push(code_dir.parent, plan.kernel_ref, version)

@@ -22,8 +22,10 @@ GPU): the same DDP code path as `make train GPUS=N`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -76,9 +78,64 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def torchrun(module: str, args: list[str], nproc: int, timeout: float | None = None, extra_env=None) -> int:
-    """`python -m <module> args` under torchrun with `nproc` processes; its exit status."""
+    """`python -m <module> args` under torchrun with `nproc` processes; its exit status. Past `timeout` seconds the
+    launcher and every worker are stopped (stop_tree) and subprocess.TimeoutExpired is raised."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", module]
-    return subprocess.run([*cmd, *args], env=child_env(extra_env), timeout=timeout, check=False).returncode
+    if timeout is None:
+        return subprocess.run([*cmd, *args], env=child_env(extra_env), check=False).returncode
+    proc = subprocess.Popen([*cmd, *args], env=child_env(extra_env), start_new_session=True)  # a group of its own
+    try:
+        return proc.wait(timeout=timeout)
+    except BaseException:  # the timeout, or a stop asked of this process: nothing of it may outlive the call
+        stop_tree(proc)
+        raise
+
+
+STOP_GRACE_S = 15.0  # seconds a stopped launcher and its workers get between SIGTERM and SIGKILL, and after it
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc). torchrun starts each worker in a session of its own, so a signal to
+    the launcher's group misses them, and once the launcher is gone they are init's: found before it is stopped."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie holds no GPU: it only waits to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_tree(proc: subprocess.Popen, grace: float | None = None) -> None:
+    """Stop `proc` (started in a process group of its own), its group and every process below it: SIGTERM (torchrun
+    then stops its workers itself), SIGKILL to whatever still runs after `grace` seconds, then wait for them all. A
+    worker blocked in an all-reduce would otherwise hold its GPU for the rest of the session."""
+    grace = STOP_GRACE_S if grace is None else grace
+    pids = descendants(proc.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = list(dict.fromkeys(pids + descendants(proc.pid)))
+        for target in (proc.pid, *pids):
+            kill = os.killpg if target == proc.pid else os.kill  # the launcher's whole group; each worker
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(target, sig)
+        end = time.monotonic() + grace
+        while time.monotonic() < end and (proc.poll() is None or any(alive(p) for p in pids)):
+            time.sleep(0.1)
+    proc.wait()
 
 
 def run_module(module: str, args: list[str], nproc: int) -> int:
@@ -305,6 +362,7 @@ def run_experiment(cfg: Config, run_cfg: Path, session: Session) -> Run:
             continue
         fresh, begin = not layout.fold_dir(cfg, fold).exists(), eta.now()
         outcome = train_fold(cfg, run_cfg, fold, session.nproc, folds_after=len(run.folds) - n - 1)
+        session.clock.trained = session.clock.trained or outcome != "later"  # its first epoch was never refused
         if outcome == "later":
             run.not_started.append(fold)
             continue

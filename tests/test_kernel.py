@@ -108,9 +108,11 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
         mp.setattr(client, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
-    # status: the version before (none: 404), exists?, then polled until ready, then the version the notebook pins
-    assert names == [*["dataset_status"] * 2, "dataset_create_new", *["dataset_status"] * 3, "kernels_push"]
-    create = api.calls[2][1]
+    # the kernel's state (not running); the bundle's version before (none: 404), exists?, then the version the
+    # notebook pins, then polled until ready
+    assert names == ["kernels_status", *["dataset_status"] * 2, "dataset_create_new", *["dataset_status"] * 3,
+                     "kernels_push"]  # fmt: skip
+    create = api.calls[3][1]
     assert create["dir_mode"] == "zip" and create["public"] is False
     assert create["sent"] == ["kernel-config.yaml", "pipeline.zip"]  # subfolders travel zipped
     push = api.calls[-1][1]
@@ -127,10 +129,34 @@ def test_second_push_adds_a_version(tmp_path: Path) -> None:
     api.datasets.add("tester/jigsaw-sample-code")
     kernel.build_and_push(make_cfg(tmp_path, "kaggle.timeout=3600"), api=api)
     names = [name for name, _ in api.calls]
-    assert names == [*["dataset_status"] * 2, "dataset_create_version", *["dataset_status"] * 2, "kernels_push"]
-    assert api.calls[2][1]["dir_mode"] == "zip"
+    assert names == ["kernels_status", *["dataset_status"] * 2, "dataset_create_version", *["dataset_status"] * 2,
+                     "kernels_push"]  # fmt: skip
+    assert api.calls[3][1]["dir_mode"] == "zip"
     assert api.calls[-1][1]["timeout"] == "3600"
     assert api.calls[-1][1]["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8"  # 7 before
+
+
+def test_no_push_while_the_latest_version_still_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A plain push (no kaggle.continue_from) while the kernel's latest version is queued or runs would start a second
+    GPU session beside it: refused in one line before anything is sent. A kernel never pushed (404) is pushed."""
+    for state in ("RUNNING", "QUEUED"):
+        api = FakeKaggleApi()
+        api.kernel_state = state
+        with pytest.raises(KernelError, match=f"kernel tester/jigsaw-sample is {state.lower()}: a push now would "
+                                              "start a second GPU session beside it; wait for it to end"):  # fmt: skip
+            kernel.build_and_push(make_cfg(tmp_path), api=api)
+        assert [name for name, _ in api.calls] == ["kernels_status"]  # nothing uploaded, nothing pushed
+    api = FakeKaggleApi()
+    api.fail["kernels_status"] = http_error(404, "Not Found")  # the first push of this kernel
+    assert kernel.build_and_push(make_cfg(tmp_path), api=api)["version"] == 1
+    assert api.calls[0] == ("kernels_status", {"kernel": "tester/jigsaw-sample"})
+    api = FakeKaggleApi()
+    api.fail["kernels_status"] = http_error(500, "Server Error")  # not known whether it runs: nothing sent
+    with pytest.raises(KaggleError, match="Kaggle answered 500"):
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert "kernels_push" not in [name for name, _ in api.calls]
+    kernel.build_and_push(dry(tmp_path))
+    assert "a push asks Kaggle first whether tester/jigsaw-sample still runs" in capsys.readouterr().out
 
 
 def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) -> None:
@@ -159,6 +185,21 @@ def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) 
         mp.setattr(client, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=lambda s: None))
         with pytest.raises(KaggleError, match="still serves version 7 after 300 s, the one before this upload"):
             kernel.build_and_push(make_cfg(tmp_path), api=api)
+
+
+def test_the_bundle_is_ready_in_the_version_the_kernel_attaches(tmp_path: Path, monkeypatch) -> None:
+    """Right after an upload Kaggle still answers the previous version's number, and its "ready": the push waits for
+    the new number first, then for that version to be ready (pending here), never for the previous one's state."""
+    api = FakeKaggleApi()
+    api.datasets.add("tester/jigsaw-sample-code")
+    # asked whether it exists (ready); after the upload the old number twice, then the new version processing
+    api.version_lag, api.dataset_states = 2, ["ready", "pending", "pending"]
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    result = kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert result["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8"
+    assert api.dataset_states == []  # the new version's states were waited through before the push
+    asked = [kw["format"] for name, kw in api.calls if name == "dataset_status"]
+    assert asked[-4:] == ["json(current_version_number)", None, None, None]  # the number, then ready
 
 
 def test_user_comes_from_the_api_else_config(tmp_path: Path) -> None:
@@ -300,14 +341,28 @@ def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     assert "kernel tester/jigsaw-sample: running" in out and "| step 29" in out
 
-    # following: the log streamed as the session writes it (kaggle 2.2.5: kernels_logs_stream), the latest ETA
-    api.log_events = [{"data": "fold 0 epoch 1: AUC 0.7 | ETA 3h10m"}, {"data": " for the run\nfold 0 epoch 2:"},
-                      {"data": " AUC 0.8 | ETA 2h05m for the run\n"}]  # fmt: skip
+    # following: the log streamed as the session writes it (kaggle 2.2.5: kernels_logs_stream), the latest ETA; its
+    # parsers yield an event a line, most without a newline: each is one line, shown as it comes, and an event
+    # without data shows nothing (kaggle's own follow prints them so)
+    seen: list[str] = []
+
+    def events():
+        yield {"stream_name": "stdout", "time": 1.0, "data": "fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run"}
+        seen.append(capsys.readouterr().out)  # what was shown before the next event came
+        yield {"stream_name": "stdout", "time": 1.5, "data": None}
+        yield {"data": "fold 0 epoch 2: AUC 0.8 | ETA 2h05m for the run"}
+        yield {"data": "two lines\nin one event\n"}
+
+    api.log_connections = [events()]
     polled = lambda s: pytest.fail("polled the stored log where the stream was there")  # noqa: E731
     assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=polled) == "complete"
-    out = capsys.readouterr().out
-    assert "| fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run\n  | fold 0 epoch 2: AUC 0.8" in out
+    assert seen[0].endswith("  | fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run\n")
+    out = seen[0] + capsys.readouterr().out
+    assert "  | fold 0 epoch 1: AUC 0.7 | ETA 3h10m for the run\n  | fold 0 epoch 2: AUC 0.8 | ETA 2h05m" in out
+    assert "  | two lines\n  | in one event\n" in out and "None" not in out
     assert out.endswith("kernel tester/jigsaw-sample: complete; ETA 2h05m for the run\n")
+    stored = json.dumps([{"data": "a"}, {"data": "b\n"}, {"data": None}, {"data": "c"}])
+    assert output.log_lines(stored) == ["a", "b", "c"]  # the stored log: an entry a line too
 
     # a library without the stream: the stored log, polled
     states = iter(["RUNNING", "COMPLETE"])
@@ -550,6 +605,37 @@ def test_output_already_there_is_not_fetched_or_copied_again(tmp_path: Path, cap
     installed = output.fetch_output(cfg, api=api)
     assert sorted(installed) == [weights.parent / "done.json", weights]
     assert weights.read_bytes() == b"WEIGHTS" * 100
+
+
+def test_only_what_the_latest_output_holds_is_installed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Session 1 cut fold 1 (its resume.pt in the output), session 2 completed it (no resume.pt): the second
+    `make kernel-output` installs session 2's files only; the first download's resume.pt is not installed again
+    beside the complete fold (6.7 GB for XLM-R large), and is gone from the kept download."""
+    api = FakeKaggleApi()
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.5\n",
+        "models/sample/fold1/resume.pt": b"state" * 100,
+        "models/sample/fold1/metrics.jsonl": b"{}\n",
+    }
+    cfg = make_cfg(tmp_path)
+    output.fetch_output(cfg, api=api)
+    fold1 = tmp_path / "models" / "sample" / "fold1"
+    assert (fold1 / "resume.pt").is_file()
+    shutil.rmtree(tmp_path / "models")  # installed elsewhere, or cleaned up: the download is what is kept
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.6\n",
+        "models/sample/fold1/done.json": b'{"fold": 1}',
+        "models/sample/fold1/metrics.jsonl": b"{}\n{}\n",
+    }
+    capsys.readouterr()
+    installed = output.fetch_output(cfg, api=api)
+    assert not (fold1 / "resume.pt").exists() and (fold1 / "done.json").is_file()
+    assert all(p.name != "resume.pt" for p in installed)
+    out = tmp_path / "kernel" / "jigsaw-sample" / "output"
+    assert not (out / "models" / "sample" / "fold1" / "resume.pt").exists()
+    said = capsys.readouterr().out
+    assert "models/sample/fold1/resume.pt: of an earlier output, not in the latest: removed, not installed" in said
+    assert "cut off, with a resume state" not in said
 
 
 @pytest.mark.slow
@@ -918,6 +1004,45 @@ def test_two_gpus_fall_back_to_one_when_an_all_reduce_fails(monkeypatch: pytest.
     assert notebook.checked_processes(cfg, 2) == 2
     assert os.environ.pop("NCCL_P2P_DISABLE") == "1"
     assert "works with NCCL_P2P_DISABLE=1" in capsys.readouterr().out
+
+
+LAUNCHER = """#!{python}
+import os, signal, subprocess, sys, time
+# torchrun's way: each worker in a session of its own; these block as in a hung all-reduce, deaf to SIGTERM
+worker = "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \\
+         "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+for rank in range(2):
+    subprocess.Popen([sys.executable, "-c", worker, "{folder}/worker%d.pid" % rank], start_new_session=True)
+time.sleep(600)
+"""
+
+
+def test_a_hung_all_reduce_check_leaves_no_worker_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A two-process check whose workers block: at the timeout the launcher and both workers are stopped (TERM, then
+    KILL for workers deaf to it) and waited for, not left to hold both GPUs through the retry and the session."""
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(LAUNCHER.format(python=sys.executable, folder=tmp_path))
+    launcher.chmod(0o755)
+    monkeypatch.setattr(notebook.sys, "executable", str(launcher))  # torchrun's command line runs the stand-in
+    monkeypatch.setattr(notebook, "STOP_GRACE_S", 1.0, raising=False)
+    pids: list[int] = []
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            notebook.torchrun("pipeline.core.distributed", [], 2, timeout=8)
+        pids = [int((tmp_path / f"worker{rank}.pid").read_text()) for rank in range(2)]
+        assert not [pid for pid in pids if running(pid)], "workers outlived the check"
+    finally:
+        for pid in pids or [int(p.read_text()) for p in tmp_path.glob("worker*.pid") if p.read_text()]:
+            if running(pid):
+                os.kill(pid, 9)
+
+
+def running(pid: int) -> bool:
+    """The process runs (not a zombie waiting to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def test_versioned_datasets_are_taken_or_refused_at_the_plan(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ DEADLINE_ENV = "PIPELINE_DEADLINE"  # unix seconds by which the run must have st
 # inside one, so it is trained into and cut at the deadline instead of refused session after session
 SESSION_ENV = "PIPELINE_SESSION_SECONDS"
 FOLDS_AFTER_ENV = "PIPELINE_FOLDS_AFTER"  # folds a caller trains after this process's (the notebook, fold by fold)
+# set by the notebook once a train stage of this session trained: the session's first epoch is behind it
+TRAINED_ENV = "PIPELINE_SESSION_TRAINED"
 FAKE_CLOCK_ENV, FAKE_STEP_ENV = "PIPELINE_FAKE_CLOCK", "PIPELINE_FAKE_STEP_SECONDS"
 ETA_FILE = "eta.json"  # beside the experiment: the latest estimate and the measured rates
 TIME_UP_EXIT = 75  # a stage that stopped for the deadline (EX_TEMPFAIL): its state is saved, continue later
@@ -56,6 +58,30 @@ def session_seconds() -> float | None:
     """The training time of a whole session (the notebook's), or None outside one."""
     value = os.environ.get(SESSION_ENV)
     return float(value) if value else None
+
+
+def session_trained() -> bool:
+    """An earlier train stage of this session has trained (the notebook says so)."""
+    return bool(os.environ.get(TRAINED_ENV))
+
+
+def epoch_verdict(where: str, need: float, left: float, first: bool) -> tuple[str, bool] | None:
+    """Whether an epoch that needs `need` seconds may start with `left` before the deadline: None (it fits), or (what
+    to say, whether it is refused). `first`: the first epoch this session trains. An epoch that does not fit what is
+    left still starts when refusing it would refuse it in every session: the first epoch a session trains (every
+    later session has the same setup before it: data, the all-reduce check, loading the model), and an epoch longer
+    than a whole session's training. The deadline cuts it and its resume state carries it to the next session."""
+    if need <= left:
+        return None
+    whole = session_seconds()
+    if first and whole is not None:
+        return (f"{where} needs about {hours(need)} and {hours(left)} are left, the most a session has after its "
+                "setup: training into it as the first epoch of the session; the deadline cuts it with its state "
+                "saved", False)  # fmt: skip
+    if whole is not None and need > whole:
+        return (f"{where} needs about {hours(need)}, more than a session gives ({hours(whole)}): training into it; "
+                "the deadline cuts it with its state saved", False)  # fmt: skip
+    return f"{where} needs about {hours(need)} and {hours(left)} are left before the session's limit", True
 
 
 def folds_after() -> int:

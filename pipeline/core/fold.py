@@ -428,27 +428,32 @@ class FoldRun:
 
     def check_time(self, epoch: int) -> None:
         """Never start an epoch that cannot end before the deadline (its state is saved at the last one's end),
-        unless no session is long enough for it: then it starts, and the deadline cuts it with its state saved, so
-        that every session makes progress."""
-        left, train = eta.left(), self.rate.train(self.epoch_tokens)
-        if left is None or train is None:
+        unless refusing it would refuse it in every session (eta.epoch_verdict): then it starts, and the deadline
+        cuts it with its state saved, so that every session makes progress. Rank 0 decides for every rank: on
+        clocks and rates of their own, two ranks could decide apart, and one would wait for ever at a collective."""
+        if eta.left() is None:  # no deadline (the same environment on every rank): nothing to decide
             return
-        need = train + self.rate.eval(self.epoch_eval_tokens)
-        if need <= left:
+        verdict = distributed.broadcast_object(self.d, self.time_verdict(epoch) if self.d.is_main else None)
+        if verdict is None:
             return
-        whole = eta.session_seconds()
-        if whole is not None and need > whole:
+        said, refused = verdict
+        if not refused:
             if self.d.is_main:
-                print(f"fold {self.fold}: epoch {epoch + 1} needs about {eta.hours(need)}, more than a session gives "
-                      f"({eta.hours(whole)}): training into it; the deadline cuts it with its state saved")  # fmt: skip
+                print(said)
             return
         # an epoch ends with a resume state saved; before the first one nothing has been trained
         saved = "its resume state is saved" if epoch > 0 else "nothing trained yet, it starts in the next session"
-        self.time_up(
-            f"fold {self.fold}: epoch {epoch + 1} needs about {eta.hours(need)} and {eta.hours(left)} are left "
-            f"before the session's limit; {saved}",
-            started=epoch > 0,
-        )
+        self.time_up(f"{said}; {saved}", started=epoch > 0)
+
+    def time_verdict(self, epoch: int) -> tuple[str, bool] | None:
+        """eta.epoch_verdict on this rank's clock and rate; the first epoch of the session when neither this process
+        nor an earlier train stage of the session has trained."""
+        left, train = eta.left(), self.rate.train(self.epoch_tokens)
+        if left is None or train is None:
+            return None
+        need = train + self.rate.eval(self.epoch_eval_tokens)
+        first = not self.measured.train_tokens and not eta.session_trained()  # measured: by this process only
+        return eta.epoch_verdict(f"fold {self.fold}: epoch {epoch + 1}", need, left, first)
 
     def plan(self, epoch: int, window: int) -> eta.Plan:
         """What is left of the run from window `window` of epoch `epoch`, in padded tokens."""

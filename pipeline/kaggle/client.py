@@ -36,7 +36,7 @@ import shutil
 import sys
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -693,7 +693,8 @@ def kernel_status(ref: str, api: KaggleApi) -> tuple[str, str]:
 
 
 def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: str | None = None) -> list[Path]:
-    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`.
+    """Download the kernel's output files (those matching `file_pattern`) and log into `dest`; return the files the
+    output holds now (what kaggle listed: `dest` may hold older files the output no longer has).
 
     `dest` is kept between calls and force=False: kaggle skips a file already there with the same size
     and date, so fetching again after an interrupted download only gets what is missing.
@@ -702,10 +703,10 @@ def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: s
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        api.kernels_output(ref, str(dest), file_pattern=file_pattern, force=False, quiet=True)
+        listed, _ = api.kernels_output(ref, str(dest), file_pattern=file_pattern, force=False, quiet=True)
     except Exception as exc:
         raise _kernel_access(exc, what) from exc
-    files = files_under(dest)
+    files = sorted(Path(p) for p in listed or [])
     if not [p for p in files if p.suffix != ".log"]:
         raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
     return files
@@ -784,24 +785,6 @@ def stream_events(ref: str, api: KaggleApi, sleep: Callable[[float], None] | Non
                     "run make kernel-status again"
                 ) from exc
             sleep(STREAM_RETRY_S)
-
-
-def stream_log(ref: str, api: KaggleApi, shown: Sequence[str] = (), sleep: Callable[[float], None] | None = None):
-    """The lines of the kernel's log as they are written, until the session ends, through dropped connections.
-    A stream that starts by replaying lines already `shown` (the stored log) has them left out: skipped while
-    they match in order."""
-    text, matched = "", 0
-    for event in stream_events(ref, api, sleep):
-        text += str((event or {}).get("data", ""))
-        *whole, text = text.split("\n")  # a line is shown once it has ended
-        for line in whole:
-            if matched is not None and matched < len(shown) and line == shown[matched]:
-                matched += 1
-                continue
-            matched = None  # the first new line: everything from here on is shown
-            yield line
-    if text:
-        yield text
 
 
 def kernel_log(ref: str, api: KaggleApi) -> str:

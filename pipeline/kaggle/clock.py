@@ -31,13 +31,11 @@ class SessionClock:
     predict_seconds: float  # one fold's test predictions: the time plan's estimate until one is measured
     copy_rate: float = hours.WRITE_BYTES_PER_SECOND  # bytes a second written into working: assumed until measured
     measured: tuple[str, ...] = ()  # which of the costs above were measured in this session
+    trained: bool = False  # a train stage of this session has trained: its first epoch is behind it
 
     @classmethod
     def begin(cls, cfg: Config, start: float) -> SessionClock:
-        k = cfg.kaggle
-        limit = k.time_limit_h * 3600
-        if k.timeout and k.timeout < limit:  # kernels_push's session_timeout_seconds ends the session first
-            limit = float(k.timeout)
+        k, limit = cfg.kaggle, hours.session_seconds(cfg)
         arch = disk.model_architecture(cfg)
         params = disk.transformer_parameters(arch) if arch else 0
         predict = hours.plan_time(cfg, 1).predict_seconds
@@ -58,9 +56,11 @@ class SessionClock:
         return self.end - self.reserve()
 
     def arm(self) -> None:
-        """The deadline and a whole session's training time, for the train stage (read by pipeline.core.eta)."""
+        """The deadline, a whole session's training time and whether the session has trained yet, for the train
+        stage (read by pipeline.core.eta)."""
         os.environ[eta.DEADLINE_ENV] = repr(self.deadline())
         os.environ[eta.SESSION_ENV] = repr(max(0.0, self.end - self.start - self.reserve()))
+        os.environ[eta.TRAINED_ENV] = "1" if self.trained else ""
 
     def copied(self, nbytes: int, seconds: float) -> None:
         if nbytes >= MEASURABLE_BYTES and seconds > 0:

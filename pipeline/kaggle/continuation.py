@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline import layout, validity
 from pipeline.files import atomic_write_text
-from pipeline.kaggle.output import FINAL, experiments
+from pipeline.kaggle.output import FINAL, ended_state, experiments
 from pipeline.kaggle.plan import KernelError, Plan
 from pipeline.schema import Config
 
@@ -90,19 +90,11 @@ def pick_version(cfg: Config, plan: Plan, api, dest: Path) -> Plan:
     from pipeline.kaggle import client
 
     ref = plan.continue_kernel
-    try:
-        status, _ = client.kernel_status(ref, api)
-    except client.KaggleError as exc:
-        if client.http_status(exc.__cause__) != 404:
-            raise
+    status = ended_state(ref, api, "kaggle.continue_from: ", " and attach an output that is not written yet")
+    if status is None:
         raise KernelError(
             f"kaggle.continue_from: kernel {ref} does not exist (404): nothing to continue from; push it once "
             "without kaggle.continue_from"
-        ) from None
-    if status not in FINAL:
-        raise KernelError(
-            f"kaggle.continue_from: kernel {ref} is {status}: a push now would start a second GPU session beside it "
-            f"and attach an output that is not written yet; wait for it to end (make kernel-status), then push again"
         )
     newest = plan.continue_version or client.kernel_version(ref, api) or last_pushed(dest.parent, ref)
     versions = [plan.continue_version] if plan.continue_version else list(range(newest, 0, -1))[:VERSIONS_BACK]

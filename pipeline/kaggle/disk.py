@@ -142,14 +142,16 @@ def format_plan(plan: DiskPlan, quota_gb: float) -> str:
     return "\n".join(lines)
 
 
-def over_quota(plan: DiskPlan, quota_gb: float) -> str:
-    """The fix to print when the kept output passes the quota; "" when it fits."""
+def over_quota(plan: DiskPlan, quota_gb: float, must_resume: bool = False) -> str:
+    """The fix to print when the kept output passes the quota; "" when it fits. `must_resume`: a fold is longer
+    than a session, so kaggle.keep_resume=false is no fix (the fold could never end)."""
     if plan.working_bytes <= quota_gb * GB:
         return ""
+    no_resume = "" if must_resume else "kaggle.keep_resume=false (a fold cut off by the time limit starts again next "
+    no_resume += "" if must_resume else "session), "
     return (
         f"the run would keep {human(plan.working_bytes)} in /kaggle/working, more than the {quota_gb:g} GB Kaggle "
         "keeps: set kaggle.keep_weights=false (complete folds keep their OOF and test predictions, not their weights: "
-        "they count and predict without them, but cannot predict another test set), kaggle.keep_resume=false (a fold "
-        "cut off by the time limit starts again next session), train fewer folds (train.folds=[0,1]), or push one "
-        "kernel per fold (kaggle.kernel_slug=<name>-fold0 train.folds=[0])"
+        f"they count and predict without them, but cannot predict another test set), {no_resume}train fewer folds "
+        "(train.folds=[0,1]), or push one kernel per fold (kaggle.kernel_slug=<name>-fold0 train.folds=[0])"
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,9 @@ from pipeline.schema import Config
 
 T4_FP16_FLOPS, T4_UTILISATION = 65e12, 0.10
 T4_GPUS = 2  # kaggle.accelerator NvidiaTeslaT4
+# the names torch gives a T4 ("Tesla T4", "NVIDIA T4"): the whole name, since a Quadro T4000 or an NVIDIA T400 contains
+# "T4" too and is another card
+T4_NAME = re.compile(r"(NVIDIA )?(Tesla )?T4", re.IGNORECASE)
 FILL = 0.6  # an assumed mean row length, as a share of model.max_length, where the token cache is not here
 PADDING = 1.1  # length-grouped batches pad about a tenth
 EVAL_SPEEDUP = 3.0  # a forward pass is about a third of a training step
@@ -118,7 +122,7 @@ def measured_throughput(cfg: Config) -> tuple[tuple[float, str] | None, str]:
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None, ""
     gpu = str(ours.get("gpu") or "")
-    if "T4" not in gpu:  # a figure from another GPU (or one that did not record its name) is not Kaggle's
+    if not T4_NAME.fullmatch(gpu.strip()):  # another GPU (or one that did not record its name) is not Kaggle's
         return None, f"{path} was measured on {gpu or 'a GPU it does not name'}, not a T4: not used"
     how = f"measured by make bench-gpu on one {gpu} ({path}), x {T4_GPUS} T4s (the all-reduce between them not counted)"
     return (rate, how), ""
@@ -225,11 +229,43 @@ def plan_time(cfg: Config, folds: int) -> TimePlan:
     )  # fmt: skip
 
 
+def session_seconds(cfg: Config) -> float:
+    """A session's length: kaggle.time_limit_h, or kaggle.timeout when shorter (kernels_push's
+    session_timeout_seconds ends the session first)."""
+    limit = cfg.kaggle.time_limit_h * 3600
+    return float(cfg.kaggle.timeout) if 0 < cfg.kaggle.timeout < limit else limit
+
+
+def session_words(cfg: Config) -> str:
+    """`12 h`, or `2 h (kaggle.timeout=7200)` when the timeout is what ends the session."""
+    limit = session_seconds(cfg)
+    shorter = f" (kaggle.timeout={cfg.kaggle.timeout})" if limit < cfg.kaggle.time_limit_h * 3600 else ""
+    return f"{limit / 3600:.3g} h{shorter}"
+
+
+def must_resume(plan: TimePlan, cfg: Config, reserve: float) -> bool:
+    """A fold (or the stage-1 model) longer than the training a session gives: only a resume state carried into
+    the next session lets it end."""
+    return max(plan.fold_seconds, plan.stage1_seconds) > session_seconds(cfg) - reserve
+
+
+def resume_refusal(plan: TimePlan, cfg: Config, reserve: float) -> str:
+    """The one line that refuses kaggle.keep_resume=false with a fold longer than a session; "" otherwise."""
+    if cfg.kaggle.keep_resume or not must_resume(plan, cfg, reserve):
+        return ""
+    longest = max(plan.fold_seconds, plan.stage1_seconds)
+    return (
+        f"kaggle.keep_resume=false with a fold of about {hours(longest)}, more than the "
+        f"{hours(session_seconds(cfg) - reserve)} a {session_words(cfg)} session trains: every session would start "
+        "it again and none could finish it; keep kaggle.keep_resume=true (the default), or train fewer rows a fold"
+    )
+
+
 def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> str:
     """The plan in lines; `reserve`: the seconds the notebook keeps free at the session's end (its clock's)."""
     k = cfg.kaggle
     reserve = k.margin_minutes * 60 if reserve is None else reserve
-    usable = k.time_limit_h * 3600 - reserve
+    usable = session_seconds(cfg) - reserve
     evals = f"{plan.evals_per_epoch:g} evaluations" if plan.evals_per_epoch != 1 else "evaluating it"
     lines = [
         f"kernel: time plan, an estimate (the log's ETA lines are measured), at {plan.tokens_per_second:,.0f} padded "
@@ -244,7 +280,7 @@ def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> st
     if plan.stage1_seconds:
         lines.append(f"    {hours(plan.stage1_seconds):>11}  the stage-1 model {cfg.model.init_from}, first")
     lines += [
-        f"    {hours(plan.total_seconds):>11}  {plan.folds} fold(s) and predicting, of a {k.time_limit_h:g} h session "
+        f"    {hours(plan.total_seconds):>11}  {plan.folds} fold(s) and predicting, of a {session_words(cfg)} session "
         f"({hours(reserve)} kept free at its end)",
         f"    {plan.total_seconds / 3600 / k.weekly_quota_h:11.0%}  of a {k.weekly_quota_h:g} h weekly GPU quota",
     ]

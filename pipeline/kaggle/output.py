@@ -37,6 +37,26 @@ def folders(cfg: Config, kernel_slug: str) -> tuple[Path, Path, Path]:
     return root / "code", root / "notebook", root / "output"
 
 
+def ended_state(ref: str, api, why: str = "", also: str = "") -> str | None:
+    """The state of kernel `ref`'s latest version once it has ended (one of FINAL); None when it was never pushed
+    (404). Refused in one line while it is queued or runs: a push then starts a second GPU session beside it, on the
+    same weekly quota. `why` opens the line, `also` adds to what the push would do."""
+    from pipeline.kaggle import client
+
+    try:
+        status, _ = client.kernel_status(ref, api)
+    except client.KaggleError as exc:
+        if client.http_status(exc.__cause__) != 404:
+            raise
+        return None
+    if status not in FINAL:
+        raise KernelError(
+            f"{why}kernel {ref} is {status}: a push now would start a second GPU session beside it{also}; wait for "
+            "it to end (make kernel-status), then push again"
+        )
+    return status
+
+
 def experiments(cfg: Config) -> list[str]:
     """The experiments a kernel's output holds: the config's, and the stage-1 model it trained first."""
     return [cfg.name] + ([cfg.model.init_from] if cfg.model.init_from else [])
@@ -48,6 +68,16 @@ def output_pattern(cfg: Config) -> str:
     return rf"^(models/({names})/|submission\.csv$|{re.escape(cfg.name)}\.csv$|{re.escape(RUN_CONFIG)}$)"
 
 
+def event_lines(event) -> list[str]:
+    """The lines of one log event ({stream_name, time, data}), as kaggle 2.2.5's own follow prints it: its data, a
+    newline added unless it ends with one (its parsers yield an event a line, most without one); no data, no line."""
+    data = event.get("data") if isinstance(event, dict) else None
+    if data is None:
+        return []
+    text = str(data)
+    return (text[:-1] if text.endswith("\n") else text).split("\n")
+
+
 def log_lines(raw: str) -> list[str]:
     """The text lines of a kernel log: Kaggle's JSON list of {stream_name, time, data} entries, or plain text."""
     try:
@@ -56,8 +86,23 @@ def log_lines(raw: str) -> list[str]:
         return raw.splitlines()
     if not isinstance(entries, list):
         return raw.splitlines()
-    text = "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
-    return text.splitlines()
+    return [line for entry in entries for line in event_lines(entry)]
+
+
+def follow_log(ref: str, api, shown: list[str], sleep: Callable[[float], None]):
+    """The lines of the kernel's log as they are written, each event's as it comes, until the session ends, through
+    dropped connections (client.stream_events). A stream that starts by replaying lines already `shown` (the stored
+    log) has them left out: skipped while they match in order."""
+    from pipeline.kaggle import client
+
+    matched: int | None = 0
+    for event in client.stream_events(ref, api, sleep):
+        for line in event_lines(event):
+            if matched is not None and matched < len(shown) and line == shown[matched]:
+                matched += 1
+                continue
+            matched = None  # the first new line: everything from here on is shown
+            yield line
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -67,6 +112,18 @@ def same_file(a: Path, b: Path) -> bool:
         return False
     sa, sb = a.stat(), b.stat()
     return sa.st_size == sb.st_size and int(sa.st_mtime) == int(sb.st_mtime)
+
+
+def drop_stale(out: Path, listed: list[Path], pattern: str) -> list[Path]:
+    """Files of an earlier download in `out` that the latest output no longer holds (a fold's resume.pt from the
+    session that cut it, beside the fold a later session completed): removed, so that `out` is the latest output and
+    nothing older is installed or counted. Only names `pattern` matches: the rest is not an output's."""
+    keep = {p.resolve() for p in listed}
+    stale = [p for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".log" and p.resolve() not in keep
+             and re.search(pattern, p.relative_to(out).as_posix())]  # fmt: skip
+    for path in stale:
+        path.unlink()
+    return stale
 
 
 def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
@@ -144,6 +201,8 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     finally:
         if status != "complete":
             keep_log(plan.kernel_ref, out, log)
+    for path in drop_stale(out, files, output_pattern(cfg)):
+        print(f"kernel: {path.relative_to(out)}: of an earlier output, not in the latest: removed, not installed")
     print(f"kernel: {len(files)} output files in {out}")
     copied, skipped = install_output(cfg, out)
     for p in copied:
@@ -193,7 +252,7 @@ def kernel_status(
     lines = show_log(plan.kernel_ref, out, api)
     print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
     if follow and status not in FINAL and client.can_stream_logs(api):
-        for line in client.stream_log(plan.kernel_ref, api, shown=list(lines), sleep=sleep):
+        for line in follow_log(plan.kernel_ref, api, list(lines), sleep):
             print(f"  | {line}", flush=True)
             lines.append(line)
         status, failure = client.kernel_status(plan.kernel_ref, api)

@@ -59,6 +59,10 @@ class FakeKaggleApi:
         self.submission_states: list[dict] = []  # get_submission answers these in turn, then the last again
         self.written: list[str] = []  # output files kernels_output (re)wrote, relative to its path
         self.dataset_version = 7  # dataset_status(format="json(current_version_number)") answers it
+        # version queries after a new version that still answer the previous number; meanwhile dataset_status answers
+        # for the previous version too: "ready" (dataset_states are the new version's, once its number shows)
+        self.version_lag = 0
+        self._lagging = 0
         self.log_events: list[dict] | None = None  # kernels_logs_stream yields these (None: as kernels_logs)
         # one list per connection of kernels_logs_stream, taken in turn (then log_events): its events, and an
         # exception where the connection drops
@@ -126,7 +130,10 @@ class FakeKaggleApi:
         if dataset not in self.datasets:
             raise http_error(404, "Not Found")
         if format is not None:  # Real: json of the projected fields, e.g. json(current_version_number)
-            return json.dumps({"current_version_number": self.dataset_version})
+            lagging, self._lagging = self._lagging > 0, max(0, self._lagging - 1)
+            return json.dumps({"current_version_number": self.dataset_version - lagging})
+        if self._lagging:  # the previous version's state
+            return "ready"
         return self.dataset_states.pop(0) if self.dataset_states else "ready"
 
     def _uploaded(self, folder: str, dir_mode: str) -> list[str]:
@@ -167,6 +174,7 @@ class FakeKaggleApi:
     ):
         ref = json.loads(Path(folder, "dataset-metadata.json").read_text())["id"]
         self.dataset_version += 1  # Real: a new version, numbered after the last
+        self._lagging = self.version_lag
         self._record(
             "dataset_create_version",
             folder=folder,

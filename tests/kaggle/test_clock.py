@@ -4,17 +4,22 @@ than a session. Simulated hours: PIPELINE_FAKE_CLOCK adds seconds to the clock a
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import types
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from pipeline import config, data, layout, train, validity
-from pipeline.core import eta
+from pipeline.core import distributed, eta
+from pipeline.core.fold import FoldRun
+from pipeline.core.resume import TimeUp
 from pipeline.inputs import tables
 from pipeline.kaggle.clock import SessionClock
-from tests.helpers import under
+from tests.helpers import free_port, under
 from tests.helpers.tinyrun import TINY, overrides
 
 
@@ -98,3 +103,77 @@ def test_an_epoch_longer_than_a_session_progresses_in_every_session(tmp_path: Pa
     err = capsys.readouterr().err
     assert "fold 1: epoch 1 needs about" in err and "nothing trained yet, it starts in the next session" in err
     assert not (layout.fold_dir(cfg, 1) / layout.RESUME).exists()
+
+
+def guarded(need: float, trained_here: bool = False, d: distributed.Dist | None = None) -> types.SimpleNamespace:
+    """What FoldRun.check_time reads of a fold: an epoch (with its evaluations) of `need` seconds at the run's rate;
+    `trained_here`: this process has trained already. Its stop raises TimeUp as the fold's does."""
+
+    def time_up(why: str, started: bool = True) -> None:
+        raise TimeUp(why)
+
+    fold = types.SimpleNamespace(d=d or distributed.Dist(), fold=0, epoch_tokens=1.0, epoch_eval_tokens=0.0,
+                                 rate=eta.Rate(1.0, need, 1.0, 0.0), measured=eta.Rate(float(trained_here), 1.0),
+                                 time_up=time_up)  # fmt: skip
+    fold.time_verdict = types.MethodType(getattr(FoldRun, "time_verdict", lambda *a: None), fold)
+    return fold
+
+
+def keep_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (eta.DEADLINE_ENV, eta.SESSION_ENV, eta.TRAINED_ENV):  # arm() sets them: put back after the test
+        monkeypatch.setenv(name, "")
+
+
+def test_an_epoch_that_fits_a_session_but_not_after_its_setup_is_trained_into(tmp_path: Path, monkeypatch) -> None:
+    """XLM-R large, 8 minutes of setup (data, the all-reduce check, loading the model) before the first epoch, an
+    epoch that fits a whole session but not what is left after that setup: refusing it would refuse it in every
+    session, each burning its setup. The first epoch a session trains is never refused; a later one is."""
+    keep_env(monkeypatch)
+    cfg = config.load("xlmr-large", [*under(tmp_path)])
+    setup = 8 * 60
+    for _ in range(3):  # session after session: the same setup, the same epoch
+        clock = SessionClock.begin(cfg, start=eta.now() - setup)
+        clock.arm()
+        whole, left = eta.session_seconds(), eta.left()
+        need = left + (whole - left) / 2  # more than is left, less than a whole session
+        FoldRun.check_time(guarded(need), 0)  # trained into: no TimeUp
+    clock.trained = True  # an earlier fold of this session trained: this epoch waits for the next session
+    clock.arm()
+    with pytest.raises(TimeUp, match="fold 0: epoch 1 needs about .* are left before the session's limit"):
+        FoldRun.check_time(guarded(need), 0)
+    clock.trained = False
+    clock.arm()
+    with pytest.raises(TimeUp, match="fold 0: epoch 2 needs about"):  # this process trained epoch 1 already
+        FoldRun.check_time(guarded(need, trained_here=True), 1)
+
+
+def _guard_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One rank of two deciding the time guard near the boundary, each on its own clock."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    # rank 0's clock leaves the epoch time, rank 1's (a little later, or another rate) does not
+    os.environ[eta.DEADLINE_ENV] = repr(eta.now() + (1000 if rank == 0 else 900))
+    os.environ[eta.SESSION_ENV], os.environ[eta.TRAINED_ENV] = repr(36000.0), "1"
+    try:
+        FoldRun.check_time(guarded(950, d=distributed.Dist(rank, world)), 1)
+        said = "trains"
+    except TimeUp:
+        said = "stops"
+    seen: list = [None] * world
+    dist.all_gather_object(seen, said)  # where each rank went (without a shared decision, one would wait here)
+    if rank == 0:
+        Path(out).write_text(json.dumps(seen))
+    dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_the_ranks_decide_the_time_guard_together(tmp_path: Path) -> None:
+    """Two gloo processes whose clocks fall either side of the boundary: rank 0 decides for both, so neither stops
+    alone and leaves the other waiting for ever at the next all-reduce."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "seen.json"
+    mp.spawn(_guard_worker, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    assert json.loads(out.read_text()) == ["trains", "trains"]

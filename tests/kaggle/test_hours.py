@@ -38,18 +38,20 @@ def test_the_estimate_says_it_is_one(tmp_path: Path) -> None:
     assert plan.save_seconds > 0 and plan.predict_seconds > hours.LOAD_SECONDS
 
 
-@pytest.mark.parametrize("gpu", [None, "NVIDIA A100-SXM4-80GB"])
+@pytest.mark.parametrize("gpu", [None, "NVIDIA A100-SXM4-80GB", "Quadro T4000", "NVIDIA T400", "NVIDIA T400 4GB"])
 def test_a_bench_figure_from_another_gpu_is_not_kaggle_s(tmp_path: Path, gpu: str | None) -> None:
-    """make bench-gpu on an A100 (or in a file that names no GPU) says nothing of two T4s: not doubled, not used."""
+    """make bench-gpu on an A100, on a card whose name holds "T4" without being one (Quadro T4000, T400), or in a
+    file that names no GPU says nothing of two T4s: not doubled, not used."""
     bench_file(tmp_path, gpu)
     rate, source = hours.throughput(cfg_for(tmp_path, *LARGE))
     assert "an estimate for 2 T4s" in source and "not a T4: not used" in source and rate != 10.0 * 256 * 2
 
 
-def test_a_bench_figure_from_a_t4_is_used(tmp_path: Path) -> None:
-    bench_file(tmp_path, "Tesla T4")
+@pytest.mark.parametrize("gpu", ["Tesla T4", "NVIDIA T4"])
+def test_a_bench_figure_from_a_t4_is_used(tmp_path: Path, gpu: str) -> None:
+    bench_file(tmp_path, gpu)
     rate, source = hours.throughput(cfg_for(tmp_path, *LARGE))
-    assert rate == 10.0 * 256 * 2 and source.startswith("measured by make bench-gpu on one Tesla T4")
+    assert rate == 10.0 * 256 * 2 and source.startswith(f"measured by make bench-gpu on one {gpu}")
 
 
 def test_extra_files_are_counted_or_said_not_to_be(tmp_path: Path) -> None:
@@ -80,3 +82,16 @@ def test_a_stage1_model_and_evaluations_inside_epochs_are_counted(tmp_path: Path
     assert attached.stage1_seconds == 0  # trained by another kernel
     often = hours.plan_time(cfg_for(tmp_path, *LARGE, "train.eval_every_steps=50"), 5)
     assert often.evals_per_epoch > 5 and often.fold_seconds > base.fold_seconds
+
+
+def test_the_plan_is_against_kaggle_timeout_when_it_is_shorter(tmp_path: Path) -> None:
+    """kaggle.timeout=7200 ends the session after two hours: the plan weighs the folds against that, not 12 hours."""
+    cfg = cfg_for(tmp_path, *LARGE, "kaggle.timeout=7200")
+    assert hours.session_seconds(cfg) == 7200
+    text = hours.format_time(hours.plan_time(cfg, 5), cfg)
+    assert "fold(s) and predicting, of a 2 h (kaggle.timeout=7200) session" in text and "12 h session" not in text
+    assert "kernel: warning: the folds need about" in text and "about 1 fold(s) fit one" in text
+    longer = cfg_for(tmp_path, *LARGE, "kaggle.timeout=99999")
+    assert hours.session_seconds(longer) == 12 * 3600 and "of a 12 h session" in hours.format_time(
+        hours.plan_time(longer, 5), longer
+    )

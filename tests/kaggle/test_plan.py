@@ -71,6 +71,22 @@ def test_xlmr_large_plan_fits_and_keeps_transients_out_of_working(tmp_path: Path
     assert "5 x 2.24 GB" in out
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "kaggle.md"
+
+
+def test_the_docs_quote_what_the_dry_run_prints(tmp_path: Path, capsys) -> None:
+    """docs/kaggle.md's dry-run block is what `make kernel CONFIG=xlmr-large ARGS="kaggle.dry_run=true"` prints, from
+    its first line (kaggle.model_source) to the notebook's deadline: numbers of an older plan would mislead."""
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index("```\n", text.index('ARGS="kaggle.dry_run=true"` prints')) + 4
+    quoted = text[start : text.index("```", start)].splitlines()
+    cfg = config.load("xlmr-large", [f"kaggle.dir={tmp_path / 'kernel'}", *under(tmp_path), "kaggle.dry_run=true"])
+    kernel.build_and_push(cfg)
+    printed = capsys.readouterr().out.splitlines()
+    last = next(i for i, line in enumerate(printed) if line.startswith("kernel: in the notebook, training stops"))
+    assert quoted == printed[: last + 1]
+
+
 def test_a_two_stage_plan_counts_the_stage1_model(tmp_path: Path) -> None:
     big = ("kaggle.dry_run=true", "kaggle.working_gb=30")
     one = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *big))["disk"]
@@ -132,6 +148,23 @@ def test_a_plan_over_the_quota_is_refused_before_anything_is_sent(tmp_path: Path
     # the fixes the message names are enough: weights left in temp, or fewer folds
     kernel.build_and_push(cfg_for(tmp_path, "sample", *big, "kaggle.keep_weights=false"), api=FakeKaggleApi())
     kernel.build_and_push(cfg_for(tmp_path, "sample", *big, "train.folds=[0,1,2]"), api=FakeKaggleApi())
+
+
+def test_no_resume_state_with_a_fold_longer_than_a_session_is_refused(tmp_path: Path, capsys) -> None:
+    """kaggle.keep_resume=false restarts a cut fold in the next session: with a fold longer than a session it could
+    never end. The plan refuses that in one line, and a disk plan over the quota no longer offers it as a fix."""
+    slow = ("kaggle.dry_run=true", "kaggle.tokens_per_second=200")  # a fold of about a day
+    said = r"keep_resume=false with a fold of about \d+h\d\dm, more than the \d+h\d\dm a 12 h session trains: every"
+    with pytest.raises(KernelError, match=said):
+        kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *slow, "kaggle.keep_resume=false"))
+    assert str(capsys.readouterr().out).count("kernel: time plan") == 1  # the numbers are printed before
+    kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *slow))  # the resume state carries it: fine
+    kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "kaggle.keep_resume=false"))  # fits
+    with pytest.raises(KernelError, match="more than the 20 GB") as refused:
+        kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *slow, "data.folds=6"))
+    assert "kaggle.keep_resume=false" not in str(refused.value) and "kaggle.keep_weights=false" in str(refused.value)
+    with pytest.raises(KernelError, match="kaggle.keep_resume=false .a fold cut off"):  # a fold that fits: a fix
+        kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true", "data.folds=6"))
 
 
 # ---------------------------------------------------------------------------------------------
