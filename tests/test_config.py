@@ -51,6 +51,44 @@ def test_overrides(override: str, get, expected) -> None:
     assert type(value) is type(expected)
 
 
+TEXT_KEYS = ["name", "blend.name", "kaggle.user", "data.pseudo_from"]
+
+
+@pytest.mark.parametrize("key", TEXT_KEYS)
+@pytest.mark.parametrize("written", ["010", "0x10", "1.10", "1_0", "0o7", "2020"])
+def test_a_text_setting_keeps_the_text_written(tmp_path: Path, key: str, written: str) -> None:
+    """YAML 1.1 reads 010 as 8, 0x10 as 16 and 1.10 as 1.1: a name is the text as written, on the command line
+    and in a config file alike."""
+    assert schema.value_of(config.load("sample", [f"{key}={written}"]), key) == written
+    *sections, last = key.split(".")
+    text = "".join(f"{'  ' * i}{s}:\n" for i, s in enumerate(sections)) + f"{'  ' * len(sections)}{last}: {written}\n"
+    (tmp_path / "c.yaml").write_text(text)
+    assert schema.value_of(config.load(str(tmp_path / "c.yaml")), key) == written
+
+
+def test_a_list_of_names_keeps_the_text_written() -> None:
+    assert config.load("sample", ["blend.members=[010,0x10,1.10]"]).blend.members == ("010", "0x10", "1.10")
+    assert config.load("sample", ["kaggle.user=12:30"]).kaggle.user == "12:30"  # sexagesimal 750 to YAML 1.1
+    with pytest.raises(ConfigError, match="^name='12:30': a name must be a plain folder name"):
+        config.load("sample", ["name=12:30"])
+
+
+def test_a_key_set_twice_in_a_config_file_is_refused_naming_the_file_and_line(tmp_path: Path) -> None:
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("name: x\ntrain:\n  epochs: 1\nmodel:\n  name: tiny\ntrain:\n  lr: 0.1\n")
+    with pytest.raises(ConfigError) as info:
+        config.load(str(twice))
+    message = str(info.value)
+    assert message.startswith(f"{twice}: not valid YAML") and "\n" not in message, message
+    assert "'train' is set twice: at line 2 and at line 6" in message, message
+    inner = tmp_path / "inner.yaml"
+    inner.write_text("train:\n  lr: 0.1\n  epochs: 1\n  lr: 0.2\n")
+    with pytest.raises(ConfigError, match=r"'lr' is set twice: at line 2 and at line 4"):
+        config.load(str(inner))
+    # a merge key, then a key that overrides what it merged, is not a key set twice
+    assert config.parse_yaml("a: &a {x: 1, y: 1}\nb:\n  <<: *a\n  x: 2\n")["b"] == {"x": 2, "y": 1}
+
+
 def test_override_keeps_the_rest_of_the_section() -> None:
     base = config.load("sample")
     cfg = config.load("sample", ["train.epochs=9"])
