@@ -63,6 +63,8 @@ def at_least(n: int, note: str = "") -> tuple:
 POSITIVE = (lambda v: _finite(v) and v > 0), "a finite number > 0"
 NON_NEGATIVE = (lambda v: _finite(v) and v >= 0), "a finite number >= 0"
 FRACTION = (lambda v: 0 <= v < 1), "a number in [0, 1)"
+# numpy's and scikit-learn's seeds are 32-bit unsigned: -1 or 2**32 would stop the stage with their traceback
+SEED = (lambda v: 0 <= v < 2**32), "an integer in [0, 4294967295]"
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class DataConfig:
     folds: int = setting(
         5, "validation folds (stratified on language × label), no more than the data allows", within=at_least(2)
     )
-    seed: int = setting(42, "seed of the fold assignment and of the sampled English and bias rows")
+    seed: int = setting(42, "seed of the fold assignment and of the sampled English and bias rows", within=SEED)
     sample_scale: float = setting(1.0, "size of the built-in sample competition", within=(POSITIVE[0], "a number > 0"))
     pseudo_from: str = setting(
         "",
@@ -196,7 +198,9 @@ class TrainConfig:
         64, "rows per batch when scoring the validation rows and predicting test", within=at_least(1), role=NEVER
     )
     seed: int = setting(
-        42, "seed of training (each fold's run), of the TF-IDF baseline and of `make bench`'s random data"
+        42,
+        "seed of training (each fold's run), of the TF-IDF baseline and of `make bench`'s random data",
+        within=SEED,
     )
     save_every_steps: int = setting(
         0,

@@ -216,6 +216,10 @@ OUT_OF_RANGE = [
     ("kaggle.working_gb=0", "kaggle.working_gb"),
     ("blend.step=0", "blend.step"),
     ("blend.step=0.7", "blend.step"),
+    ("data.seed=-1", "data.seed"),  # numpy's seeds are 0 .. 2**32 - 1
+    ("data.seed=99999999999", "data.seed"),
+    ("train.seed=-1", "train.seed"),
+    ("train.seed=4294967296", "train.seed"),
 ]
 
 

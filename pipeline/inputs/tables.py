@@ -155,16 +155,23 @@ def validation_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
     valid = read_csv(path, ["id", "comment_text", "lang", "toxic"], labels=("toxic",))
     check_unique(valid, "id", path)
     check_lang(valid, path, notes)
-    if len(valid) < k:
-        raise DataError(f"{path}: {len(valid)} rows cannot make {k} folds")
-    label = (valid["toxic"] >= 0.5).astype(int).astype(str)
-    # a stratum smaller than k cannot be spread over k folds: then the label alone (each fold keeps both
-    # classes), then the language alone
-    for strata in (valid["lang"] + "_" + label, label, valid["lang"]):
-        if strata.value_counts().min() >= k:
-            break
-    folds = assign_folds(strata, k, cfg.data.seed)
+    folds = assign_folds(fold_strata(valid, k, path), k, cfg.data.seed)
     return source_rows(valid["id"], valid["comment_text"], valid["lang"], valid["toxic"], path.stem, folds)
+
+
+def fold_strata(valid: pd.DataFrame, k: int, path) -> pd.Series:
+    """What the validation rows are stratified on for k folds: language × label, else the label alone (each
+    fold keeps both classes), else the language alone; too few rows for any is one line naming the most folds."""
+    label = (valid["toxic"] >= 0.5).astype(int).astype(str)
+    # a stratum smaller than k cannot be spread over k folds (scikit-learn would stop with its own traceback)
+    for strata in (valid["lang"] + "_" + label, label, valid["lang"]):
+        if len(strata) and strata.value_counts().min() >= k:
+            return strata
+    positives = int((label == "1").sum())
+    most = min(positives, len(valid) - positives)  # label strata: each fold gets a row of the rarer class
+    fix = f"set data.folds={most} or fewer" if most >= 2 else "add validation rows of both classes"
+    raise DataError(f"{path}: {len(valid)} validation rows ({positives} toxic) cannot make data.folds={k} folds "
+                    f"with both classes in each: {fix}")  # fmt: skip
 
 
 def test_table(raw, notes: list[str]) -> pd.DataFrame:
