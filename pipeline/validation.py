@@ -83,6 +83,10 @@ def check_values(cfg: Config) -> None:
             f"train.folds={list(cfg.train.folds)}: fold {missing[0]} does not exist with data.folds={cfg.data.folds} "
             f"(folds are 0..{cfg.data.folds - 1}, and -1 for a stage-1 model)"
         )
+    if cfg.bench.effective_batch % cfg.bench.micro_batch:
+        raise ConfigError(
+            f"bench.micro_batch={cfg.bench.micro_batch} must divide bench.effective_batch={cfg.bench.effective_batch}"
+        )
     if cfg.model.tiny.hidden % cfg.model.tiny.heads:
         raise ConfigError(
             f"model.tiny.hidden={cfg.model.tiny.hidden} must be a multiple of model.tiny.heads={cfg.model.tiny.heads}"
