@@ -100,6 +100,11 @@ def validate(cfg: Config, device: bool = True) -> Config:
     return cfg
 
 
+def _bare_key(value) -> bool:
+    """YAML reads `file.csv:` (and `[file.csv:]`'s item) as the mapping {file.csv: None}: the text was `file.csv:`."""
+    return isinstance(value, dict) and len(value) == 1 and None in value.values()
+
+
 def _coerce(value, tp, key: str):
     """Check `value` against the annotated type `tp`; ints widen to floats, lists become tuples."""
     origin = typing.get_origin(tp)
@@ -112,6 +117,8 @@ def _coerce(value, tp, key: str):
         raise ConfigError(f"{key}: {value!r} is not a {tp}")
     if origin is tuple:
         item_tp = typing.get_args(tp)[0]
+        if _bare_key(value) and item_tp is str:
+            value = f"{next(iter(value))}:"
         if isinstance(value, str):
             items = [v.strip() for v in value.split(",") if v.strip()]
             # `0,2` on the command line is a list too: non-text items are parsed as YAML, like a whole override
@@ -139,6 +146,8 @@ def _coerce(value, tp, key: str):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             # a YAML number like `name: 010` is still the name written (str() would give `8`)
             return getattr(value, "text", None) or str(value)
+        if _bare_key(value):
+            return f"{next(iter(value))}:"
     elif dataclasses.is_dataclass(tp):
         if isinstance(value, dict):
             return _build(tp, value, key)

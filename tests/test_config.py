@@ -89,6 +89,16 @@ def test_a_key_set_twice_in_a_config_file_is_refused_naming_the_file_and_line(tm
     assert config.parse_yaml("a: &a {x: 1, y: 1}\nb:\n  <<: *a\n  x: 2\n")["b"] == {"x": 2, "y": 1}
 
 
+@pytest.mark.parametrize(
+    "written", ["[translated-train.csv:]", "translated-train.csv:", "[a.csv:es,translated-train.csv:]"]
+)
+def test_an_extra_file_with_an_empty_language_is_named(written: str) -> None:
+    with pytest.raises(ConfigError) as info:  # YAML reads `[x.csv:]` as [{x.csv: None}]: not "expected str"
+        config.load("sample", [f"data.extra_files={written}"])
+    assert str(info.value).startswith("data.extra_files: 'translated-train.csv:' names no language after the colon")
+    assert config.load("sample", ["data.extra_files=[a.csv:es]"]).data.extra_files == ("a.csv:es",)
+
+
 def test_override_keeps_the_rest_of_the_section() -> None:
     base = config.load("sample")
     cfg = config.load("sample", ["train.epochs=9"])
