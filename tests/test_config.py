@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pipeline import config, schema
 from pipeline.errors import ConfigError
 from pipeline.schema import CHOICES, Config
+from tests.helpers import ROOT
 
 CONFIGS = sorted(config.CONFIG_DIR.glob("*.yaml"))
 
@@ -182,6 +183,12 @@ def test_every_yaml_loads() -> None:
         cfg = config.load(path.stem, device=False)
         assert isinstance(cfg, Config), path
         assert config.load(str(path), device=False) == cfg
+
+
+def test_every_config_is_in_the_docs_table_of_configs() -> None:
+    text = (ROOT / "docs" / "configs.md").read_text(encoding="utf-8")
+    table = text.split("## The configs", 1)[1].split("\n## ", 1)[0]
+    assert sorted(re.findall(r"^\| `([\w.-]+)`", table, re.M)) == sorted(p.stem for p in CONFIGS)
 
 
 def test_config_is_frozen() -> None:
@@ -376,6 +383,7 @@ def test_stage_prints_one_line_for_bad_settings(capsys) -> None:
     assert data.main(["train.micro_batch=-4"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: train.micro_batch=-4") and "\n" not in err
+    assert f"(`{err.removeprefix('error: ')}`)" in (ROOT / "docs" / "configs.md").read_text()  # as the Rules quote it
 
 
 def test_stage1_settings_are_checked_at_load_and_applied_under_its_name() -> None:

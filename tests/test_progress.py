@@ -12,6 +12,7 @@ import pytest
 
 from pipeline import progress
 from pipeline.errors import PipelineError, run_stage
+from tests.helpers import ROOT
 
 
 class Tty(io.StringIO):
@@ -96,6 +97,8 @@ def test_a_stop_the_user_asked_for_is_said_as_a_stop_with_130(capsys: pytest.Cap
     assert run_stage(stage) == 130  # as shells expect of Ctrl-C
     err = capsys.readouterr().err
     assert err == "stopped: fold 0 stopped at epoch 1, step 3; `make train` again resumes from there\n", err
+    doc = " ".join((ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8").split()).replace("\\`", "`")
+    assert f'("{err.strip()}")' in doc  # what the page quotes
 
 
 def test_stages_silence_transformers_bars() -> None:

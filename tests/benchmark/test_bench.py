@@ -15,6 +15,7 @@ from pipeline.benchmark import runner as bench_runner
 from pipeline.benchmark import trainer as bench_trainer
 from pipeline.core import precision
 from pipeline.errors import ConfigError
+from tests.helpers import ROOT
 
 TINY = [
     "bench.model=tiny",
@@ -255,6 +256,14 @@ def test_bench_names_are_the_runners_and_the_rows(tmp_path, capsys) -> None:
     assert bench.main(["--config", "sample", f"models_dir={tmp_path}", *TINY, f"bench.model={missing}"]) == 2
     line = capsys.readouterr().err.strip()
     assert line == f"error: bench.model='{missing}': one of xlm-roberta-base, xlm-roberta-large, tiny or a model folder"
+
+
+def test_bench_md_quotes_the_line_bench_gpu_stops_with_without_cuda(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without CUDA
+    assert bench.main(["--config", "bench-gpu", f"models_dir={tmp_path}"]) == 2
+    line = capsys.readouterr().err.strip()
+    doc = " ".join((ROOT / "docs" / "bench.md").read_text(encoding="utf-8").split())
+    assert f"`{line}`, exit status 2" in doc, line
 
 
 def test_profile_names_the_ops_of_each_run(tmp_path) -> None:
