@@ -35,7 +35,7 @@ from pipeline import layout
 from pipeline.benchmark import peaks as spec_mod
 from pipeline.benchmark import report
 from pipeline.benchmark.rows import plan, same_job, trainer_spec
-from pipeline.benchmark.runner import ROW_TAG, matmul_peak, run_row, run_subprocess
+from pipeline.benchmark.runner import ROW_TAG, matmul_peak, model_config, run_row, run_subprocess
 from pipeline.config import Config
 from pipeline.errors import run_stage
 from pipeline.files import atomic_write_text
@@ -83,6 +83,7 @@ def _brief(r: dict) -> str:
 
 def run(cfg: Config, runner, log=print) -> dict:
     """Measure every row with `runner(spec) -> result` (a fresh process each), print and write the table."""
+    model_config(cfg)  # a model folder that is not there (or too short for bench.seq_len): before any row
     peaks, spec = measure_peaks(cfg)  # before the rows, in this process, alone on the machine
     summary = report.summarize(measure(cfg, runner, log), peaks, cfg.bench.seq_len, spec)
     summary["seq_len"] = cfg.bench.seq_len  # samples/s x this: the tokens/s a Kaggle time plan can start from

@@ -24,6 +24,64 @@ from pipeline.schema import CHOICES, Config
 CONFIG_DIR = Path(__file__).parent / "configs"
 
 
+class _WrittenInt(int):
+    """An int that keeps the text it was written as (`010`, `0x10`, `12:30`), for a setting that is text."""
+
+    text: str
+
+
+class _WrittenFloat(float):
+    """A float that keeps the text it was written as (`1.10`), for a setting that is text."""
+
+    text: str
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load's YAML, with two differences: a number keeps its text, so that `name=010` stays the name `010`
+    (YAML 1.1 reads it as the octal 8), and a key set twice in one mapping is refused (YAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            _refuse_twice(self, node)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _refuse_twice(loader: _Loader, node: yaml.MappingNode) -> None:
+    """A mapping's keys each once; the second of a pair is a YAML error with its line (`train:` twice in a file
+    would silently drop the first section's keys)."""
+    first: dict = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges, then keys after it override: allowed
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            line = first.setdefault(key, key_node.start_mark.line)
+        except TypeError:  # an unhashable key: safe_load's own error says it
+            continue
+        if line != key_node.start_mark.line:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key!r} is set twice: at line {line + 1} and", key_node.start_mark
+            )
+
+
+def _keeps_text(kind: type, construct):
+    def constructor(loader: _Loader, node: yaml.ScalarNode):
+        number = kind(construct(loader, node))
+        number.text = node.value  # the scalar as written
+        return number
+
+    return constructor
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _keeps_text(_WrittenInt, yaml.SafeLoader.construct_yaml_int))
+_Loader.add_constructor("tag:yaml.org,2002:float", _keeps_text(_WrittenFloat, yaml.SafeLoader.construct_yaml_float))
+
+
+def parse_yaml(text: str):
+    """YAML as this config reads it (a file or an override's value): numbers keep their text, keys are unique."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+
+
 def validate(cfg: Config, device: bool = True) -> Config:
     """Every setting in its allowed range (pipeline.validation); the first that is not becomes a one-line
     ConfigError naming it.
@@ -42,6 +100,11 @@ def validate(cfg: Config, device: bool = True) -> Config:
     return cfg
 
 
+def _bare_key(value) -> bool:
+    """YAML reads `file.csv:` (and `[file.csv:]`'s item) as the mapping {file.csv: None}: the text was `file.csv:`."""
+    return isinstance(value, dict) and len(value) == 1 and None in value.values()
+
+
 def _coerce(value, tp, key: str):
     """Check `value` against the annotated type `tp`; ints widen to floats, lists become tuples."""
     origin = typing.get_origin(tp)
@@ -54,10 +117,12 @@ def _coerce(value, tp, key: str):
         raise ConfigError(f"{key}: {value!r} is not a {tp}")
     if origin is tuple:
         item_tp = typing.get_args(tp)[0]
+        if _bare_key(value) and item_tp is str:
+            value = f"{next(iter(value))}:"
         if isinstance(value, str):
             items = [v.strip() for v in value.split(",") if v.strip()]
             # `0,2` on the command line is a list too: non-text items are parsed as YAML, like a whole override
-            value = items if item_tp is str else [yaml.safe_load(v) for v in items]
+            value = items if item_tp is str else [parse_yaml(v) for v in items]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         return tuple(_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value))
@@ -74,12 +139,15 @@ def _coerce(value, tp, key: str):
                 pass
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            return int(value)  # a plain int, not the loader's _WrittenInt
     elif tp is str:
         if isinstance(value, str):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)  # a YAML scalar like `name: 2020` is still a name
+            # a YAML number like `name: 010` is still the name written (str() would give `8`)
+            return getattr(value, "text", None) or str(value)
+        if _bare_key(value):
+            return f"{next(iter(value))}:"
     elif dataclasses.is_dataclass(tp):
         if isinstance(value, dict):
             return _build(tp, value, key)
@@ -144,7 +212,7 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
 def read_yaml(path: Path) -> dict:
     """A config file's tree; a syntax error or a file that is not a mapping is one line naming the file."""
     try:
-        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        tree = parse_yaml(Path(path).read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({_yaml_problem(e)}); fix the file") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -179,7 +247,7 @@ def _parse_value(key: str, raw: str):
     if not raw.strip():
         return ""
     try:
-        return yaml.safe_load(raw)
+        return parse_yaml(raw)
     except yaml.YAMLError as e:
         raise ConfigError(
             f"{key}={raw!r}: cannot parse the value ({_yaml_problem(e)}); lists are written like train.folds=[0,2]"

@@ -54,9 +54,9 @@ def acquire(cfg: Config, api=None) -> Path:
     elif not raw.is_dir():
         raise DataError(f"{raw}: no such folder (data.dir)")
     required = layout.REQUIRED
-    missing = [f for f in required if not (raw / f).is_file()]
+    missing = [raw / f for f in required if not (raw / f).is_file()]
     if missing:
-        raise DataError(f"{raw / missing[0]}: missing file (the folder needs {', '.join(required)})")
+        raise DataError(f"{missing[0]}: {files.not_a_file(missing[0])} (the folder needs {', '.join(required)})")
     return raw
 
 

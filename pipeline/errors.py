@@ -43,6 +43,8 @@ def run_stage(stage: Callable[[], None]) -> int:
         progress.fresh_line()  # the message starts its own line, never at the end of a bar's
         if getattr(e, "planned", False):
             return planned_stop(e)
+        if getattr(e, "asked", False):  # Ctrl-C or SIGTERM, the state saved: what the user asked for
+            return say(f"stopped: {e}", getattr(e, "exit_code", 130))
         return say(f"error: {e}", getattr(e, "exit_code", 2))  # 2, or a stop the caller handles (75: time is up)
     except KeyboardInterrupt:
         progress.fresh_line()

@@ -40,9 +40,12 @@ def blend_fold_problem(cfg: Config, folder: Path, needs: tuple[str, ...], chain:
     for member, digest in (done.get("member_digests") or {}).items():
         if member in chain:
             return f"names {member} among its own members ({' -> '.join([*chain, member])}); make the blend again"
-        # only this fold of the member: a blend may be of some folds (the ones every member had)
-        use, _ = experiment_check(cfg, member, needs=(), chain=chain)
+        # only this fold of the member: a blend may be of some folds (the ones every member had). Its OOF is
+        # what the blend's weights were fit on: a member fold that the board calls stale leaves this one out too
+        use, left_out = experiment_check(cfg, member, needs=(layout.OOF,), chain=chain)
         folds = {layout.fold_index(d): d for d in use}
+        if k not in folds and layout.fold_name(k) in left_out:
+            return f"member {member}'s fold{k} no longer counts ({left_out[layout.fold_name(k)]})"
         if k not in folds or validity.read_done(folds[k])["digest"] != digest:
             return f"member {member}'s fold{k} changed since the blend was made (make the blend again)"
     return "" if done.get("member_digests") else "made by an older version (make the blend again)"

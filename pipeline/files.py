@@ -276,6 +276,15 @@ def check_readable(path: Path | str, what: str) -> None:
             raise PathError(f"{p}: {what} cannot be read (permission denied); fix its permissions (chmod u+r)")
 
 
+def not_a_file(path: Path | str) -> str:
+    """Why a file a stage reads is not there, in a DataError's words: `missing file`, or a folder (or a device,
+    a socket) in its place, which is not what `missing` tells a user who sees it there."""
+    path = Path(path)
+    if path.is_dir():
+        return "a folder where a file belongs; put the file there instead"
+    return "not a regular file" if path.exists() else "missing file"
+
+
 def check_writable_dir(path: Path | str, what: str) -> None:
     """`path` is a folder (or can be made one) that this user can write into."""
     path = Path(path)

@@ -1,8 +1,9 @@
 """Progress a user reads: one tqdm wrapper for every stage, a ticking line for long silent work.
 
 On a terminal a bar redraws as tqdm always does. When stderr is not a terminal (Kaggle's log, CI, a pipe
-into a file) every redraw is a new piece of the log, so a bar redraws at most every LOG_INTERVAL seconds:
-a ten-hour run leaves a log one can read, and the final state of every bar is still printed.
+into a file, `make train > log 2>&1`) a redraw is a line of its own (tqdm's `\r` redraws would join into one
+physical line), written at most every LOG_INTERVAL seconds, and a bar's final state (`N/N` at an epoch's end) is
+always its last line: a ten-hour run leaves a log one can read line by line, and an error starts a line of its own.
 """
 
 from __future__ import annotations
@@ -28,13 +29,32 @@ def interactive(stream=None) -> bool:
 
 
 class _LogBar(tqdm):
-    """A bar for a log: a new postfix or description waits for the next timed redraw (tqdm redraws at once)."""
+    """A bar for a log: each redraw one line; a new postfix or description waits for the next timed redraw (tqdm
+    redraws at once); closing writes the final state where the last line shows an earlier one."""
+
+    written = -1  # the count the bar's last line shows; -1: no line yet
 
     def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):
         super().set_postfix(ordered_dict, refresh=False, **kwargs)
 
     def set_description(self, desc=None, refresh=True):
         super().set_description(desc, refresh=False)
+
+    def display(self, msg=None, pos=None):
+        # never tqdm's `\r` and cursor moves (a nested bar's position): in a file they are noise on one line
+        self.fp.write(f"{self.__str__() if msg is None else msg}\n")
+        self.fp.flush()
+        self.written = self.n
+        return True
+
+    def close(self):
+        if self.disable:
+            return
+        if self.written != self.n:  # the update that ended the epoch came between two timed redraws
+            self.display()
+        # a log keeps its lines: tqdm's own close would clear this one (leave=False) or write an empty line
+        self.disable = True
+        self._decr_instances(self)
 
 
 def bar(iterable=None, **kwargs) -> tqdm:

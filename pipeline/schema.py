@@ -63,6 +63,8 @@ def at_least(n: int, note: str = "") -> tuple:
 POSITIVE = (lambda v: _finite(v) and v > 0), "a finite number > 0"
 NON_NEGATIVE = (lambda v: _finite(v) and v >= 0), "a finite number >= 0"
 FRACTION = (lambda v: 0 <= v < 1), "a number in [0, 1)"
+# numpy's and scikit-learn's seeds are 32-bit unsigned: -1 or 2**32 would stop the stage with their traceback
+SEED = (lambda v: 0 <= v < 2**32), "an integer in [0, 4294967295]"
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class DataConfig:
     folds: int = setting(
         5, "validation folds (stratified on language × label), no more than the data allows", within=at_least(2)
     )
-    seed: int = setting(42, "seed of the fold assignment and of the sampled English and bias rows")
+    seed: int = setting(42, "seed of the fold assignment and of the sampled English and bias rows", within=SEED)
     sample_scale: float = setting(1.0, "size of the built-in sample competition", within=(POSITIVE[0], "a number > 0"))
     pseudo_from: str = setting(
         "",
@@ -196,7 +198,9 @@ class TrainConfig:
         64, "rows per batch when scoring the validation rows and predicting test", within=at_least(1), role=NEVER
     )
     seed: int = setting(
-        42, "seed of training (each fold's run), of the TF-IDF baseline and of `make bench`'s random data"
+        42,
+        "seed of training (each fold's run), of the TF-IDF baseline and of `make bench`'s random data",
+        within=SEED,
     )
     save_every_steps: int = setting(
         0,
@@ -370,22 +374,47 @@ class KaggleConfig:
     )
 
 
+BENCH_MODELS = ("xlm-roberta-base", "xlm-roberta-large", "tiny")  # pipeline.benchmark.runner's architectures
+BENCH_ROWS = ("fp32", "mp", "mp_acc", "mp_ckpt", "all3", "trim", "adamw8bit", "autofit")  # benchmark.rows.plan's
+
+
+def _bench_model(v: str) -> bool:
+    # a path that is not here yet passes: make bench refuses it before its first row, and a config packed for
+    # another machine (the Kaggle notebook) still loads there
+    return v in BENCH_MODELS or "/" in v or Path(v).expanduser().is_dir()
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """`make bench`: the memory and speed table (random weights and token ids, no download; [bench.md](bench.md))."""
 
-    model: str = setting("xlm-roberta-base", "`xlm-roberta-base` or `xlm-roberta-large` (the architecture only)")
-    seq_len: int = setting(256, "sequence length of the random token ids")
-    effective_batch: int = setting(32, "the effective batch of every row")
-    micro_batch: int = setting(4, "the accumulation rows: micro_batch × (effective_batch / micro_batch)")
+    model: str = setting("xlm-roberta-base", "`xlm-roberta-base` or `xlm-roberta-large` (the architecture only, "
+                         "random weights), `tiny` (the sample's tiny XLM-R, `model.tiny`) or a model folder (its own "
+                         "weights)", within=(_bench_model, f"one of {', '.join(BENCH_MODELS)} or a model "
+                                                           "folder"))  # fmt: skip
+    seq_len: int = setting(256, "sequence length of the random token ids", within=at_least(8))
+    effective_batch: int = setting(32, "the effective batch of every row", within=at_least(1))
+    micro_batch: int = setting(
+        4,
+        "the accumulation rows: micro_batch × (effective_batch / micro_batch); it divides `effective_batch`",
+        within=at_least(1),
+    )
     steps: int = setting(
-        3, "timed optimizer steps per row, after an untimed warm-up: the median and spread of these (at least 3)"
+        3,
+        "timed optimizer steps per row, after an untimed warm-up: the median and spread of these",
+        within=at_least(3, " (a median and a spread)"),
     )
     trainer: bool = setting(True, "also run each row with Hugging Face Trainer")
-    vocab_used: int = setting(60000, "distinct token ids in the data (what the trimming row keeps)")
-    max_memory_gb: float = setting(11.0, "the cap of the auto-fit row")
+    vocab_used: int = setting(
+        60000,
+        "distinct token ids in the data (what the trimming row keeps), more than the 4 special ones",
+        within=at_least(5),
+    )
+    max_memory_gb: float = setting(11.0, "the cap of the auto-fit row", within=POSITIVE)
     rows: tuple[str, ...] = setting(
-        (), "only these rows (`fp32 mp mp_acc mp_ckpt all3 trim adamw8bit autofit`); empty: all"
+        (),
+        f"only these rows (`{' '.join(BENCH_ROWS)}`); empty: all",
+        within=((lambda v: set(v) <= set(BENCH_ROWS)), f"a list of {', '.join(BENCH_ROWS)}"),
     )
     profile: bool = setting(
         False, "`torch.profiler` over the timed steps: top ops per row in `<model>.profile.md` (slower)"

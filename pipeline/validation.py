@@ -83,6 +83,16 @@ def check_values(cfg: Config) -> None:
             f"train.folds={list(cfg.train.folds)}: fold {missing[0]} does not exist with data.folds={cfg.data.folds} "
             f"(folds are 0..{cfg.data.folds - 1}, and -1 for a stage-1 model)"
         )
+    for entry in cfg.data.extra_files:
+        if entry.endswith(":"):  # `file.csv:es` gives the language; a bare colon would become part of the file name
+            raise ConfigError(
+                f"data.extra_files: {entry!r} names no language after the colon; write {entry}es (the file's "
+                "language code) or leave the colon out (the language is then its lang column's or its name's)"
+            )
+    if cfg.bench.effective_batch % cfg.bench.micro_batch:
+        raise ConfigError(
+            f"bench.micro_batch={cfg.bench.micro_batch} must divide bench.effective_batch={cfg.bench.effective_batch}"
+        )
     if cfg.model.tiny.hidden % cfg.model.tiny.heads:
         raise ConfigError(
             f"model.tiny.hidden={cfg.model.tiny.hidden} must be a multiple of model.tiny.heads={cfg.model.tiny.heads}"

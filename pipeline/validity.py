@@ -37,7 +37,8 @@ def input_signature(cfg: Config, raw: Path | None = None) -> dict:
     read = [raw / name for name in layout.needed_files(cfg)] + [p for p, _ in layout.extra_files(cfg, raw)]
     missing = [p for p in read if not p.is_file()]
     if missing:
-        raise DataError(f"{missing[0]}: missing file (the folder needs {', '.join(layout.needed_files(cfg))})")
+        needs = ", ".join(layout.needed_files(cfg))
+        raise DataError(f"{missing[0]}: {files.not_a_file(missing[0])} (the folder needs {needs})")
     teacher = layout.teacher_files(cfg) if cfg.data.pseudo_from else {}
     signature = {
         "data": data_settings(cfg),

@@ -113,6 +113,18 @@ def test_board_marks_stale_experiments_and_skips_broken_folders(tmp_path: Path, 
     assert "- xlmr+xlmr-tfidf (stale): " in text  # its member no longer counts
 
 
+def test_a_blend_of_a_damaged_member_is_stale_as_the_member_is(tmp_path: Path) -> None:
+    """docs/guarantees.md: a blend counts only while its members do; a member's fold whose OOF was damaged after
+    the blend was made leaves that fold of the blend out as well."""
+    models = make_models(tmp_path)
+    oof = models / "xlmr" / "fold2" / "oof.csv"
+    oof.write_text(oof.read_text()[:100])  # cut short, done.json as it was
+    names = [r["experiment"] for r in board_rows(board.run(board_config(models)))]
+    assert "xlmr (stale)" in names and "xlmr+xlmr-tfidf (stale)" in names, names
+    row = next(r for r in board.rows(board_config(models)) if r["name"] == "xlmr+xlmr-tfidf")
+    assert row["stale"].startswith("fold2: member xlmr's fold2 no longer counts (oof.csv has 100 bytes"), row["stale"]
+
+
 def test_stale_notes_name_the_command_that_makes_each_kind_again(tmp_path: Path) -> None:
     """A stale baseline is made again by `make baseline`, a stale blend keeps its model column and folds of
     data.folds, and a folder of unknown making is `?`, not a baseline."""

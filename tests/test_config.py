@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pipeline import config, schema
 from pipeline.errors import ConfigError
 from pipeline.schema import CHOICES, Config
+from tests.helpers import ROOT
 
 CONFIGS = sorted(config.CONFIG_DIR.glob("*.yaml"))
 
@@ -49,6 +50,54 @@ def test_overrides(override: str, get, expected) -> None:
     value = get(config.load("sample", [override]))
     assert value == expected
     assert type(value) is type(expected)
+
+
+TEXT_KEYS = ["name", "blend.name", "kaggle.user", "data.pseudo_from"]
+
+
+@pytest.mark.parametrize("key", TEXT_KEYS)
+@pytest.mark.parametrize("written", ["010", "0x10", "1.10", "1_0", "0o7", "2020"])
+def test_a_text_setting_keeps_the_text_written(tmp_path: Path, key: str, written: str) -> None:
+    """YAML 1.1 reads 010 as 8, 0x10 as 16 and 1.10 as 1.1: a name is the text as written, on the command line
+    and in a config file alike."""
+    assert schema.value_of(config.load("sample", [f"{key}={written}"]), key) == written
+    *sections, last = key.split(".")
+    text = "".join(f"{'  ' * i}{s}:\n" for i, s in enumerate(sections)) + f"{'  ' * len(sections)}{last}: {written}\n"
+    (tmp_path / "c.yaml").write_text(text)
+    assert schema.value_of(config.load(str(tmp_path / "c.yaml")), key) == written
+
+
+def test_a_list_of_names_keeps_the_text_written() -> None:
+    assert config.load("sample", ["blend.members=[010,0x10,1.10]"]).blend.members == ("010", "0x10", "1.10")
+    assert config.load("sample", ["kaggle.user=12:30"]).kaggle.user == "12:30"  # sexagesimal 750 to YAML 1.1
+    with pytest.raises(ConfigError, match="^name='12:30': a name must be a plain folder name"):
+        config.load("sample", ["name=12:30"])
+
+
+def test_a_key_set_twice_in_a_config_file_is_refused_naming_the_file_and_line(tmp_path: Path) -> None:
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("name: x\ntrain:\n  epochs: 1\nmodel:\n  name: tiny\ntrain:\n  lr: 0.1\n")
+    with pytest.raises(ConfigError) as info:
+        config.load(str(twice))
+    message = str(info.value)
+    assert message.startswith(f"{twice}: not valid YAML") and "\n" not in message, message
+    assert "'train' is set twice: at line 2 and at line 6" in message, message
+    inner = tmp_path / "inner.yaml"
+    inner.write_text("train:\n  lr: 0.1\n  epochs: 1\n  lr: 0.2\n")
+    with pytest.raises(ConfigError, match=r"'lr' is set twice: at line 2 and at line 4"):
+        config.load(str(inner))
+    # a merge key, then a key that overrides what it merged, is not a key set twice
+    assert config.parse_yaml("a: &a {x: 1, y: 1}\nb:\n  <<: *a\n  x: 2\n")["b"] == {"x": 2, "y": 1}
+
+
+@pytest.mark.parametrize(
+    "written", ["[translated-train.csv:]", "translated-train.csv:", "[a.csv:es,translated-train.csv:]"]
+)
+def test_an_extra_file_with_an_empty_language_is_named(written: str) -> None:
+    with pytest.raises(ConfigError) as info:  # YAML reads `[x.csv:]` as [{x.csv: None}]: not "expected str"
+        config.load("sample", [f"data.extra_files={written}"])
+    assert str(info.value).startswith("data.extra_files: 'translated-train.csv:' names no language after the colon")
+    assert config.load("sample", ["data.extra_files=[a.csv:es]"]).data.extra_files == ("a.csv:es",)
 
 
 def test_override_keeps_the_rest_of_the_section() -> None:
@@ -136,6 +185,12 @@ def test_every_yaml_loads() -> None:
         assert config.load(str(path), device=False) == cfg
 
 
+def test_every_config_is_in_the_docs_table_of_configs() -> None:
+    text = (ROOT / "docs" / "configs.md").read_text(encoding="utf-8")
+    table = text.split("## The configs", 1)[1].split("\n## ", 1)[0]
+    assert sorted(re.findall(r"^\| `([\w.-]+)`", table, re.M)) == sorted(p.stem for p in CONFIGS)
+
+
 def test_config_is_frozen() -> None:
     cfg = config.load("sample")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -178,6 +233,10 @@ OUT_OF_RANGE = [
     ("kaggle.working_gb=0", "kaggle.working_gb"),
     ("blend.step=0", "blend.step"),
     ("blend.step=0.7", "blend.step"),
+    ("data.seed=-1", "data.seed"),  # numpy's seeds are 0 .. 2**32 - 1
+    ("data.seed=99999999999", "data.seed"),
+    ("train.seed=-1", "train.seed"),
+    ("train.seed=4294967296", "train.seed"),
 ]
 
 
@@ -324,6 +383,7 @@ def test_stage_prints_one_line_for_bad_settings(capsys) -> None:
     assert data.main(["train.micro_batch=-4"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: train.micro_batch=-4") and "\n" not in err
+    assert f"(`{err.removeprefix('error: ')}`)" in (ROOT / "docs" / "configs.md").read_text()  # as the Rules quote it
 
 
 def test_stage1_settings_are_checked_at_load_and_applied_under_its_name() -> None:

@@ -317,6 +317,25 @@ def test_max_length_longer_than_the_model_is_refused_in_make_data(tmp_path: Path
     assert not (tmp_path / "input" / "prepared").exists()  # refused before any work
 
 
+def test_a_folder_where_a_competition_file_belongs_is_not_called_missing(tmp_path: Path, raw_sample: Path,
+                                                                           capsys) -> None:  # fmt: skip
+    (raw_sample / layout.VALID).unlink()
+    (raw_sample / layout.VALID).mkdir()
+    assert data.main(stage_args(tmp_path, "data.source=dir", f"data.dir={raw_sample}")) == 2
+    line = one_line_error(capsys)
+    assert line.startswith(f"error: {raw_sample / layout.VALID}: a folder where a file belongs"), line
+
+
+def test_a_truncated_config_json_in_the_model_folder_is_one_line(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "xlmr"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "xlm-roberta", "max_position_embeddings": 5')  # cut short
+    assert data.main(stage_args(tmp_path, f"model.name={model}")) == 2  # json's JSONDecodeError before
+    line = one_line_error(capsys)
+    assert line.startswith(f"error: {model / 'config.json'}: not a readable config.json"), line
+    assert not (tmp_path / "input" / "prepared").exists()
+
+
 # ---------------------------------------------------------------- Ctrl-C during make data
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from pipeline import progress
 from pipeline.errors import PipelineError, run_stage
+from tests.helpers import ROOT
 
 
 class Tty(io.StringIO):
@@ -48,6 +49,56 @@ def test_an_error_never_ends_a_bar_line(capsys: pytest.CaptureFixture) -> None:
     assert run_stage(stage) == 2
     err = capsys.readouterr().err
     assert "\nerror: train.lr: broken\n" in err or err.startswith("error: "), repr(err)
+
+
+def test_a_log_reads_line_by_line_and_each_bar_ends_at_its_total() -> None:
+    """`make train > log 2>&1`: no `\\r` redraws joined into one physical line, and an epoch's last line reads
+    N/N (a bar that leaves nothing on a terminal, leave=False, included)."""
+    log = io.StringIO()
+    with progress.bar(range(6), desc="fold 0 epoch 1/2", file=log, leave=False) as it:
+        for i in it:
+            it.set_postfix(loss=f"{1 / (i + 1):.3f}")
+    text = log.getvalue()
+    assert "\r" not in text and "\x1b" not in text and text.endswith("\n"), repr(text)
+    lines = text.splitlines()
+    assert lines[0].startswith("fold 0 epoch 1/2:   0%") and len(lines) == 2, lines
+    assert lines[-1].startswith("fold 0 epoch 1/2: 100%") and "6/6" in lines[-1], lines
+    every = io.StringIO()  # a redraw every update (mininterval=0): one line each, the final one not repeated
+    with progress.bar(range(3), desc="x", file=every, mininterval=0, miniters=1, leave=False) as it:
+        for _ in it:
+            pass
+    assert [line.split("| ")[-1].split(" ")[0] for line in every.getvalue().splitlines()] == [
+        "0/3",
+        "1/3",
+        "2/3",
+        "3/3",
+    ]
+
+
+def test_an_error_starts_its_own_line_in_a_log(capsys: pytest.CaptureFixture) -> None:
+    def stage() -> None:
+        bar = progress.bar(total=10, desc="work", mininterval=0, leave=False)  # as the epoch's bar
+        bar.update(5)
+        raise PipelineError("train.lr: broken")
+
+    assert run_stage(stage) == 2
+    err = capsys.readouterr().err
+    assert "\r" not in err, repr(err)  # glued to the bar by a `\r` before
+    lines = err.split("\n")
+    assert "5/10" in lines[-3] and lines[-2] == "error: train.lr: broken", lines
+
+
+def test_a_stop_the_user_asked_for_is_said_as_a_stop_with_130(capsys: pytest.CaptureFixture) -> None:
+    from pipeline.core.resume import Interrupted
+
+    def stage() -> None:
+        raise Interrupted("fold 0 stopped at epoch 1, step 3; `make train` again resumes from there")
+
+    assert run_stage(stage) == 130  # as shells expect of Ctrl-C
+    err = capsys.readouterr().err
+    assert err == "stopped: fold 0 stopped at epoch 1, step 3; `make train` again resumes from there\n", err
+    doc = " ".join((ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8").split()).replace("\\`", "`")
+    assert f'("{err.strip()}")' in doc  # what the page quotes
 
 
 def test_stages_silence_transformers_bars() -> None:

@@ -138,16 +138,28 @@ def encoder_from_config(config) -> nn.Module:
         return AutoModel.from_config(config)
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def _damaged(folder: Path | str, what: str, e: BaseException, fix: str) -> ModelError:
+    """A model folder's file that does not read (truncated, half copied) as one line naming it."""
+    return ModelError(f"{folder}: cannot read {what} ({type(e).__name__}: {_first_line(e)}); {fix}")
+
+
 def pretrained_encoder(name: str, dropout: float) -> nn.Module:
     """A pretrained encoder in fp32 with model.dropout set, or one line saying what it lacks."""
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModel
 
     try:
         config = AutoConfig.from_pretrained(name)
     except (OSError, ValueError) as e:
+        if Path(name, "config.json").is_file():  # a local folder whose config.json is damaged, not a hub name
+            raise _damaged(Path(name, "config.json"), "the model's config", e, "copy the folder again") from None
         raise ModelError(
             f"cannot load the model {name!r}: not a folder and not in the Hugging Face cache (no network?). "
-            f"Point model.name to a local folder. ({str(e).splitlines()[0]})"
+            f"Point model.name to a local folder. ({_first_line(e)})"
         ) from None
     if not hasattr(config, "hidden_size"):
         raise ModelError(
@@ -162,8 +174,11 @@ def pretrained_encoder(name: str, dropout: float) -> nn.Module:
             return AutoModel.from_pretrained(name, add_pooling_layer=False, **kwargs)
         except TypeError:
             return AutoModel.from_pretrained(name, **kwargs)
+    except SafetensorError as e:  # a truncated weights file: not an OSError to the safetensors library
+        single = Path(name, layout.WEIGHTS)  # a sharded checkpoint's folder is named instead
+        raise _damaged(single if single.is_file() else name, "the weights", e, "copy the folder again") from None
     except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load the encoder of {name!r}: {str(e).splitlines()[0]}") from None
+        raise ModelError(f"cannot load the encoder of {name!r}: {_first_line(e)}") from None
 
 
 def read_head(folder: Path) -> dict:
@@ -184,15 +199,23 @@ def read_head(folder: Path) -> dict:
 
 def load_fold_model(folder: Path, dropout: float | None = None) -> Classifier:
     """The Classifier a fold folder (or a stage-1 model's) holds, in fp32; `dropout` replaces its own."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
     head = read_head(folder)
-    config = AutoConfig.from_pretrained(folder)
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError) as e:
+        raise _damaged(Path(folder) / "config.json", "the fold's config", e, "retrain the fold") from None
     if dropout is not None:
         with_dropout(config, dropout)
     model = Classifier(encoder_from_config(config), head["pooling"], head["dropout"] if dropout is None else dropout)
-    missing, unexpected = model.load_state_dict(load_file(Path(folder) / layout.WEIGHTS), strict=False)
+    try:
+        weights = load_file(Path(folder) / layout.WEIGHTS)
+    except (SafetensorError, OSError) as e:
+        raise _damaged(Path(folder) / layout.WEIGHTS, "the weights", e, "retrain the fold") from None
+    missing, unexpected = model.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise ModelError(f"{folder / layout.WEIGHTS}: does not fit its config.json ({len(missing)} weights "
                          f"missing, {len(unexpected)} unexpected); retrain the fold")  # fmt: skip

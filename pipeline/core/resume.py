@@ -25,7 +25,10 @@ from pipeline.errors import PipelineError
 
 
 class Interrupted(PipelineError):
-    pass
+    """A stop the user asked for (Ctrl-C, SIGTERM), the resume state saved: said as a stop, not as an error."""
+
+    exit_code = 130  # what shells expect of a run stopped by Ctrl-C
+    asked = True  # pipeline.errors.run_stage: `stopped: ...`
 
 
 class TimeUp(Interrupted):

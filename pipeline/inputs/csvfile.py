@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.errors import DataError
+from pipeline.files import not_a_file
 
 
 def not_utf8(path: Path) -> DataError:
@@ -78,7 +79,7 @@ def strict_problem(path: Path) -> DataError | None:
 def check_bytes(path: Path) -> None:
     """The file exists, holds no NUL byte, is UTF-8 and is well-formed CSV."""
     if not path.is_file():
-        raise DataError(f"{path}: missing file")
+        raise DataError(f"{path}: {not_a_file(path)}")
     nul = nul_byte(path)
     if nul >= 0:
         raise DataError(f"{path}: NUL byte at offset {nul} (UTF-16 or binary?); save it as UTF-8 text")

@@ -167,14 +167,11 @@ def validation_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
     valid = read_csv(path, ["id", "comment_text", "lang", "toxic"], labels=("toxic",))
     check_unique(valid, "id", path)
     check_lang(valid, path, notes)
-    if len(valid) < k:
-        raise DataError(f"{path}: {len(valid)} rows cannot make {k} folds")
     soft = ~valid["toxic"].isin([0, 1])
     if soft.any():  # the AUC's targets: 0 or 1
         first = valid[soft].iloc[0]
         notes.append(f"{path}: {int(soft.sum()):,} labels are neither 0 nor 1 (the first: {first['toxic']:g} at id "
                      f"{first['id']}): rounded at 0.5, as the AUC scores 0 or 1")  # fmt: skip
-    label = (valid["toxic"] >= 0.5).astype(int).astype(str)
     # near-copies (templates, comments pasted again) in one fold: a fold never trains on a copy of a row it scores
     keys = groups.copy_groups(valid["comment_text"].tolist(), valid["lang"].to_numpy())
     copies = pd.Series(keys).duplicated(keep=False).to_numpy()
@@ -183,14 +180,26 @@ def validation_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
                      f"3-5-gram cosine at least {groups.NEAR_COPY_COSINE:g}) or the same text: "
                      f"{len(set(keys[copies])):,} groups, each kept in one fold")  # fmt: skip
     firsts = ~pd.Series(keys).duplicated().to_numpy()  # a group is placed as its first row is
-    # a stratum smaller than k cannot be spread over k folds: then the label alone (each fold keeps both
-    # classes), then the language alone
-    for strata in (valid["lang"] + "_" + label, label, valid["lang"]):
-        if strata[firsts].value_counts().min() >= k:
-            break
-    folds = assign_folds(strata, k, cfg.data.seed, keys)
+    folds = assign_folds(fold_strata(valid, k, path, firsts), k, cfg.data.seed, keys)
     part = source_rows(valid["id"], valid["comment_text"], valid["lang"], valid["toxic"], path.stem, folds)
     return part.assign(group=keys)
+
+
+def fold_strata(valid: pd.DataFrame, k: int, path, firsts: np.ndarray) -> pd.Series:
+    """What the validation rows are stratified on for k folds: language × label, else the label alone (each
+    fold keeps both classes), else the language alone; too few rows for any is one line naming the most folds.
+    `firsts`: the first row of each group of copies, which places the group (assign_folds)."""
+    label = (valid["toxic"] >= 0.5).astype(int).astype(str)
+    # a stratum smaller than k cannot be spread over k folds (scikit-learn would stop with its own traceback)
+    for strata in (valid["lang"] + "_" + label, label, valid["lang"]):
+        if firsts.any() and strata[firsts].value_counts().min() >= k:
+            return strata
+    positives = int((label == "1").sum())
+    placed = int((label[firsts] == "1").sum())  # groups of copies are placed whole: count them once
+    most = min(placed, int(firsts.sum()) - placed)  # label strata: each fold gets a row of the rarer class
+    fix = f"set data.folds={most} or fewer" if most >= 2 else "add validation rows of both classes"
+    raise DataError(f"{path}: {len(valid)} validation rows ({positives} toxic) cannot make data.folds={k} folds "
+                    f"with both classes in each: {fix}")  # fmt: skip
 
 
 def test_table(raw, notes: list[str]) -> pd.DataFrame:

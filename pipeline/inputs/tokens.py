@@ -75,8 +75,13 @@ def max_positions(cfg: Config) -> int | None:
     conf = Path(cfg.model.path or cfg.model.name).expanduser() / "config.json"
     if cfg.model.name == "tiny" or not conf.is_file():
         return None
-    info = read_json(conf)
-    if "max_position_embeddings" not in info:
+    try:
+        info = read_json(conf)
+    except (OSError, ValueError) as e:  # a truncated or half-copied folder: json's own error names no file
+        raise PipelineError(
+            f"{conf}: not a readable config.json ({e}); the model folder is damaged: copy it again"
+        ) from None
+    if not isinstance(info, dict) or "max_position_embeddings" not in info:
         return None
     offset = info.get("pad_token_id", 1) + 1 if "roberta" in info.get("model_type", "xlm-roberta") else 0
     return int(info["max_position_embeddings"]) - offset

@@ -398,10 +398,14 @@ def check_extra_files(cfg: Config, listed: dict[str, list[str]] | None = None) -
         if base in COMPETITION_FILES:
             continue
         if not cfg.data.datasets:
-            raise KernelError(
+            why = (
                 f"data.extra_files: {base} is not a file of the competition {cfg.data.competition}; attach the "
                 "dataset that provides it (data.datasets=[<owner>/<slug>]) or drop it (data.extra_files=[])"
             )
+            if cfg.kaggle.dry_run:  # nothing is pushed: the folders are written to be read, and a push refuses
+                print(f"kernel: {why}; a push is refused until then")
+                continue
+            raise KernelError(why)
         if listed is not None and not any(base in [Path(f).name for f in files] for files in listed.values()):
             raise KernelError(
                 f"data.extra_files: {base} is in none of {', '.join(listed)} nor in the competition; "

@@ -14,7 +14,8 @@ from pipeline.benchmark import rows as bench_rows
 from pipeline.benchmark import runner as bench_runner
 from pipeline.benchmark import trainer as bench_trainer
 from pipeline.core import precision
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError
+from tests.helpers import ROOT
 
 TINY = [
     "bench.model=tiny",
@@ -285,9 +286,44 @@ def test_gpu_preset_fails_fast_without_cuda(tmp_path, capsys, monkeypatch) -> No
     assert not (tmp_path / "bench").exists()
 
 
-def test_too_few_steps_is_refused() -> None:
-    with pytest.raises(PipelineError, match="bench.steps"):
-        bench_rows.plan(config.load("sample", [*TINY, "bench.steps=2"]))
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("bench.steps=2", "bench.steps"),  # a median and a spread need 3
+        ("bench.steps=0", "bench.steps"),
+        ("bench.steps=-1", "bench.steps"),
+        ("bench.seq_len=0", "bench.seq_len"),
+        ("bench.effective_batch=0", "bench.effective_batch"),
+        ("bench.micro_batch=0", "bench.micro_batch"),
+        ("bench.micro_batch=3", "bench.micro_batch"),  # does not divide the effective batch (4)
+        ("bench.model=xlm-roberta-small", "bench.model"),
+        ("bench.rows=[foo]", "bench.rows"),
+        ("bench.vocab_used=4", "bench.vocab_used"),
+        ("bench.max_memory_gb=0", "bench.max_memory_gb"),
+    ],
+)
+def test_bench_settings_are_checked_when_the_config_loads(override: str, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.load("sample", [*TINY, override])
+    assert str(info.value).startswith(f"{key}=") and "\n" not in str(info.value), str(info.value)
+
+
+def test_bench_names_are_the_runners_and_the_rows(tmp_path, capsys) -> None:
+    assert set(schema.BENCH_MODELS) == {*bench_runner.ARCH, "tiny"}
+    assert tuple(r["key"] for r in bench_rows.plan(config.load("sample", TINY))) == schema.BENCH_ROWS
+    assert config.load("sample", [f"bench.model={tmp_path}"]).bench.model == str(tmp_path)  # a model folder
+    missing = tmp_path / "nowhere"  # a path passes the load (it may be another machine's) but not make bench
+    assert bench.main(["--config", "sample", f"models_dir={tmp_path}", *TINY, f"bench.model={missing}"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == f"error: bench.model='{missing}': one of xlm-roberta-base, xlm-roberta-large, tiny or a model folder"
+
+
+def test_bench_md_quotes_the_line_bench_gpu_stops_with_without_cuda(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without CUDA
+    assert bench.main(["--config", "bench-gpu", f"models_dir={tmp_path}"]) == 2
+    line = capsys.readouterr().err.strip()
+    doc = " ".join((ROOT / "docs" / "bench.md").read_text(encoding="utf-8").split())
+    assert f"`{line}`, exit status 2" in doc, line
 
 
 def test_profile_names_the_ops_of_each_run(tmp_path) -> None:

@@ -34,8 +34,8 @@ def test_what_the_launcher_says_after_its_processes_ended() -> None:
     # the second failed first; torchrun stopped the first before it said anything: its line, said once
     assert launcher.report({1: same}, {1: 2, 0: -15}, 2) == ([same["line"]], 2)
     # the second was killed without a word; the first stopped, saying so itself
-    stopped = {"line": "error: fold 0 stopped at epoch 2, step 3; `make train` again resumes from there", "code": 2}
-    assert launcher.report({0: stopped}, {1: -9, 0: 2}, 2) == (
+    stopped = {"line": "stopped: fold 0 stopped at epoch 2, step 3; `make train` again resumes from there", "code": 130}
+    assert launcher.report({0: stopped}, {1: -9, 0: 130}, 2) == (
         ["error: process 1 of 2 was killed by SIGKILL (out of memory?)"], 137)  # fmt: skip
     assert launcher.report({}, {0: 1}, 2) == (["error: process 0 of 2 ended with exit status 1 (its output above says "
                                                "why)"], 1)  # fmt: skip

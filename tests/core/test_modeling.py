@@ -110,6 +110,30 @@ def test_a_fold_folder_reloads_the_model_as_trained_and_an_old_one_is_refused(tm
         modeling.load_fold_model(tmp_path / "fold0")
 
 
+def cut(path, keep: int = 40) -> None:
+    """A file cut short, as a copy stopped half way leaves it."""
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+@pytest.mark.parametrize("damaged", ["config.json", "model.safetensors"])
+def test_a_damaged_model_folder_is_one_line_naming_the_file(tmp_path, damaged: str) -> None:
+    """A truncated file in model.name's folder or in a fold folder: one line naming it, never safetensors'
+    SafetensorError or a hub message about the network."""
+    torch.manual_seed(0)
+    model = tmp_path / "bert"
+    modeling.encoder_from_config(family_config("bert")).save_pretrained(model)
+    classifier = modeling.Classifier(modeling.encoder_from_config(family_config("bert")), "mean", 0.1)
+    modeling.save(classifier, tmp_path / "fold0", 0.1)
+    cut(model / damaged)
+    cut(tmp_path / "fold0" / damaged)
+    cfg = config.load("sample", [f"model.name={model}"])
+    for load, where in ((lambda: modeling.build_model(cfg, tokenizer=None), model),
+                        (lambda: modeling.load_fold_model(tmp_path / "fold0"), tmp_path / "fold0")):  # fmt: skip
+        with pytest.raises(PipelineError) as e:
+            load()
+        assert str(e.value).startswith(f"{where / damaged}: cannot read") and "\n" not in str(e.value), str(e.value)
+
+
 def test_predict_scores_a_trained_folds_rows_as_its_oof_says(prepared) -> None:
     """The fold folder predict reloads gives the OOF training wrote for the same rows (one forward path)."""
     from pipeline.inputs import tables, tokens

@@ -29,6 +29,13 @@ def damage_missing(raw: Path) -> str:
     return "validation.csv"
 
 
+def damage_folder(raw: Path) -> str:
+    """A folder where validation.csv belongs (an archive unpacked in place): not a "missing" file."""
+    (raw / "validation.csv").unlink()
+    (raw / "validation.csv").mkdir()
+    return "validation.csv"
+
+
 def damage_column(raw: Path) -> str:
     rewrite(raw / "validation.csv", lambda f: f.drop(columns=["lang"]))
     return "validation.csv"
@@ -103,6 +110,7 @@ def damage_header_only_test(raw: Path) -> str:
 # each damage, and the words that say what is wrong
 DAMAGES = [
     (damage_missing, "missing file"),
+    (damage_folder, "a folder where a file belongs"),
     (damage_column, "missing column lang"),
     (damage_label_range, "not numbers in [0, 1] (first at data row 6: '2')"),
     (damage_label_text, "not numbers in [0, 1] (first at data row 4: 'yes')"),
@@ -114,6 +122,6 @@ DAMAGES = [
     (damage_unterminated_quote, "not a readable CSV"),
     (damage_empty_lang, "empty lang at data row 3"),
     (damage_missing_extra, "extra training file not found"),
-    (damage_too_few_rows, "3 rows cannot make 5 folds"),
+    (damage_too_few_rows, "3 validation rows (0 toxic) cannot make data.folds=5 folds"),
     (damage_header_only_test, "no rows (a header only): a test set needs its rows"),
 ]

@@ -145,6 +145,19 @@ def test_fold_with_one_class_is_refused(tmp_path: Path, raw_sample: Path) -> Non
     data.prepare(make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", "data.folds=3"), log=quiet)
 
 
+@pytest.mark.parametrize("k", [100, 200])  # fewer than a class's rows; more than the rows
+def test_more_folds_than_the_rows_allow_is_one_line_naming_the_most(tmp_path: Path, raw_sample: Path, k: int) -> None:
+    valid = pd.read_csv(raw_sample / layout.VALID, dtype=str, keep_default_na=False)
+    most = min((valid["toxic"] == "1").sum(), (valid["toxic"] == "0").sum())
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", f"data.folds={k}")
+    with pytest.raises(DataError) as info:  # scikit-learn's "n_splits=100 cannot be greater ..." before
+        data.prepare(cfg, log=quiet)
+    message = str(info.value)
+    assert message.startswith(str(raw_sample / layout.VALID)) and "\n" not in message
+    assert f"cannot make data.folds={k} folds with both classes in each: set data.folds={most} or fewer" in message
+    assert not layout.prepared_dir(cfg).exists()
+
+
 # ---------------------------------------------------------------- reading the prepared tables
 
 

@@ -180,6 +180,17 @@ def test_extra_files_the_competition_lacks_are_refused(tmp_path: Path) -> None:
     kaggle_plan.check_extra_files(cfg_for(tmp_path, "sample", "data.extra_files=[validation.csv]"))
 
 
+def test_a_dry_run_of_the_sample_config_writes_the_folders_and_names_what_a_push_needs(tmp_path: Path, capsys) -> None:
+    """`make kernel ARGS="kaggle.dry_run=true"` on the default config: the folders to read, and the one line that
+    a push would refuse it with, said as what a push needs."""
+    argv = ["--config", "sample", f"kaggle.dir={tmp_path / 'kernel'}", "kaggle.dry_run=true", *under(tmp_path)]
+    assert kernel.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "kernel: data.extra_files: translated-train.csv is not a file of the competition" in out, out
+    assert "a push is refused until then" in out and "nothing sent" in out
+    assert (tmp_path / "kernel" / "jigsaw-sample" / "notebook" / "kernel-metadata.json").is_file()
+
+
 def test_extra_files_are_looked_up_in_the_attached_datasets(tmp_path: Path) -> None:
     attached = ("data.datasets=[someone/jigsaw-translated]",)
     api = FakeKaggleApi()
