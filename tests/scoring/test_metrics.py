@@ -113,3 +113,25 @@ def test_the_estimates_range_moves_the_languages_without_validation_rows_over_pl
     assert metrics.six_language(oof, moved)["auc"] == pytest.approx(max(corners))
     every = {**profile, "rate_from": {g: metrics.FROM_VALIDATION for g in profile["mix"]}}
     assert metrics.six_corners(oof, every) is None  # nothing assumed, nothing to range over
+
+
+def test_the_fold_table_shows_the_estimates_range_and_what_the_best_steps_would_read() -> None:
+    from pipeline.scoring import report
+
+    oof = six_language_oof()
+    oof["fold"] = np.arange(len(oof)) % 2
+    oof["best"] = np.clip(oof["pred"] + 0.05 * oof["toxic"], 0, 1)  # the step chosen on these rows reads higher
+    valid = oof[oof["source"] == "validation"]
+    profile = metrics.test_profile(valid, oof["lang"])
+    summary = report.cv_summary(oof, {0: {"epochs": 1}, 1: {"epochs": 1}}, profile)
+    low, high = summary["six"]["range"]
+    six, best = summary["metrics"][metrics.SIX.key], summary["best_step"][metrics.SIX.key]
+    assert low < six < high and best > six
+    table = report.fold_table(summary)
+    _, lo_rate, hi_rate = metrics.prior_span(profile)
+    assert (f"  from {low:.4f} to {high:.4f} as fr, pt, ru take any toxic rate from {lo_rate:.3f} to {hi_rate:.3f} "
+            "(validation.csv's lowest and highest language's)") in table  # fmt: skip
+    assert (
+        f"6-lang AUC {best:.4f} with each fold's best step, chosen on the rows it is scored on "
+        f"({best - six:+.4f}); the OOF above takes each half of a fold at the step its other half chose"
+    ) in table
