@@ -75,6 +75,15 @@ def halves(keys: np.ndarray, strata: np.ndarray, seed: int) -> np.ndarray:
     return frame["key"].map(side).to_numpy(dtype=bool)
 
 
+def fold_halves(valid: pd.DataFrame, seed: int) -> np.ndarray:
+    """The two halves of a fold's rows whose evaluations choose each other's step (halves): groups of
+    the table's `group` column whole (a row without one is its own), each language and label evenly."""
+    given = valid["group"].astype(str).to_numpy() if "group" in valid else np.full(len(valid), "")
+    keys = np.where(given != "", given, "row:" + valid["id"].astype(str).to_numpy())
+    strata = (valid["lang"].astype(str) + "_" + valid["toxic"].astype(int).astype(str)).to_numpy()
+    return halves(keys, strata, seed)
+
+
 def held_out_choice(
     valid: pd.DataFrame, predictions: dict[int, np.ndarray], profile: dict | None, first: np.ndarray
 ) -> tuple[np.ndarray, list[int]]:

@@ -128,15 +128,6 @@ def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distrib
     return model.to(d.device)
 
 
-def fold_halves(valid: pd.DataFrame, seed: int) -> np.ndarray:
-    """The two halves of a fold's rows whose evaluations choose each other's step (evaluation.halves): groups of
-    the table's `group` column whole (a row without one is its own), each language and label evenly."""
-    given = valid["group"].astype(str).to_numpy() if "group" in valid else np.full(len(valid), "")
-    keys = np.where(given != "", given, "row:" + valid["id"].astype(str).to_numpy())
-    strata = (valid["lang"].astype(str) + "_" + valid["toxic"].astype(int).astype(str)).to_numpy()
-    return evaluation.halves(keys, strata, seed)
-
-
 def wrap(model, d: distributed.Dist):
     """DDP around the model under torchrun (it copies rank 0's weights to every rank), else the model."""
     if not d.enabled:
@@ -197,7 +188,7 @@ class FoldRun:
             raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
         # the fold is scored as the board ranks: its rows weighted to the test's languages and toxic rates
         self.profile = None if stage1 else metrics.read_profile(cfg)
-        self.first_half = fold_halves(table.iloc[self.valid_idx], cfg.train.seed + fold)
+        self.first_half = evaluation.fold_halves(table.iloc[self.valid_idx], cfg.train.seed + fold)
         self.chosen: list[int] | None = None  # the steps of the held-out choice, once an evaluation made it
         self.labels = table["toxic"].to_numpy(np.float32)
         self.pad_id = self.tokenizer.pad_token_id
