@@ -234,6 +234,14 @@ class TrainConfig:
         role=LATER,
         resumable=True,
     )
+    max_steps: int = setting(
+        0,
+        "a smoke run: each fold (and a stage-1 model) stops after N optimizer steps, evaluated and saved, a complete "
+        "fold of its own fingerprint that a full run trains again (0: off)",
+        within=at_least(0, " (0: off)"),
+        role=LATER,
+        resumable=True,
+    )
     log_every_steps: int = setting(
         10,
         "a line in `fold<k>/steps.jsonl` every N optimizer steps (0: none)",

@@ -324,7 +324,7 @@ class FoldRun:
                 self.ask_stop(ends)
             self.checkpoint_when_due(state.window, ends)
             self.mark = eta.now()  # what the steps above took is not a training step's time
-            return ends.stopped or self.exhausted()
+            return ends.stopped or self.exhausted() or self.smoke_done()
 
         memory.reset_peak(d.device)
         job = loop.Job(self.net, self.data, self.labels, self.optimizer, self.scaler, t, self.precision, d.device,
@@ -556,7 +556,7 @@ class FoldRun:
         if d.is_main and self.exhausted():  # resumed under a lower train.patience (or a shorter interval)
             print(self.used_up_line())
         for epoch in range(p.epoch, t.epochs):
-            if self.exhausted():
+            if self.exhausted() or self.end_smoke(epoch, 0):
                 break
             p.epoch, start_window = epoch, p.step.window
             if p.step.window == 0:
@@ -565,6 +565,8 @@ class FoldRun:
                 self.train_epoch(epoch)
             if self.exhausted():  # stopped inside the epoch: its end would be evaluated for nothing
                 break
+            if self.end_smoke(epoch, p.step.window - start_window):
+                break
             if not self.evaluated(epoch):  # trained, not yet evaluated (a resume may land here)
                 self.evaluate(epoch, p.step.window - start_window)
                 p.step = loop.StepState(window=self.windows, halvings=p.step.halvings)
@@ -572,6 +574,22 @@ class FoldRun:
             # micro-batches halved after running out of memory stay halved
             p.epoch, p.step = epoch + 1, loop.StepState(halvings=p.step.halvings)
         return self.finish(self.seconds())
+
+    def smoke_done(self) -> bool:
+        """train.max_steps optimizer steps trained: a smoke run's fold ends there."""
+        return 0 < self.cfg.train.max_steps <= self.step_count()
+
+    def end_smoke(self, epoch: int, steps_run: int) -> bool:
+        """A smoke run's end (train.max_steps): its last step evaluated (and the model saved) unless it just was;
+        True when the fold is over."""
+        if not self.smoke_done():
+            return False
+        if not any(h.get("step") == self.step_count() for h in self.progress.history):
+            self.evaluate(epoch, steps_run)
+        if self.d.is_main:
+            print(f"fold {self.fold}: train.max_steps={self.cfg.train.max_steps}: a smoke run, stopped at step "
+                  f"{self.step_count()} of {self.cfg.train.epochs * self.windows}, evaluated and saved")  # fmt: skip
+        return True
 
     def used_up_line(self) -> str:
         """What a fold resumed with its patience already used up says: it stops at once, keeping its best."""

@@ -382,3 +382,21 @@ def test_a_half_of_one_class_falls_back_to_the_whole_folds_best() -> None:
     preds = {1: np.array([0.1, 0.2, 0.3, 0.4]), 2: np.array([0.1, 0.9, 0.2, 0.3])}
     held, chosen = evaluation.held_out_choice(valid, preds, None, np.array([True, True, False, False]))
     assert chosen == [2, 2] and np.array_equal(held, preds[2])
+
+
+def test_a_smoke_run_stops_after_max_steps_evaluated_and_saved_and_never_counts_for_a_full_run(prepared, capsys):
+    """train.max_steps=3: three optimizer steps, an evaluation at the third, the model, the OOF and done.json
+    written; its fingerprint is not the full run's, so `make train` without it trains the fold again."""
+    from pipeline import validity
+
+    cfg = with_train(prepared, max_steps=3, epochs=2)
+    run = fold_run(cfg, StopAt(10**9))
+    assert run.windows > 3
+    done = run.run()
+    assert done["steps"] == 3 and done["evaluations"] == 1 and done["best_step"] == 3
+    fold_dir = layout.experiment_dir(cfg) / "fold0"
+    assert {"model.safetensors", "oof.csv", "done.json"} <= {p.name for p in fold_dir.iterdir()}
+    assert "train.max_steps=3: a smoke run, stopped at step 3 of" in capsys.readouterr().out
+    assert validity.fold_status(fold_dir, validity.current_fingerprint(cfg), ()) == ""
+    full = with_train(prepared, epochs=2)
+    assert validity.fold_status(fold_dir, validity.current_fingerprint(full), ()) != ""  # retrained by a full run
