@@ -40,6 +40,7 @@ STAGES = (
     ),
     Stage("train", "train every fold (`GPUS=N` for DDP); writes `models/<name>/`"),
     Stage("predict", "fold models on test, ensembled into `submissions/submission.csv` (`GPUS=N`: the folds shared)"),
+    Stage("export", "each trained fold as a folder transformers and torch load alone (docs/export.md)"),
     Stage("cv", "fold and per-language AUC of what has been trained so far"),
     Stage("baseline", "TF-IDF + logistic regression on the same folds, side by side with the trained model"),
     Stage("blend", '`BLEND="exp1 exp2 ..."`: rank-average with weights fit on OOF (nested); `submissions/<blend>.csv`'),
