@@ -77,6 +77,10 @@ submissions: $(STAMP) ## every recorded submission beside its experiment's OOF A
 test: $(STAMP) ## run the test suite (no network), one worker a core
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile
 
+# the tests that start no process (pytest -m e2e) and are not end-to-end runs (slow); see docs/testing.md
+unit: $(STAMP) ## the unit layer alone: no subprocesses, no end-to-end runs (docs/testing.md)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile -m "not slow and not e2e"
+
 lint: $(STAMP) ## ruff, and the import layers of docs/architecture.md (import-linter)
 	$(PY) -m ruff check pipeline tests
 	$(PY) -m ruff format --check pipeline tests

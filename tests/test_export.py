@@ -17,7 +17,7 @@ from pipeline import export, layout, predict, train
 from pipeline.inputs import tables
 from tests.helpers import ROOT, prepare_tiny
 
-pytestmark = pytest.mark.usefixtures("torch_one_thread")
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("torch_one_thread")]
 
 
 def loader() -> str:

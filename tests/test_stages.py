@@ -7,8 +7,12 @@ import importlib.util
 import subprocess
 import sys
 
+import pytest
+
 from pipeline import stages
 from tests.helpers import ROOT
+
+pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
 
 
 def test_every_stage_is_a_module_with_a_main_and_a_docstring_of_what_it_reads_and_writes() -> None:
