@@ -1,4 +1,4 @@
-"""`python -m pipeline <stage> ...`: run a stage by its make target's name, as the Makefile does.
+"""`python -m pipeline <stage> ...`: run a stage by its make target's name (pipeline/stages.py), as the Makefile does.
 
 The stage is imported here, inside the process's one guard: Ctrl-C while torch and transformers load (the
 first seconds of every stage) ends the run with one line and exit status 130, not a stack trace.
@@ -10,29 +10,17 @@ import importlib
 import os
 import sys
 
-STAGES = (
-    "data",
-    "stage1",
-    "train",
-    "predict",
-    "cv",
-    "baseline",
-    "blend",
-    "board",
-    "leaks",
-    "bench",
-    "kernel",
-    "submit",
-)
+from pipeline.stages import STAGES, by_name
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in STAGES:
-        print(f"usage: python -m pipeline {{{','.join(STAGES)}}} [--config NAME] [key=value ...]", file=sys.stderr)
+    if not argv or by_name(argv[0]) is None:
+        names = ",".join(s.name for s in STAGES)
+        print(f"usage: python -m pipeline {{{names}}} [--config NAME] [key=value ...]", file=sys.stderr)
         return 2
     try:
-        stage = importlib.import_module(f"pipeline.{argv[0]}")
+        stage = importlib.import_module(by_name(argv[0]).module)
     except KeyboardInterrupt:
         from pipeline.errors import say  # one line, said once under pipeline.core.launcher too
 

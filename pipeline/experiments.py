@@ -101,7 +101,7 @@ def preflight(cfg: Config, stage: str, name: str | None = None) -> None:
         files.check_writable_dir(layout.input_dir(cfg), "the input folder (input_dir)")
     if stage in ("train", "predict", "baseline"):
         files.check_readable(layout.prepared_dir(cfg), "the prepared data")
-    if stage in ("train", "cv", "baseline", "blend"):
+    if stage in ("train", "cv", "baseline", "blend", "export"):
         files.check_writable_dir(models, "the models folder (models_dir)")
     if stage in ("predict", "blend", "baseline"):
         files.check_writable_dir(Path(cfg.submissions_dir), "the submissions folder (submissions_dir)")

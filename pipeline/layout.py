@@ -83,6 +83,9 @@ TIME_UP = "time_up.json"  # written when a run stopped for its deadline: which f
 VOCAB_MAP = "vocab_map.npy"  # beside a trimmed model's weights: old token id -> new
 SUBMISSION = "submission.csv"  # the name Kaggle notebooks expect
 BOARD = "board.md"
+EXPORT = "export"  # models/<name>/export/fold<k>/: a fold as a folder transformers and torch load (make export)
+EXPORT_HEAD = "head.pt"  # in it: the head's weight and bias
+EXPORT_SPEC = "export.json"  # in it: the pooling, max_length and scale of the output
 
 
 # ---------------------------------------------------------------- input/
@@ -228,6 +231,10 @@ def fold_dirs(exp: Path) -> dict[int, Path]:
 def done_dirs(exp: Path) -> dict[int, Path]:
     """The fold folders that hold a done.json, by fold number; nothing about whose settings made them."""
     return {k: p for k, p in fold_dirs(exp).items() if (p / DONE).is_file()}
+
+
+def export_dir(cfg: Config, fold: int) -> Path:
+    return experiment_dir(cfg) / EXPORT / fold_name(fold)
 
 
 def submission_path(cfg: Config, name: str | None = None) -> Path:

@@ -208,6 +208,7 @@ def test_main_reports_a_refusal_in_one_line(tmp_path: Path, capsys: pytest.Captu
     assert err.startswith("error: blend member missing: no experiment") and err.count("\n") == 1
 
 
+@pytest.mark.e2e
 def test_make_blend_passes_the_members(tmp_path: Path) -> None:
     """BLEND reaches the stage as one word, which the stage splits: the shell never runs what it holds."""
     comp, _ = two_members(tmp_path)

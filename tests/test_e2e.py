@@ -22,7 +22,7 @@ from pipeline import data as data_mod
 from pipeline.inputs import tables
 from pipeline.scoring import metrics, publish
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("torch_one_thread")]
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDS = 3

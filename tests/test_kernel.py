@@ -34,6 +34,8 @@ from tests.helpers import under
 from tests.helpers.fake_kaggle import FakeKaggleApi, http_error, run_python
 from tests.helpers.kernels import COMPETITION, dry, make_cfg
 
+pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
+
 REPO = Path(__file__).resolve().parents[1]
 # Small and fast: a 2-layer, 32-wide XLM-R, 2 folds, 1 epoch, short sequences.
 SMALL = (

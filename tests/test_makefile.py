@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

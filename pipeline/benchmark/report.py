@@ -245,7 +245,7 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
             else "peak resident memory of the row's own process minus its resident memory before the model "
             "existed (Linux VmHWM, reset at that point)."
         ),
-        "Ours is pipeline.loop.train_epoch with loop.make_optimizer (torch AdamW, fused) and, "
+        "Ours is pipeline.loop.train_epoch with optim.make_training (torch AdamW, fused) and, "
         + (
             "as `make train` does in one process, sparse word-embedding gradients (a switch Trainer lacks: its "
             "embedding gradient is dense, vocabulary x hidden, in every row)."

@@ -195,7 +195,7 @@ def run_row(cfg: Config, spec: dict) -> dict:
     precision = resolve_precision(spec["precision"], device)
     out = {"key": spec["key"], "runner": spec["runner"], **_device_facts(device), "precision": precision}
     if spec["optimizer"] == "adamw8bit" and device.type != "cuda":
-        # the same refusal make_optimizer gives, without building a model for it
+        # the same refusal make_training gives, without building a model for it
         return {**out, "na": "8-bit AdamW (bitsandbytes) runs only on a CUDA GPU"}
     mconf = model_config(cfg)
     ids, labels, vocab = bench_data(cfg, mconf.vocab_size)
@@ -276,9 +276,9 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
         modeling.enable_checkpointing(model)
     if spec["sparse"]:
         modeling.sparse_embedding_grad(model)  # as make train does in one process
-    optimizer = optim.make_optimizer(model, tcfg, device)
     steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
-    scheduler = optim.make_scheduler(optimizer, 0.0, steps)
+    # as training builds them; no warm-up, so that every timed step runs at a learning rate above zero
+    optimizer, scheduler = optim.make_training(model, dataclasses.replace(tcfg, warmup=0.0), device, steps)
     scaler = make_scaler(precision, device)
     rows, width = ids.shape
     data = Ragged(ids.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width)

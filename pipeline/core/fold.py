@@ -206,9 +206,8 @@ class FoldRun:
         elif cfg.train.max_memory_gb > 0:
             self.cfg = auto_fit(cfg, self.model, self.net, self.precision, d)
         t = self.cfg.train
-        self.optimizer = optim.make_optimizer(self.model, t, d.device)
         self.windows = len(batching.accumulation_windows(len(self.epoch_plan(0)), t.accumulation))
-        self.scheduler = optim.make_scheduler(self.optimizer, t.warmup, t.epochs * self.windows)
+        self.optimizer, self.scheduler = optim.make_training(self.model, t, d.device, t.epochs * self.windows)
         self.scaler = precision.make_scaler(self.precision, d.device)
         self.progress = FoldState()
         if state is not None:
@@ -352,7 +351,7 @@ class FoldRun:
     def log_window(self, epoch: int, window: loop.Window) -> None:
         """Logging: the step's line in steps.jsonl (and TensorBoard)."""
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
-        lr = self.scheduler.get_last_lr()[0]
+        lr = optim.learning_rates(self.optimizer)  # every group's, named
         self.log.add(self.step_count(), epoch, window, lr, scale, memory.peak_memory_mb(self.d.device))
 
     def evaluate_when_due(self, epoch: int, done: int, first: int) -> None:
@@ -480,7 +479,7 @@ class FoldRun:
             "peak_memory_mb": round(memory.peak_memory_mb(d.device), 1),
             "skipped_steps": step.skipped,
             "steps_run": steps_run,  # optimizer steps this process ran in the epoch (fewer after a resume)
-            "lr": self.scheduler.get_last_lr()[0],
+            "lr": optim.learning_rates(self.optimizer),
         }
 
     def evaluate(self, epoch: int, steps_run: int) -> None:

@@ -94,7 +94,7 @@ def probe(net, model, micro: int, seq_len: int, precision: str, device: torch.de
     vocab = model.get_input_embeddings().num_embeddings
     ids = torch.randint(5, vocab, (micro, seq_len), device=device)
     net.train()
-    opt = optim.make_optimizer(model, TrainConfig(optimizer=optimizer), device)
+    opt, _ = optim.make_training(model, TrainConfig(optimizer=optimizer), device, total_steps=1)
     for group in opt.param_groups:
         group["lr"] = 0.0  # AdamW's update and decay are both x lr: the step allocates its state, moves nothing
     scaler = precision_mod.make_scaler(precision, device)

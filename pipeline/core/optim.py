@@ -1,6 +1,10 @@
 """The optimizer, its learning-rate schedule, and the step that ends an accumulation window.
 
-The schedule counts optimizer steps, never micro-batches. A window's step is: densify the sparse
+`make_training` is the one factory of both: training (core/fold.py), auto-fit's memory probe (core/memory.py)
+and `make bench` (benchmark/runner.py) build them through it. Its parameter groups are named (`param_groups`),
+and `learning_rates` is what the step log and metrics.jsonl record: every group's rate under its name, so that
+the logged rate never depends on which group happens to come first. The schedule counts optimizer steps, never
+micro-batches. A window's step is: densify the sparse
 embedding gradient, unscale (fp16), clip the true gradients, step; a step whose gradients are not finite
 is skipped (the GradScaler skips it by itself in fp16) and the caller counts it.
 """
@@ -13,11 +17,30 @@ from pipeline.errors import PipelineError
 from pipeline.schema import TrainConfig
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW without decay on biases and LayerNorm weights; fused where the device has it, or 8-bit."""
+def make_training(model: torch.nn.Module, cfg: TrainConfig, device: torch.device, total_steps: int):
+    """(optimizer, scheduler): AdamW over the named groups, under the warm-up and linear decay of `total_steps`."""
+    optimizer = make_optimizer(model, cfg, device)
+    return optimizer, make_scheduler(optimizer, cfg.warmup, total_steps)
+
+
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
+    """The optimizer's groups, each with a `name` (the key of its logged rate): weight decay on matrices only."""
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]  # biases, LayerNorm weights
+    return [
+        {"name": "decay", "params": decay, "weight_decay": cfg.weight_decay},
+        {"name": "no_decay", "params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def learning_rates(optimizer: torch.optim.Optimizer) -> dict[str, float]:
+    """What is logged: every group's current learning rate (the next step's), by the group's name."""
+    return {str(g.get("name", i)): float(g["lr"]) for i, g in enumerate(optimizer.param_groups)}
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW over param_groups; fused where the device has it, or 8-bit."""
+    groups = param_groups(model, cfg)
     if cfg.optimizer == "adamw8bit":
         if device.type != "cuda":
             raise PipelineError("train.optimizer=adamw8bit runs only on a CUDA GPU (bitsandbytes); use adamw here")

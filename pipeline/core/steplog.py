@@ -2,9 +2,10 @@
 train.tensorboard the same scalars (and each evaluation's) in models/<name>/tb/fold<k>/.
 
 A record covers the optimizer steps since the one before it: the mean training loss over their rows (every
-rank's), the learning rate and the gradient norm (before clipping) at its last step, the fp16 loss scale,
-the steps skipped for non-finite gradients, examples/s and padded tokens/s, and the epoch's peak memory so
-far. Rank 0 writes it, a line at a time and flushed, so the file can be read while the fold runs.
+rank's), every parameter group's learning rate by name (`lr`: core.optim.learning_rates) and the gradient norm
+(before clipping) at its last step, the fp16 loss scale, the steps skipped for non-finite gradients, examples/s
+and padded tokens/s, and the epoch's peak memory so far. Rank 0 writes it, a line at a time and flushed, so the
+file can be read while the fold runs.
 
 Resume-safe: what the steps since the last record add up to travels in the resume state, and a resumed
 fold drops the lines past the step it resumes at (they are written again), so the file holds every
@@ -99,7 +100,9 @@ class StepLog:
             # step itself was recorded before its state was saved and is not recorded again: it is kept
             self.tb = SummaryWriter(str(self.tb_folder), purge_step=self.start + 1 if self.start else None)
 
-    def add(self, step: int, epoch: int, window: Window, lr: float, scale: float | None, peak_mb: float) -> None:
+    def add(
+        self, step: int, epoch: int, window: Window, lr: dict[str, float], scale: float | None, peak_mb: float
+    ) -> None:
         """Optimizer step `step` (counted over the whole fold) is done; every `every` steps, a record."""
         s = self.since
         s.loss, s.examples, s.tokens = s.loss + window.loss, s.examples + window.examples, s.tokens + window.tokens
@@ -142,8 +145,9 @@ class StepLog:
         if self.tb is None:
             return
         for key, value in values.items():
-            if value is not None:
-                self.tb.add_scalar(f"{group}/{key}", value, step)
+            for name, v in value.items() if isinstance(value, dict) else [("", value)]:  # lr: one a group
+                if v is not None:
+                    self.tb.add_scalar(f"{group}/{key}/{name}".rstrip("/"), v, step)
         self.tb.flush()
 
     def carry(self) -> dict:

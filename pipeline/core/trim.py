@@ -69,6 +69,12 @@ def trim_model(model, keep: np.ndarray) -> None:
         model.tie_weights()
 
 
+def untrim(model, vmap: np.ndarray) -> None:
+    """A trimmed model's word embedding given back the tokenizer's whole vocabulary, in place: row i is the row the
+    map sends id i to, so every id reads what the trimmed model read for it (an id it dropped: <unk>'s row)."""
+    trim_model(model, vmap)  # the map is a list of rows to take, as `keep` is; it keeps the ids up to the pad id
+
+
 def remap(data: Ragged, vmap: np.ndarray) -> Ragged:
     """The same rows with every id passed through the old -> new map."""
     return Ragged(vmap[np.asarray(data.ids)], data.offsets)

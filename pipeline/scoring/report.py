@@ -251,10 +251,13 @@ def plot_fold_curves(ax, fold: int, steps: list[dict], evals: list[dict], best_s
         ax.plot(*best[0], marker="*", ms=14, color="tab:red", ls="", label=f"best: {name} {best[0][1]:.4f}")
     ax.set(xlabel="optimizer step", title=f"fold {fold}")
     ax.legend(loc="best", fontsize=7)
-    rates = [(r["step"], r["lr"]) for r in steps if r.get("lr") is not None]
+    # every group's rate by name (a record made before groups were named holds one number)
+    rates = [(r["step"], r["lr"] if isinstance(r["lr"], dict) else {"": r["lr"]}) for r in steps
+             if r.get("lr") is not None]  # fmt: skip
     if rates:
         right = ax.twinx()
-        right.plot(*zip(*rates), color="grey", ls="--", lw=1)
+        for name in dict.fromkeys(n for _, lrs in rates for n in lrs):
+            right.plot(*zip(*[(s, lrs[name]) for s, lrs in rates if name in lrs]), color="grey", ls="--", lw=1)
         right.set_ylabel("learning rate", color="grey", fontsize=8)
         right.tick_params(axis="y", labelsize=7, colors="grey")
 

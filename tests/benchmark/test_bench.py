@@ -17,6 +17,8 @@ from pipeline.core import precision
 from pipeline.errors import ConfigError
 from tests.helpers import ROOT
 
+pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
+
 TINY = [
     "bench.model=tiny",
     "bench.seq_len=16",

@@ -24,6 +24,8 @@ from tests.helpers import free_port
 from tests.helpers.tinymodel import tiny_classifier
 from tests.helpers.training import train_parts
 
+pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
+
 ROOT = Path(__file__).resolve().parents[2]
 MICRO, ACCUM = 3, 2
 

@@ -244,6 +244,7 @@ def test_curves_png_holds_every_fold(tmp_path) -> None:
     titles = report.plot_curves([exp / f"fold{k}" for k in range(3)], tmp_path / "again.png")
     assert titles == ["fold 0", "fold 1", "fold 2"]
     assert all(read_steps_of(exp / f"fold{k}") for k in range(3))
+    assert set(read_steps_of(exp / "fold0")[0]["lr"]) == {"decay", "no_decay"}  # every group's rate, named
 
 
 def read_steps_of(folder) -> list[dict]:
@@ -260,7 +261,7 @@ def test_tensorboard_gets_the_scalars_and_without_the_package_is_one_line(tmp_pa
     events = EventAccumulator(str(tmp_path / "models" / "sample" / "tb" / "fold0"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_second", "valid/auc"} <= tags
+    assert {"train/loss", "train/lr/decay", "train/lr/no_decay", "train/grad_norm", "valid/auc"} <= tags  # lr: by group
     capsys.readouterr()
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were not installed
     assert train.main([*args, "name=again"]) == 2

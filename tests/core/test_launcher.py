@@ -18,7 +18,7 @@ from pipeline.core import launcher
 from tests.helpers.tinyrun import TINY, overrides
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def launch(base: Path, *args: str) -> subprocess.Popen:

@@ -654,3 +654,19 @@ def test_scheduler_without_warmup_and_short_runs() -> None:
     assert lr == pytest.approx([2.0, 1.5, 1.0, 0.5, 0.0])
     lr = lrs(0.1, 3)  # warm-up rounds to at least one step
     assert lr[0] == pytest.approx(2.0) and lr[3] == pytest.approx(0.0)
+
+
+def test_one_factory_names_every_group_and_logs_each_group_s_rate() -> None:
+    """optim.make_training builds the optimizer and schedule for training, auto-fit and the benchmark; what is
+    logged is every group's rate by name, whatever the order of the groups."""
+    model = tiny_model()
+    opt, sched = optim.make_training(model, train_cfg(lr=2.0, warmup=0.0, weight_decay=0.01), CPU, total_steps=4)
+    assert [g["name"] for g in opt.param_groups] == ["decay", "no_decay"]
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]
+    assert optim.learning_rates(opt) == {"decay": 2.0, "no_decay": 2.0}
+    opt.step()
+    sched.step()
+    assert optim.learning_rates(opt) == pytest.approx({"decay": 1.5, "no_decay": 1.5})  # the schedule moves both
+    opt.param_groups[1]["lr"] = 0.25  # a group with a rate of its own (as layer-wise decay would give)
+    opt.param_groups.reverse()  # the first group is no longer the one it was: the record is the same
+    assert optim.learning_rates(opt) == pytest.approx({"decay": 1.5, "no_decay": 0.25})

@@ -122,6 +122,7 @@ def measured(what: str) -> int:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e  # measures a step in a process of its own
 def test_cpu_estimate_matches_a_measured_training_step() -> None:
     """The estimate at micro-batch 4, against the peak of a real optimizer step at 4 (each in a fresh process)."""
     if not memory.reset_peak_rss():

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # five trainings of a tiny model: about a minute each here, several on a loaded machine. The test's timeout is the
 # one limit, set high, so that a slow machine passes slowly; no wait below gives up on its own first (a fixture
 # that did errored, where nothing was wrong)
-pytestmark = pytest.mark.timeout(3600)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
 
 
 def overrides(base: Path) -> list[str]:

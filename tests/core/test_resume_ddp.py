@@ -38,7 +38,7 @@ SETTINGS = [
     "train.log_every_steps=2",
 ]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def launch(base: Path, inputs: Path) -> list[subprocess.Popen]:

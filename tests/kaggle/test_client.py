@@ -22,6 +22,8 @@ from pipeline.kaggle import client
 from pipeline.kaggle.client import KaggleError
 from tests.helpers.fake_kaggle import SENTINEL, FakeKaggleApi, http_error, run_python
 
+pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
+
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 
 VALIDATION = "id,comment_text,lang,toxic\n0,Este usuario ni siquiera llega,es,0\n1,Il testo e ok,it,0\n"

@@ -1,0 +1,74 @@
+"""Stage `make export`: each trained fold as a folder that loads outside the pipeline, with transformers and torch.
+
+Reads   models/<name>/fold<k>/ of the complete folds made from the current inputs and settings: the weights,
+        config.json, head.json, the tokenizer and a trimmed model's vocab_map.npy
+Writes  models/<name>/export/fold<k>/  the encoder's save_pretrained folder (config.json, model.safetensors) with
+                                       the fold's tokenizer beside it; head.pt, the head's weight and bias (a dict of
+                                       tensors); export.json: pooling, max_length, and the scale of a prediction
+
+A trimmed model's embedding is given back the tokenizer's whole vocabulary (trim.untrim), so the exported tokenizer
+is the fold's own and every id reads the row it read in training. The loading function, a few lines, is in
+docs/export.md; tests/test_export.py runs it in a process that never imports `pipeline` and checks it against
+the fold's own predictions. Several folds are the ensemble: the mean of their probabilities.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from pipeline import config as config_mod
+from pipeline import experiments, layout, validity
+from pipeline.core import modeling, trim
+from pipeline.errors import run_stage
+from pipeline.files import atomic_dir
+from pipeline.inputs import tables
+from pipeline.inputs.tokenizer import load_tokenizer
+from pipeline.schema import Config
+
+
+def export_fold(cfg: Config, fold_dir: Path, dest: Path) -> None:
+    """One fold's folder: encoder and tokenizer (save_pretrained), head.pt and export.json."""
+    model = modeling.load_fold_model(fold_dir).eval()
+    vmap = trim.load_map(fold_dir, model)
+    if vmap is not None:  # the tokenizer's ids index the whole vocabulary, the trimmed embedding only the kept rows
+        trim.untrim(model, vmap)
+    spec = {
+        "pooling": model.pooling,  # mean: over the attention mask; cls: the first token
+        "max_length": cfg.model.max_length,  # texts are cut to it, special tokens included, as in training
+        "scale": "probability",  # sigmoid(head(pooled)): the probability the fold's test.csv holds
+        "fold": layout.fold_index(fold_dir),
+    }
+    with atomic_dir(dest) as tmp:
+        model.encoder.save_pretrained(tmp)
+        load_tokenizer(fold_dir).save_pretrained(tmp)
+        head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
+        torch.save(head, tmp / layout.EXPORT_HEAD)
+        (tmp / layout.EXPORT_SPEC).write_text(json.dumps(spec, indent=1) + "\n")
+
+
+def run(cfg: Config) -> list[Path]:
+    experiments.preflight(cfg, "export")
+    _, _, meta = tables.load_table(cfg)
+    digest = validity.current_fingerprint(cfg, meta)
+    dirs = validity.usable_folds(cfg, digest, what="export", needs=(layout.WEIGHTS,))
+    out = []
+    for fold_dir in dirs:
+        dest = layout.export_dir(cfg, layout.fold_index(fold_dir))
+        export_fold(cfg, fold_dir, dest)
+        out.append(dest)
+        print(f"export: {fold_dir.name} -> {dest}")
+    print("load one with the function in docs/export.md; several folds ensemble as the mean of their probabilities")
+    return out
+
+
+def main(argv=None) -> int:
+    args = config_mod.parser("Export trained folds as folders transformers and torch load.").parse_args(argv)
+    return run_stage(lambda: run(config_mod.from_args(args)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

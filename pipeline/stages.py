@@ -1,0 +1,127 @@
+"""Every stage, declared once: its name (the make target, `python -m pipeline <name>`), its module and its doc.
+
+A stage is `pipeline/<name>.py` with a `main(argv=None)`. Made from STAGES: the choices of `python -m pipeline`,
+the stage lines of `make help`, the Makefile targets of the stages without a recipe of their own, and three
+generated parts that `python3 -m pipeline.stages write` rewrites and tests/test_stages.py checks: the README's
+commands table, docs/stages.md's module table and the stage layer of the import contract in pyproject.toml.
+
+Standard library only, and nothing at import: the Makefile reads it with the system python, before .venv exists.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # the make target and the module pipeline/<name>.py
+    doc: str  # one line: `make help`, the README's commands table
+    also: tuple[str, ...] = ()  # other make targets that run the same module (their recipes are in the Makefile)
+    driver: bool = False  # runs other stages: its import layer sits above theirs
+
+    @property
+    def module(self) -> str:
+        return f"pipeline.{self.name}"
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return (self.name, *self.also)
+
+
+STAGES = (
+    Stage("data", "acquire the competition, build `input/prepared/<name>/folds.csv` and the token cache"),
+    Stage(
+        "stage1",
+        "data and one model for the stage-1 experiment `model.init_from` names (`GPUS=N` for DDP)",
+        driver=True,
+    ),
+    Stage("train", "train every fold (`GPUS=N` for DDP); writes `models/<name>/`"),
+    Stage("predict", "fold models on test, ensembled into `submissions/submission.csv` (`GPUS=N`: the folds shared)"),
+    Stage("export", "each trained fold as a folder transformers and torch load alone (docs/export.md)"),
+    Stage("cv", "fold and per-language AUC of what has been trained so far"),
+    Stage("baseline", "TF-IDF + logistic regression on the same folds, side by side with the trained model"),
+    Stage("blend", '`BLEND="exp1 exp2 ..."`: rank-average with weights fit on OOF (nested); `submissions/<blend>.csv`'),
+    Stage("board", "every experiment and blend under `models/`, best test AUC estimate first; `models/board.md`"),
+    Stage("leaks", "validation rows checked by content for versions of themselves among their fold's training rows"),
+    Stage("bench", "peak memory and speed of each memory technique, side by side with HF Trainer", also=("bench-gpu",)),
+    Stage(
+        "kernel",
+        "push a Kaggle GPU notebook, follow it, bring its output back",
+        also=("kernel-status", "kernel-output"),
+    ),
+    Stage(
+        "submit", "submit to the competition and record the score; list the recorded submissions", also=("submissions",)
+    ),
+)
+
+README_BEGIN, README_END = "<!-- stages: from pipeline/stages.py -->", "<!-- /stages -->"
+LAYER_MARK = "# the stages: from pipeline/stages.py"  # the line above the stage layer in pyproject.toml
+
+
+def by_name(name: str) -> Stage | None:
+    return next((s for s in STAGES if s.name == name), None)
+
+
+def help_lines() -> str:
+    """The stage lines of `make help` (the Makefile's own targets follow them)."""
+    return "".join(f"  make {s.name:<14} {s.doc.replace('`', '')}\n" for s in STAGES)
+
+
+def commands_table() -> str:
+    """The README's commands table: a row a stage, its other targets beside it."""
+    rows = [f"| {', '.join(f'`make {t}`' for t in s.targets)} | {s.doc} |" for s in STAGES]
+    return "\n".join(["| target | what |", "|---|---|", *rows]) + "\n"
+
+
+def modules_table() -> str:
+    """docs/stages.md's table: which module each make target runs."""
+    rows = [f"| {', '.join(f'`make {t}`' for t in s.targets)} | `pipeline/{s.name}.py` |" for s in STAGES]
+    return "\n".join(["| make target | module |", "|---|---|", *rows]) + "\n"
+
+
+def stage_layer() -> str:
+    """The import contract's layer of the stages that no other stage runs (pyproject.toml)."""
+    return '    "' + " | ".join(s.module for s in STAGES if not s.driver) + '",'
+
+
+def between(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    return f"{head}{begin}\n{body}{end}{rest.split(end, 1)[1]}"
+
+
+def with_layer(text: str) -> str:
+    head, rest = text.split(LAYER_MARK + "\n", 1)
+    return f"{head}{LAYER_MARK}\n{stage_layer()}\n{rest.split(chr(10), 1)[1]}"
+
+
+GENERATED = {  # file -> its text with the part made from STAGES rewritten
+    "README.md": lambda t: between(t, README_BEGIN, README_END, commands_table()),
+    "docs/stages.md": lambda t: between(t, README_BEGIN, README_END, modules_table()),
+    "pyproject.toml": with_layer,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`names`: the stage names (the Makefile); `help`: make help's stage lines; `write`: the generated parts."""
+    argv = sys.argv[1:] if argv is None else argv
+    what = argv[0] if argv else ""
+    if what == "names":
+        print(" ".join(s.name for s in STAGES))
+    elif what == "help":
+        sys.stdout.write(help_lines())
+    elif what == "write":
+        root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1]
+        for name, rewrite in GENERATED.items():
+            path = root / name
+            path.write_text(rewrite(path.read_text(encoding="utf-8")), encoding="utf-8")
+    else:
+        print("usage: python3 -m pipeline.stages {names,help,write [ROOT]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

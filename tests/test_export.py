@@ -1,0 +1,64 @@
+"""`make export` (pipeline/export.py): a trained fold as a folder that transformers and torch load by themselves,
+read by the loading function of docs/export.md in a process that never imports `pipeline`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import export, layout, predict, train
+from pipeline.inputs import tables
+from tests.helpers import ROOT, prepare_tiny
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("torch_one_thread")]
+
+
+def loader() -> str:
+    """The loading function as docs/export.md shows it: the test runs the page's own block."""
+    page = (ROOT / "docs" / "export.md").read_text()
+    block = page.split("<!-- loader -->", 1)[1].split("<!-- /loader -->", 1)[0]
+    return block.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+SCORE = """
+import sys
+texts = json.load(open(sys.argv[2]))
+print(json.dumps(load(sys.argv[1])(texts).tolist()))
+# transformers and torch alone: nothing of the project was imported, and it cannot be found from here
+assert not any(m == "pipeline" or m.startswith("pipeline.") for m in sys.modules), "pipeline was imported"
+"""
+
+
+def score_outside(folder: Path, texts: list[str], tmp_path: Path) -> np.ndarray:
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the checkout is not on the path
+    env["OMP_NUM_THREADS"] = "1"
+    out = subprocess.run([sys.executable, "-c", loader() + SCORE, str(folder), str(tmp_path / "texts.json")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return np.array(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("trimmed", [False, True])
+def test_an_exported_fold_loads_without_the_pipeline_and_predicts_as_the_fold(tmp_path: Path, trimmed: bool) -> None:
+    cfg = prepare_tiny(tmp_path, "train.folds=[0]", "train.device=cpu", f"model.trim_vocab={str(trimmed).lower()}")
+    train.run(cfg)
+    predict.run(cfg)
+    [folder] = export.run(cfg)
+    assert folder == layout.export_dir(cfg, 0)
+    fold = layout.fold_dir(cfg, 0)
+    assert (fold / layout.VOCAB_MAP).is_file() == trimmed
+    spec = json.loads((folder / layout.EXPORT_SPEC).read_text())
+    assert spec == {"pooling": cfg.model.pooling, "max_length": cfg.model.max_length, "scale": "probability", "fold": 0}
+    _, test, _ = tables.load_table(cfg)
+    expected = pd.read_csv(fold / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    assert expected["id"].tolist() == test["id"].tolist()
+    got = score_outside(folder, test["text"].tolist(), tmp_path)
+    np.testing.assert_allclose(got, expected["toxic"].to_numpy(), rtol=0, atol=1e-5)

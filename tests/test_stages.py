@@ -1,0 +1,69 @@
+"""The stage table (pipeline/stages.py): every place that names the stages is made from it or checked against it,
+so that a new stage is its module, its line in the table and its test."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import stages
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
+
+
+def test_every_stage_is_a_module_with_a_main_and_a_docstring_of_what_it_reads_and_writes() -> None:
+    for s in stages.STAGES:
+        path = ROOT / "pipeline" / f"{s.name}.py"
+        assert path.is_file() and importlib.util.find_spec(s.module) is not None, s.name
+        text = path.read_text()
+        assert "def main(argv" in text, f"{path}: no main(argv=None)"
+        assert "Reads" in text.split('"""')[1] and "Writes" in text.split('"""')[1], f"{path}: no Reads/Writes"
+        assert s.doc and "\n" not in s.doc
+
+
+def test_the_generated_parts_are_the_table_s() -> None:
+    for name, rewrite in stages.GENERATED.items():
+        text = (ROOT / name).read_text(encoding="utf-8")
+        assert text == rewrite(text), f"{name}: run `python3 -m pipeline.stages write`"
+
+
+def test_the_import_contract_has_every_stage_in_its_layer() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    # the first contract's layers: the drivers' line (the notebook's), then the stages' line below the mark
+    drivers, ordinary = (
+        {m.strip() for m in line.strip().strip('",').split("|")}
+        for line in (next(x for x in text.splitlines() if '"pipeline.notebook' in x),
+                     text.split(stages.LAYER_MARK + "\n", 1)[1].splitlines()[0])
+    )  # fmt: skip
+    assert {s.module for s in stages.STAGES if s.driver} <= drivers
+    assert ordinary == {s.module for s in stages.STAGES if not s.driver}
+
+
+def test_make_help_and_python_m_pipeline_name_every_stage() -> None:
+    # make -n (-o: the venv taken as made): nothing runs; the Makefile reads the table with the system python
+    made = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    for s in stages.STAGES:
+        assert f"  make {s.name:<14} {s.doc.replace('`', '')}" in made.stdout, made.stdout
+        for target in s.targets:
+            dry = subprocess.run(["make", "-n", "-o", ".venv/.installed", target], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=60)  # fmt: skip
+            assert f"-m pipeline {s.name} " in dry.stdout, dry
+    usage = subprocess.run([sys.executable, "-m", "pipeline"], cwd=ROOT, capture_output=True, text=True)
+    assert usage.returncode == 2 and "{" + ",".join(s.name for s in stages.STAGES) + "}" in usage.stderr
+
+
+def test_write_rewrites_only_the_generated_parts(tmp_path) -> None:
+    for name in stages.GENERATED:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        text = (ROOT / name).read_text(encoding="utf-8")
+        # the first of each is in the generated part
+        stale = text.replace("| `make cv` |", "| `make old` |", 1).replace("pipeline.cv | ", "", 1)
+        assert stale != text
+        (tmp_path / name).write_text(stale, encoding="utf-8")
+    assert stages.main(["write", str(tmp_path)]) == 0
+    for name in stages.GENERATED:
+        assert (tmp_path / name).read_text(encoding="utf-8") == (ROOT / name).read_text(encoding="utf-8")
