@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from pipeline import baseline, blend, board, cv, data, experiments, files, layout, train
-from pipeline.core.fold import save_model
+from pipeline.core.foldmodel import save_model
 from pipeline.errors import PipelineError
 from pipeline.layout import VALID
 from tests.helpers import digests, make_cfg, one_line_error, prepare_tokens, stage_args

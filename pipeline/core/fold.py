@@ -10,15 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from pipeline import config as config_mod
 from pipeline import files, fingerprint, layout, validity
 from pipeline.core import (
     batching,
@@ -32,11 +29,11 @@ from pipeline.core import (
     precision,
     resume,
     steplog,
-    trim,
 )
+from pipeline.core.foldmodel import auto_fit, banner, build_fold_model, padded_tokens, save_model, with_plan, wrap
 from pipeline.core.resume import FoldState, Interrupted, StopFlag, TimeUp
 from pipeline.errors import PipelineError
-from pipeline.files import atomic_path, atomic_write_text, check_free_space, write_csv, write_json
+from pipeline.files import atomic_path, atomic_write_text, write_csv, write_json
 from pipeline.inputs.tables import training_rows
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
@@ -64,97 +61,6 @@ class FoldInputs:
     keep: np.ndarray | None = None  # the vocabulary ids kept (model.trim_vocab)
     folds_after: int = 0  # folds this run trains after this one: what the ETA counts beyond this fold
     made_from: dict | None = None  # what `digest` is the digest of (fingerprint.made_from): a resume state keeps it
-
-
-def banner(cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, params: int) -> str:
-    t = cfg.train
-    eff = t.micro_batch * t.accumulation * d.world
-    return (
-        f"model {cfg.model.name} ({params / 1e6:.1f}M parameters) | device {d.device} | precision {prec} | "
-        f"checkpointing {'on' if t.checkpointing else 'off'}\n"
-        f"examples {n_train:,} train / {n_valid:,} valid | micro-batch {t.micro_batch} x accumulation "
-        f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {steps:,} optimizer steps"
-    )
-
-
-def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
-    """The model (weights, config, head), its tokenizer and the config into a temporary folder, then each
-    file renamed into place."""
-    tmp = fold_dir / f".save-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    need = modeling.count_parameters(model) * 4  # fp32 weights; a full disk is one line, the old files kept
-    try:
-        with files.disk_full(fold_dir / layout.WEIGHTS, need):
-            modeling.save(model, tmp, cfg.model.dropout)
-            tokenizer.save_pretrained(tmp)
-            config_mod.save(cfg, tmp / layout.RUN_CONFIG)
-        files.default_modes(tmp)  # safetensors writes its file 0600; every artifact gets the same mode
-        for p in tmp.iterdir():
-            os.replace(p, fold_dir / p.name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def padded_tokens(plan: list[list[np.ndarray]], data: Ragged) -> float:
-    """What an epoch computes: every micro-batch's rows times its longest row, on every rank."""
-    lengths = data.lengths
-    return float(sum(len(b) * int(lengths[b].max()) for step in plan for b in step if len(b)))
-
-
-def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path):
-    """The model as this fold trains it: trimmed, sparse embedding gradients or DDP, checkpointing, on device."""
-    model = modeling.build_model(cfg, tokenizer)
-    init = validity.init_dir(cfg)
-    init_map = trim.load_map(init) if init is not None else None
-    if init_map is not None:  # a trimmed stage-1 model: its embedding rows are already the kept ones
-        if keep is None or not np.array_equal(init_map, trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)):
-            raise PipelineError(
-                f"model.init_from={cfg.model.init_from} was trained with a trimmed vocabulary: "
-                f"trim this experiment too (model.trim_vocab=true), on the same data"
-            )
-    elif keep is not None:
-        trim.trim_model(model, keep)
-    # before any state is written: a resume state is ~16 bytes a parameter (fp32 weights + AdamW moments), the
-    # weights 4 more; every rank checks, so all of them stop together
-    need = modeling.count_parameters(model) * (16 + 4)
-    check_free_space(fold_dir.parent, need, f"fold {layout.fold_index(fold_dir)}'s resume state and weights")
-    if d.is_main:  # the map beside the weights lets predict remap test ids; an untrimmed run removes a stale one
-        vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
-        trim.save_map(fold_dir, vmap)
-    if not d.enabled:
-        modeling.sparse_embedding_grad(model)
-    if cfg.train.checkpointing:
-        modeling.enable_checkpointing(model)  # before DDP wraps the model
-    return model.to(d.device)
-
-
-def wrap(model, d: distributed.Dist):
-    """DDP around the model under torchrun (it copies rank 0's weights to every rank), else the model."""
-    if not d.enabled:
-        return model
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    # gradient_as_bucket_view: the gradients live in DDP's all-reduce buckets instead of beside a copy of them
-    # (4 bytes a parameter saved: 2.2 GB for XLM-R large)
-    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None, gradient_as_bucket_view=True)
-
-
-def with_plan(cfg: Config, micro: int, accumulation: int) -> Config:
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, micro_batch=micro, accumulation=accumulation))
-
-
-def auto_fit(cfg: Config, model, net, prec: str, d: distributed.Dist) -> Config:
-    """cfg with the largest micro-batch that fits train.max_memory_gb (same effective batch)."""
-    t = cfg.train
-    per_device = t.micro_batch * t.accumulation
-    micro, how = memory.fit_micro_batch(
-        model, per_device, cfg.model.max_length, t.max_memory_gb, prec, d.device, t.optimizer, net=net
-    )
-    micro = min(distributed.gather_objects(d, micro))  # every rank must run the same plan
-    if d.is_main:
-        print(f"auto-fit under {t.max_memory_gb:g} GB: micro-batch {micro} x accumulation {per_device // micro}")
-        print(f"  ({how})")
-    return with_plan(cfg, micro, per_device // micro)  # the banner and the saved config show the fitted plan
 
 
 class FoldRun:
@@ -194,32 +100,49 @@ class FoldRun:
         self.pad_id = self.tokenizer.pad_token_id
 
     def build(self, state: dict | None) -> None:
-        """The model (with a resume state's weights), DDP, the batch plan, optimizer, schedule and scaler."""
-        cfg, d = self.inputs.cfg, self.d
-        self.model = build_fold_model(cfg, self.tokenizer, self.inputs.keep, d, self.fold_dir)
+        """Everything a fold trains with, in order: its model, its batch plan, its optimizer, the records and the
+        estimates."""
+        self.build_model(state)
+        self.build_plan(state)
+        self.build_training(state)
+        self.build_estimates()
+
+    def build_model(self, state: dict | None) -> None:
+        """The model (with a resume state's weights) and DDP around it."""
+        self.model = build_fold_model(self.inputs.cfg, self.tokenizer, self.inputs.keep, self.d, self.fold_dir)
         if state is not None and "model" in state:
             self.model.load_state_dict(state["model"])  # before DDP, which copies rank 0's weights everywhere
-        self.net = wrap(self.model, d)
+        self.net = wrap(self.model, self.d)
+
+    def build_plan(self, state: dict | None) -> None:
+        """The batch plan: a resume state's (its saved steps count in it), else auto-fit's, else the config's."""
+        cfg = self.inputs.cfg
         self.cfg = cfg
         if state is not None and "plan" in state:  # the batch plan the saved steps count in, not a new fit
             self.cfg = with_plan(cfg, *state["plan"])
         elif cfg.train.max_memory_gb > 0:
-            self.cfg = auto_fit(cfg, self.model, self.net, self.precision, d)
-        t = self.cfg.train
-        self.windows = len(batching.accumulation_windows(len(self.epoch_plan(0)), t.accumulation))
+            self.cfg = auto_fit(cfg, self.model, self.net, self.precision, self.d)
+        self.windows = len(batching.accumulation_windows(len(self.epoch_plan(0)), self.cfg.train.accumulation))
+
+    def build_training(self, state: dict | None) -> None:
+        """Optimizer, schedule and scaler, a resume state's progress restored into them, and the step log."""
+        t, d = self.cfg.train, self.d
         self.optimizer, self.scheduler = optim.make_training(self.model, t, d.device, t.epochs * self.windows)
         self.scaler = precision.make_scaler(self.precision, d.device)
         self.progress = FoldState()
         if state is not None:
             self.restore(state)
-        self.log = steplog.StepLog(cfg, self.fold, d, self.step_count(), self.progress.steplog)
-        # what this run's earlier folds measured, and an earlier run's rate for the estimates until then
-        self.measured, self.earlier = eta.read_rates(layout.experiment_dir(cfg))
+        self.log = steplog.StepLog(self.inputs.cfg, self.fold, d, self.step_count(), self.progress.steplog)
         self.fresh = state is None  # a fold started from its first step (see unsaved_stop)
+
+    def build_estimates(self) -> None:
+        """What the time estimates count: the rates measured so far, an epoch's and an evaluation's tokens."""
+        # what this run's earlier folds measured, and an earlier run's rate for the estimates until then
+        self.measured, self.earlier = eta.read_rates(layout.experiment_dir(self.inputs.cfg))
         self.started = time.perf_counter()  # progress.seconds: what the processes before this one ran
         self.epoch_tokens = padded_tokens(self.epoch_plan(0), self.data)
         self.eval_tokens = float(self.data.lengths[self.valid_idx].sum())  # one evaluation
-        evals = evaluation.per_epoch(0 if self.stage1 else t.eval_every_steps, self.windows)
+        evals = evaluation.per_epoch(0 if self.stage1 else self.cfg.train.eval_every_steps, self.windows)
         self.epoch_eval_tokens = evals * self.eval_tokens  # every evaluation of an epoch, for the estimates
 
     @property
