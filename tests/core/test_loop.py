@@ -23,28 +23,13 @@ from pipeline.core import batching, loop, modeling, optim, precision
 from pipeline.core.precision import make_scaler
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
-from tests.helpers.tinymodel import tiny_classifier
+from tests.helpers.tinymodel import SAMPLE_PAD, SAMPLE_VOCAB, sample_tiny, tiny_classifier
 from tests.helpers.training import train_parts
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 CPU = torch.device("cpu")
-VOCAB, PAD = 100, 1
-TINY = [
-    "model.tiny.layers=2",
-    "model.tiny.hidden=32",
-    "model.tiny.heads=2",
-    "model.tiny.intermediate=64",
-    "model.max_length=32",
-    "model.dropout=0.0",
-]
-
-
-def tiny_model(seed: int = 0, *overrides: str):
-    cfg = config.load("sample", [*TINY, *overrides])
-    torch.manual_seed(seed)
-    encoder = modeling.encoder_from_config(modeling.tiny_config(cfg, VOCAB, PAD))
-    return modeling.Classifier(encoder, "cls", cfg.model.dropout).float()
+VOCAB, PAD = SAMPLE_VOCAB, SAMPLE_PAD
 
 
 def train_cfg(**kw):
@@ -168,7 +153,7 @@ def test_accumulation_windows(n: int, m: int) -> None:
 @pytest.mark.parametrize("n_micro,m", [(7, 3), (6, 2), (4, 1), (2, 4)])
 def test_train_epoch_steps_once_per_window(n_micro: int, m: int) -> None:
     data, labels = toy_data(n_micro * 2)
-    model = tiny_model()
+    model = sample_tiny()
     steps = plan(np.arange(n_micro * 2), 2)
     state, opt, sched = run_recorded(model, steps, data, labels, train_cfg(micro_batch=2, accumulation=m))
     windows = math.ceil(n_micro / m)
@@ -181,11 +166,11 @@ def test_train_epoch_steps_once_per_window(n_micro: int, m: int) -> None:
 def test_train_epoch_resumes_at_window_and_stops_early() -> None:
     data, labels = toy_data(12)
     steps = plan(np.arange(12), 2)  # 6 micro-steps, windows of 2 -> 3 windows
-    _, opt, sched = run_recorded(tiny_model(), steps, data, labels, train_cfg(accumulation=2), state=loop.StepState(1))
+    _, opt, sched = run_recorded(sample_tiny(), steps, data, labels, train_cfg(accumulation=2), state=loop.StepState(1))
     assert opt.steps_at == [2, 4] and sched.steps == 2  # the first window was done before: skipped
     seen = []
     state, opt, _ = run_recorded(
-        tiny_model(),
+        sample_tiny(),
         steps,
         data,
         labels,
@@ -211,7 +196,7 @@ def test_accumulated_gradient_equals_big_batch(n: int, micro: int, m: int) -> No
     data, labels = toy_data(n, seed=n)
     rows = np.random.default_rng(1).permutation(n)  # mixed lengths in every micro-batch
     steps = plan(rows, micro)
-    model = tiny_model(seed=3)
+    model = sample_tiny(seed=3)
     _, opt, _ = run_recorded(model, steps, data, labels, train_cfg(micro_batch=micro, accumulation=m))
     windows = batching.accumulation_windows(len(steps), m)
     assert len(opt.grads) == len(windows)
@@ -224,7 +209,7 @@ def test_accumulated_gradient_differs_from_unscaled_sum() -> None:
     """The check above can fail: the plain sum of micro-batch mean losses is a different gradient."""
     data, labels = toy_data(10, seed=10)
     steps = plan(np.arange(10), 3)
-    model = tiny_model(seed=3)
+    model = sample_tiny(seed=3)
     _, opt, _ = run_recorded(model, steps, data, labels, train_cfg(micro_batch=3, accumulation=2))
     wrong = direct_grads(model, data, labels, np.arange(3))
     for name, g in direct_grads(model, data, labels, np.arange(3, 6)).items():
@@ -235,7 +220,7 @@ def test_accumulated_gradient_differs_from_unscaled_sum() -> None:
 
 def test_clipping_bounds_the_step_gradient() -> None:
     data, labels = toy_data(6)
-    model = tiny_model()
+    model = sample_tiny()
     _, opt, _ = run_recorded(model, plan(np.arange(6), 3), data, labels, train_cfg(max_grad_norm=1e-3))
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in opt.grads[0].values()]))
     assert float(norm) == pytest.approx(1e-3, rel=1e-3)
@@ -268,7 +253,7 @@ def test_checkpointing_same_gradients_non_reentrant(monkeypatch: pytest.MonkeyPa
 
     data, labels = toy_data(8)
     rows = np.arange(8)
-    plain = tiny_model(seed=5)
+    plain = sample_tiny(seed=5)
     ckpt = copy.deepcopy(plain)
     modeling.enable_checkpointing(ckpt)
     assert is_checkpointing(ckpt) and not is_checkpointing(plain)
@@ -292,7 +277,7 @@ def test_checkpointing_same_gradients_non_reentrant(monkeypatch: pytest.MonkeyPa
 
 def test_bf16_step_on_cpu_is_finite_and_moves_weights() -> None:
     data, labels = toy_data(8)
-    model = tiny_model()
+    model = sample_tiny()
     cfg = train_cfg(micro_batch=4, accumulation=2, precision="bf16", lr=1e-2)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = optim.make_optimizer(model, cfg, CPU)
@@ -329,7 +314,7 @@ def test_scaler_and_precision_resolution() -> None:
 def test_predict_bf16_keeps_fp32_logits_and_row_order() -> None:
     """Close scores must not tie: a bf16 logit keeps ~3 digits, which would flatten an early model's AUC."""
     data, _ = toy_data(40, lo=3, hi=30)
-    model = tiny_model(seed=7)
+    model = sample_tiny(seed=7)
     idx = np.random.default_rng(2).permutation(40)[:30]
     model.eval()
     with torch.no_grad():
@@ -392,7 +377,7 @@ def test_half_precision_folder_loads_fp32_master_weights(tmp_path, dtype) -> Non
 
 def test_fp16_grad_scaler_skips_overflowed_steps_and_recovers() -> None:
     data, labels = toy_data(24)
-    model = tiny_model(seed=3)
+    model = sample_tiny(seed=3)
     steps = [[np.arange(i, i + 4)] for i in range(0, 24, 4)]  # 6 micro-batches, 3 windows of 2
     cfg = train_cfg(accumulation=2, max_grad_norm=1.0)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
@@ -432,7 +417,7 @@ def test_fp16_grad_scaler_skips_overflowed_steps_and_recovers() -> None:
 
 def test_sparse_embedding_gradients_equal_dense_under_accumulation() -> None:
     data, labels = toy_data(20)
-    dense = tiny_model(seed=7)
+    dense = sample_tiny(seed=7)
     sparse = copy.deepcopy(dense)
     modeling.sparse_embedding_grad(sparse)
     steps = [[np.arange(i, i + 3)] for i in range(0, 18, 3)]
@@ -465,7 +450,7 @@ class OutOfMemoryAtStep(torch.optim.SGD):
 
 def test_out_of_memory_at_the_optimizer_step_is_retried(capsys) -> None:
     data, labels = toy_data(16)
-    reference = tiny_model(seed=2)
+    reference = sample_tiny(seed=2)
     model = copy.deepcopy(reference)
     steps = [[np.arange(i, i + 4)] for i in range(0, 16, 4)]
     cfg = train_cfg(accumulation=2)
@@ -479,7 +464,7 @@ def test_out_of_memory_at_the_optimizer_step_is_retried(capsys) -> None:
 
 def test_out_of_memory_after_unscale_redoes_the_window_with_a_scaler() -> None:
     data, labels = toy_data(16)
-    model = tiny_model(seed=2)
+    model = sample_tiny(seed=2)
     steps = [[np.arange(i, i + 4)] for i in range(0, 16, 4)]
     flaky = OutOfMemoryAtStep(model.parameters())
     # fp16's scaler has already unscaled the gradients when the step fails: the retry must not be refused
@@ -570,7 +555,7 @@ def real_step_setup(model, cfg):
 
 def test_non_finite_step_is_skipped_then_training_goes_on() -> None:
     data, labels = nan_labels(8, {0}, 4)  # window 0 bad, window 1 good
-    model = tiny_model()
+    model = sample_tiny()
     cfg = train_cfg(micro_batch=2, accumulation=2)
     opt, sched, scaler = real_step_setup(model, cfg)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -594,7 +579,7 @@ def test_non_finite_step_is_skipped_then_training_goes_on() -> None:
 
 def test_consecutive_non_finite_steps_raise() -> None:
     data, labels = nan_labels(12, {0, 1, 2}, 4)
-    model = tiny_model()
+    model = sample_tiny()
     cfg = train_cfg(micro_batch=2, accumulation=2)
     opt, sched, scaler = real_step_setup(model, cfg)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -611,7 +596,7 @@ def test_consecutive_non_finite_steps_raise() -> None:
 
 def test_inf_weights_are_never_stepped() -> None:
     data, labels = toy_data(4)
-    model = tiny_model()
+    model = sample_tiny()
     with torch.no_grad():
         model.head.weight.fill_(float("inf"))
     cfg = train_cfg(micro_batch=2, accumulation=2)
@@ -659,7 +644,7 @@ def test_scheduler_without_warmup_and_short_runs() -> None:
 def test_one_factory_names_every_group_and_logs_each_group_s_rate() -> None:
     """optim.make_training builds the optimizer and schedule for training, auto-fit and the benchmark; what is
     logged is every group's rate by name, whatever the order of the groups."""
-    model = tiny_model()
+    model = sample_tiny()
     opt, sched = optim.make_training(model, train_cfg(lr=2.0, warmup=0.0, weight_decay=0.01), CPU, total_steps=4)
     assert [g["name"] for g in opt.param_groups] == ["decay", "no_decay"]
     assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]

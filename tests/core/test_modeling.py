@@ -14,25 +14,11 @@ from pipeline.core import batching, loop, modeling, optim, precision
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
 from tests.helpers import ROOT
+from tests.helpers.tinymodel import FAMILIES, family_config
 from tests.helpers.training import train_parts
 
 PRETRAINED = ROOT.parent / "shared" / "pretrained" / "multilingual-e5-small-jigsaw"
 CPU = torch.device("cpu")
-SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
-
-
-def family_config(family: str):
-    """A tiny config of each family the pipeline promises to train (vocab 120, pad id 1)."""
-    from transformers import BertConfig, DebertaV2Config, DistilBertConfig, XLMRobertaConfig
-
-    if family == "distilbert":
-        return DistilBertConfig(vocab_size=120, dim=32, n_layers=2, n_heads=2, hidden_dim=64, pad_token_id=1,
-                                max_position_embeddings=64)  # fmt: skip
-    make = {"xlm-roberta": XLMRobertaConfig, "bert": BertConfig, "deberta-v2": DebertaV2Config}[family]
-    return make(vocab_size=120, pad_token_id=1, max_position_embeddings=64, **SMALL)
-
-
-FAMILIES = ("xlm-roberta", "bert", "distilbert", "deberta-v2")
 
 
 def batch_of(rows: list[list[int]], width: int) -> dict[str, torch.Tensor]:
