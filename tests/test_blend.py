@@ -220,6 +220,7 @@ def test_make_blend_passes_the_members(tmp_path: Path) -> None:
     assert (tmp_path / "subs" / "a+b.csv").exists()
 
 
+@pytest.mark.slow  # trains or reports several folds: seconds
 def test_blend_of_two_baselines_on_the_sample(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """End to end on the stages' own files: two TF-IDF experiments on the sample, blended through main()."""
     common = [f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path / 'subs'}"]

@@ -175,6 +175,7 @@ def test_each_experiment_is_scored_by_the_test_profile_it_recorded_whatever_the_
     assert row[metrics.SIX.header] == f"{want:.4f}"  # not '-': the recorded test has no fr, pt, ru
 
 
+@pytest.mark.slow  # trains or reports several folds: seconds
 def test_a_metric_added_to_the_one_list_reaches_every_report(tmp_path: Path, monkeypatch, capsys) -> None:
     """metrics.METRICS is the one list: a metric added there is in cv.json (overall and per fold), the fold
     table, the blend's table and summary, and the board, by its name; one that needs probabilities is

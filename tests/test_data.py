@@ -77,6 +77,7 @@ def real_built(tmp_path_factory: pytest.TempPathFactory):
     return cfg, meta, table, test, before
 
 
+@pytest.mark.slow  # the real slice built once: seconds
 def test_real_validation_rows_and_folds(real_built) -> None:
     _, meta, table, _, _ = real_built
     valid = table[table["source"] == "validation"]
@@ -97,6 +98,7 @@ def test_real_validation_rows_and_folds(real_built) -> None:
     assert meta["summary"]["rows"] == len(table)
 
 
+@pytest.mark.slow  # the real slice built once: seconds
 def test_real_english_and_extra_rows(real_built) -> None:
     _, _, table, _, _ = real_built
     raw = pd.read_csv(SHARED / layout.TRAIN, dtype={"id": str})
@@ -109,6 +111,7 @@ def test_real_english_and_extra_rows(real_built) -> None:
     assert (table["fold"][table["source"] != "validation"] == -1).all()
 
 
+@pytest.mark.slow  # the real slice built once: seconds
 def test_real_texts_and_test_table(real_built) -> None:
     _, _, table, test, _ = real_built
     raw = pd.read_csv(SHARED / "validation.csv", dtype={"id": str}, keep_default_na=False)
@@ -121,12 +124,14 @@ def test_real_texts_and_test_table(real_built) -> None:
     assert list(test["text"]) == list(raw_test["content"])
 
 
+@pytest.mark.slow  # the real slice built once: seconds
 def test_real_raw_folder_untouched(real_built) -> None:
     cfg, _, _, _, before = real_built
     assert digests(SHARED) == before
     assert not (Path(cfg.input_dir) / "jigsaw-real").exists()  # a dir source is read in place, not copied
 
 
+@pytest.mark.slow  # the real slice built once: seconds
 def test_real_tiny_vocab_below_alphabet_is_one_clear_error(real_built) -> None:
     cfg, _, _, _, _ = real_built
     with pytest.raises(PipelineError, match=r"model\.tiny\.vocab=1000 is too small") as info:

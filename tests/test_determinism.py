@@ -24,6 +24,9 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return bases[0], bases[1]
 
 
+pytestmark = pytest.mark.slow  # two trainings of the sample
+
+
 def test_fold_table_identical(two_runs) -> None:
     a, b = (base / "input" / "prepared" / "sample" for base in two_runs)
     for name in ("folds.csv", "test.csv"):

@@ -232,6 +232,7 @@ def test_step_records_have_every_step_once_across_a_resume(prepared, tmp_path) -
     assert {"examples_per_second", "tokens_per_second", "peak_memory_mb", "loss_scale", "skipped"} <= set(got[0])
 
 
+@pytest.mark.slow  # trains or reports several folds: seconds
 def test_curves_png_holds_every_fold(tmp_path) -> None:
     base = tmp_path
     args = ["--config", "sample", *overrides(base), *TINY, "data.folds=3", "train.log_every_steps=2"]
@@ -269,6 +270,7 @@ def test_tensorboard_gets_the_scalars_and_without_the_package_is_one_line(tmp_pa
     assert line.startswith("error: train.tensorboard=true needs the tensorboard package"), line
 
 
+@pytest.mark.slow  # trains or reports several folds: seconds
 def test_the_eta_counts_every_fold_left(tmp_path, monkeypatch, capsys) -> None:
     """A simulated clock (60 s an optimizer step): after fold 0's first epoch of two, the run has that fold's
     second epoch and all of fold 1 left, three epochs: about three times an epoch's minutes."""

@@ -138,6 +138,7 @@ def test_predict_scores_a_trained_folds_rows_as_its_oof_says(prepared) -> None:
     np.testing.assert_allclose(p, want, atol=1e-6)
 
 
+@pytest.mark.slow  # the real encoder: seconds
 @pytest.mark.skipif(not PRETRAINED.is_dir(), reason="needs ../shared/pretrained (the real multilingual encoder)")
 def test_the_real_encoder_fine_tunes_with_each_technique() -> None:
     """The pretrained e5 folder (fp16 on disk) under the pipeline's head: fp32 master weights, mean pooling;

@@ -298,6 +298,7 @@ def attempt(folder: Path, damaged: str, raw_bytes: bytes, prebuilt: bool) -> tup
     return outcome
 
 
+@pytest.mark.slow  # many generated cases
 @SETTINGS
 @given(
     damage=frame_damage(),
@@ -319,6 +320,7 @@ def test_damaged_tables_parse_exactly_or_fail_in_one_line(damage, quoting, newli
         assert status == "error" and expect in message, (expect, message)
 
 
+@pytest.mark.slow  # many generated cases
 @SETTINGS
 @given(damage=byte_damage(), prebuilt=st.booleans())
 def test_damaged_bytes_parse_exactly_or_fail_in_one_line(damage, prebuilt) -> None:

@@ -168,6 +168,7 @@ def _guard_worker(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.e2e  # two processes
 @pytest.mark.usefixtures("torch_one_thread")
 def test_the_ranks_decide_the_time_guard_together(tmp_path: Path) -> None:
     """Two gloo processes whose clocks fall either side of the boundary: rank 0 decides for both, so neither stops
