@@ -7,7 +7,7 @@ there either changes the result (WEIGHTS), never does (NEVER: where files are re
 cadence), counts only away from its default (LATER: added after folds were trained with that default, so
 adding it left them current), or counts only while another setting has a given value (`when`: a setting
 that means nothing without the other). CHOICES and RANGES below, fingerprint.NOT_WEIGHTS and
-fingerprint.LATER, and the key tables of docs/configs.md (`python -m pipeline.schema docs/configs.md`) are
+fingerprint.LATER, and the key tables of docs/configs.md (`python -m pipeline.configdoc docs/configs.md`) are
 all read from these fields; nothing repeats them.
 """
 
@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import sys
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -528,84 +527,3 @@ def fields_of(section_name: str) -> dict[str, dataclasses.Field]:
 def roles(section_name: str) -> dict[str, Setting]:
     """The settings directly in a section, by key, with their roles."""
     return {k: f.metadata["setting"] for k, f in fields_of(section_name).items()}
-
-
-# ---------------------------------------------------------------- docs/configs.md's key tables
-
-BEGIN, END = "<!-- keys: from pipeline/schema.py -->", "<!-- /keys -->"
-
-
-def shown(value) -> str:
-    """A default as docs/configs.md shows it."""
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, tuple):
-        return f"`{json.dumps(list(value))}`"
-    return '`""`' if value == "" else f"`{value}`"
-
-
-def class_doc(cls) -> str:
-    doc = cls.__doc__ or ""
-    return "" if doc.startswith(f"{cls.__name__}(") else " ".join(doc.split())  # dataclass's own: the signature
-
-
-def fingerprint_note(name: str) -> str:
-    """Which keys of a section leave a result as it is, said under its table."""
-    if name not in ("data", "model", "train"):
-        return ""
-    what = "the prepared tables' signature" if name == "data" else "a fold's fingerprint"
-    never = [f"`{k}`" for k, meta in roles(name).items() if meta.role == NEVER]
-    later = [f"`{k}`" for k, meta in roles(name).items() if meta.role == LATER]
-    when = [f"`{k}` (while `{meta.when[0]}={meta.when[1]}`)" for k, meta in roles(name).items() if meta.when]
-    parts = [f"Left out of {what}: {', '.join(never)}."] if never else []
-    if later:
-        parts.append(f"Part of it only away from their defaults (so folds made before they existed still count): "
-                     f"{', '.join(later)}.")  # fmt: skip
-    if when:
-        parts.append(f"Part of it only while another setting has a value: {', '.join(when)}.")
-    return " ".join(parts)
-
-
-def key_table(title: str, cls, prefix: str) -> list[str]:
-    lines = [f"### {title}", ""]
-    if class_doc(cls):
-        lines += [class_doc(cls), ""]
-    lines += ["| key | default | meaning |", "|---|---|---|"]
-    for f in dataclasses.fields(cls):
-        if not is_section(f):
-            meta = f.metadata["setting"]
-            allowed = f"; {meta.allowed}" if meta.allowed else ""  # choices are in the doc, in words
-            lines.append(f"| `{prefix}{f.name}` | {shown(f.default)} | {meta.doc}{allowed} |")
-    note = fingerprint_note(prefix.rstrip("."))
-    return lines + (["", note] if note else []) + [""]
-
-
-def key_tables() -> str:
-    """The "Every key" tables of docs/configs.md: one a section, in declaration order, nested sections after theirs."""
-    lines = key_table("Top level", Config, "")
-
-    def sections(cls, prefix: str) -> None:
-        for f in dataclasses.fields(cls):
-            if is_section(f):
-                lines.extend(key_table(f"`{prefix}{f.name}`", f.default_factory, f"{prefix}{f.name}."))
-                sections(f.default_factory, f"{prefix}{f.name}.")
-
-    sections(Config, "")
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def with_key_tables(text: str) -> str:
-    """A docs page's text with the part between BEGIN and END made the key tables."""
-    head, rest = text.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n\n{key_tables()}\n{END}{rest.split(END, 1)[1]}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Rewrite the key tables of a docs page (docs/configs.md) from the fields above."""
-    page = Path((sys.argv[1:] if argv is None else argv)[0])
-    page.write_text(with_key_tables(page.read_text(encoding="utf-8")), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import config, fingerprint, schema
+from pipeline import config, configdoc, fingerprint, schema
 from pipeline.errors import ConfigError
 from pipeline.files import json_digest
 from tests.helpers import ROOT
@@ -18,12 +18,12 @@ CONFIGS_MD = ROOT / "docs" / "configs.md"
 def test_every_key_is_in_the_docs() -> None:
     text = CONFIGS_MD.read_text(encoding="utf-8")
     missing = [key for key, _, _ in schema.walk() if f"| `{key}` |" not in text]
-    assert not missing, f"docs/configs.md lacks {missing}: run `.venv/bin/python -m pipeline.schema docs/configs.md`"
+    assert not missing, f"docs/configs.md lacks {missing}: run `.venv/bin/python -m pipeline.configdoc docs/configs.md`"
 
 
 def test_the_docs_key_tables_are_the_schema_s() -> None:
     text = CONFIGS_MD.read_text(encoding="utf-8")
-    assert text == schema.with_key_tables(text), "run `.venv/bin/python -m pipeline.schema docs/configs.md`"
+    assert text == configdoc.with_key_tables(text), "run `.venv/bin/python -m pipeline.configdoc docs/configs.md`"
 
 
 def test_the_guarantees_name_every_setting_left_out_of_a_fingerprint() -> None:
@@ -100,7 +100,7 @@ def test_choices_and_ranges_come_from_the_fields() -> None:
 
 def test_the_writer_rewrites_only_the_key_tables(tmp_path: Path) -> None:
     page = tmp_path / "configs.md"
-    page.write_text(f"# Head\n\n{schema.BEGIN}\nold\n{schema.END}\n\nTail\n")
-    assert schema.main([str(page)]) == 0
+    page.write_text(f"# Head\n\n{configdoc.BEGIN}\nold\n{configdoc.END}\n\nTail\n")
+    assert configdoc.main([str(page)]) == 0
     text = page.read_text()
-    assert text.startswith("# Head\n\n") and text.endswith(f"{schema.END}\n\nTail\n") and "| `train.lr` |" in text
+    assert text.startswith("# Head\n\n") and text.endswith(f"{configdoc.END}\n\nTail\n") and "| `train.lr` |" in text
