@@ -61,22 +61,7 @@ def nearest_pairs(vectors: np.ndarray, langs: np.ndarray) -> list[tuple[int, int
 def word_pairs(texts: list[str], langs: np.ndarray) -> list[tuple[int, int]]:
     """Rows of one language whose word 1-2-gram TF-IDF vectors are at least SAME_WORDS alike: a copy with a
     name or a few words changed (the grouping matches characters, this test words)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    pairs = []
-    for lang in sorted(set(langs)):
-        rows = np.flatnonzero(langs == lang)
-        if len(rows) < 2:
-            continue
-        try:
-            vectors = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit_transform([texts[i] for i in rows])
-        except ValueError:  # no word at all in the language's rows
-            continue
-        for start in range(0, len(rows), 2048):
-            i, j = np.nonzero((vectors[start : start + 2048] @ vectors.T).toarray() >= SAME_WORDS)
-            later = start + i < j
-            pairs += [(int(rows[start + a]), int(rows[b])) for a, b in zip(i[later], j[later])]
-    return pairs
+    return groups.alike_pairs(texts, langs, SAME_WORDS, ngram_range=(1, 2))
 
 
 def leaked(pairs: list[tuple[int, int]], table: pd.DataFrame) -> tuple[set[int], set[int]]:

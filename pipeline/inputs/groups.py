@@ -115,24 +115,31 @@ def content_groups(rows: pd.DataFrame, vectors: np.ndarray) -> np.ndarray:
     return np.array([f"c{c}" for c in components(len(rows), links)], dtype=object)
 
 
-def near_copy_links(texts: list[str], langs: np.ndarray) -> list[tuple[int, int]]:
-    """(i, j), i < j, for rows of one language whose character 3-5-gram TF-IDF vectors are at least
-    NEAR_COPY_COSINE alike: a Wikipedia welcome template with another user's name, a comment pasted twice."""
+def alike_pairs(texts: list[str], langs: np.ndarray, floor: float, **tfidf) -> list[tuple[int, int]]:
+    """(i, j), i < j, for rows of one language whose TF-IDF vectors (TfidfVectorizer(**tfidf), fit on that
+    language's rows) are at least `floor` alike in cosine."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    links = []
+    pairs = []
     for lang in sorted(set(langs)):
         rows = np.flatnonzero(langs == lang)
         if len(rows) < 2:
             continue
-        vectors = TfidfVectorizer(analyzer="char", ngram_range=(3, 5), sublinear_tf=True).fit_transform(
-            [texts[i] for i in rows]
-        )  # rows of unit length: a product is a cosine
+        try:  # rows of unit length: a product is a cosine
+            vectors = TfidfVectorizer(sublinear_tf=True, **tfidf).fit_transform([texts[i] for i in rows])
+        except ValueError:  # nothing to count in the language's rows (empty texts)
+            continue
         for start in range(0, len(rows), 2048):  # a block of rows against all of them
-            i, j = np.nonzero((vectors[start : start + 2048] @ vectors.T).toarray() >= NEAR_COPY_COSINE)
+            i, j = np.nonzero((vectors[start : start + 2048] @ vectors.T).toarray() >= floor)
             later = start + i < j
-            links += [(int(rows[start + a]), int(rows[b])) for a, b in zip(i[later], j[later])]
-    return links
+            pairs += [(int(rows[start + a]), int(rows[b])) for a, b in zip(i[later], j[later])]
+    return pairs
+
+
+def near_copy_links(texts: list[str], langs: np.ndarray) -> list[tuple[int, int]]:
+    """(i, j), i < j, for rows of one language whose character 3-5-gram TF-IDF vectors are at least
+    NEAR_COPY_COSINE alike: a Wikipedia welcome template with another user's name, a comment pasted twice."""
+    return alike_pairs(texts, langs, NEAR_COPY_COSINE, analyzer="char", ngram_range=(3, 5))
 
 
 def copy_groups(texts: list[str], langs: np.ndarray) -> np.ndarray:
