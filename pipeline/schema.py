@@ -173,7 +173,14 @@ class TrainConfig:
     accumulation: int = setting(
         2, "micro-batches per optimizer step; effective batch = micro × accumulation × world (GPUs)", within=at_least(1)
     )
-    lr: float = setting(5e-4, "learning rate", within=POSITIVE)
+    lr: float = setting(5e-4, "learning rate (of the head and, without layer_decay, of every layer)", within=POSITIVE)
+    layer_decay: float = setting(
+        1.0,
+        "layer-wise learning-rate decay: each encoder layer's rate is this times the rate of the layer above it, the "
+        "head's is `lr`, the embeddings' the lowest (1: off, every parameter at `lr`)",
+        within=((lambda v: 0 < v <= 1), "a number in (0, 1] (1: off)"),
+        role=LATER,
+    )
     weight_decay: float = setting(0.01, "AdamW weight decay", within=NON_NEGATIVE)
     warmup: float = setting(
         0.1,
@@ -186,7 +193,13 @@ class TrainConfig:
         "`fp32`, `fp16`, `bf16` or `auto` (see the table above and [training.md](training.md#mixed-precision))",
         choices=("fp32", "fp16", "bf16", "auto"),
     )
-    checkpointing: bool = setting(True, "gradient checkpointing (the same gradients)", role=NEVER)
+    checkpointing: bool | str = setting(
+        "auto",
+        "gradient checkpointing (the same gradients, about 1.5x the time); `auto`: on only where the micro-batch "
+        "would not fit without it (measured at the fold's start; on a CPU without `max_memory_gb`: off)",
+        within=((lambda v: v in (True, False, "auto")), "true, false or auto"),
+        role=NEVER,
+    )
     optimizer: str = setting(
         "adamw", "`adamw` (fused) or `adamw8bit` (bitsandbytes, CUDA only)", choices=("adamw", "adamw8bit")
     )

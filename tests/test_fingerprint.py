@@ -54,12 +54,15 @@ def test_settings_that_do_not_change_weights_keep_the_fingerprint(trained, tmp_p
         "train.folds=[1]",
         "train.device=cpu",
         "train.checkpointing=false",
+        "train.checkpointing=auto",
+        "train.layer_decay=1",  # off, as folds made before the setting were trained
         "model.init_args=[train.lr=0.5]",  # stage 1's settings reach a fold through its own fingerprint
         f"models_dir={tmp_path}",
     ]
     for item in same:
         assert validity.current_fingerprint(cfg_of(trained.argv + [item])) == digest, item
-    for item in ["train.lr=0.002", "train.epochs=2", "model.dropout=0.2", "train.precision=bf16", "train.seed=1"]:
+    for item in ["train.lr=0.002", "train.epochs=2", "model.dropout=0.2", "train.precision=bf16", "train.seed=1",
+                 "train.layer_decay=0.8"]:  # fmt: skip
         assert validity.current_fingerprint(cfg_of(trained.argv + [item])) != digest, item
 
 

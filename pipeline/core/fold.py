@@ -30,7 +30,16 @@ from pipeline.core import (
     resume,
     steplog,
 )
-from pipeline.core.foldmodel import auto_fit, banner, build_fold_model, padded_tokens, save_model, with_plan, wrap
+from pipeline.core.foldmodel import (
+    auto_fit,
+    banner,
+    build_fold_model,
+    checkpointing,
+    padded_tokens,
+    save_model,
+    with_plan,
+    wrap,
+)
 from pipeline.core.resume import FoldState, Interrupted, StopFlag, TimeUp
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text, write_csv, write_json
@@ -116,7 +125,7 @@ class FoldRun:
 
     def build_plan(self, state: dict | None) -> None:
         """The batch plan: a resume state's (its saved steps count in it), else auto-fit's, else the config's."""
-        cfg = self.inputs.cfg
+        cfg, self.checkpointing_why = checkpointing(self.inputs.cfg, self.model, self.net, self.precision, self.d)
         self.cfg = cfg
         if state is not None and "plan" in state:  # the batch plan the saved steps count in, not a new fit
             self.cfg = with_plan(cfg, *state["plan"])
@@ -470,7 +479,8 @@ class FoldRun:
         if d.is_main:
             print(f"\n=== fold {self.fold} ===")
             print(banner(self.cfg, d, self.precision, len(self.train_idx), len(self.valid_idx),
-                         t.epochs * self.windows, modeling.count_parameters(self.model)))  # fmt: skip
+                         t.epochs * self.windows, modeling.count_parameters(self.model),
+                         self.checkpointing_why))  # fmt: skip
             seconds = self.plan(p.epoch, p.step.window).seconds(self.rate)  # from earlier folds, once measured
             if seconds is not None:
                 print(f"ETA {eta.hours(seconds)} for the run ({self.inputs.folds_after} more folds after this one)")

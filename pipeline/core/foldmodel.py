@@ -19,12 +19,15 @@ from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
 
 
-def banner(cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, params: int) -> str:
+def banner(
+    cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, params: int, why: str = ""
+) -> str:
+    """The fold's header: the model, device, precision, checkpointing (and, `why`, how auto decided it), the plan."""
     t = cfg.train
     eff = t.micro_batch * t.accumulation * d.world
     return (
         f"model {cfg.model.name} ({params / 1e6:.1f}M parameters) | device {d.device} | precision {prec} | "
-        f"checkpointing {'on' if t.checkpointing else 'off'}\n"
+        f"checkpointing {'on' if t.checkpointing is True else 'off'}{f' ({why})' if why else ''}\n"
         f"examples {n_train:,} train / {n_valid:,} valid | micro-batch {t.micro_batch} x accumulation "
         f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {steps:,} optimizer steps"
     )
@@ -76,9 +79,28 @@ def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distrib
         trim.save_map(fold_dir, vmap)
     if not d.enabled:
         modeling.sparse_embedding_grad(model)
-    if cfg.train.checkpointing:
+    if cfg.train.checkpointing is True:  # `auto` is decided once the model is on its device (checkpointing)
         modeling.enable_checkpointing(model)  # before DDP wraps the model
     return model.to(d.device)
+
+
+def checkpointing(cfg: Config, model, net, prec: str, d: distributed.Dist) -> tuple[Config, str]:
+    """(cfg with train.checkpointing true or false, why): `auto` turns it on only where one step at the configured
+    micro-batch would not fit without it (on a CPU without max_memory_gb: off, memory is not what limits it)."""
+    t = cfg.train
+    if t.checkpointing != "auto":
+        return cfg, ""
+    if d.device.type != "cuda" and t.max_memory_gb <= 0:
+        on, how = False, "a CPU without train.max_memory_gb"
+    else:
+        fit, how = memory.fits(net, model, t.micro_batch, cfg.model.max_length, t.max_memory_gb, prec, d.device,
+                               t.optimizer)  # fmt: skip
+        on = not all(distributed.gather_objects(d, fit))  # every rank runs the same way
+        how = f"micro-batch {t.micro_batch} without it: {how}"
+    if on:
+        # after DDP has wrapped the model: non-reentrant checkpointing leaves the parameters' gradient hooks alone
+        modeling.enable_checkpointing(model)
+    return dataclasses.replace(cfg, train=dataclasses.replace(t, checkpointing=on)), f"auto: {how}"
 
 
 def wrap(model, d: distributed.Dist):

@@ -134,6 +134,29 @@ def fit_micro_batch(
         return _fit_cpu(net, model, per_device_batch, seq_len, cap, precision, device, optimizer)
 
 
+def fits(net, model, micro: int, seq_len: int, max_memory_gb: float, precision: str, device, optimizer: str):
+    """(whether one training step at `micro` fits, how that was decided): measured on CUDA under the cap
+    (max_memory_gb, or the whole card where it is 0), estimated from the micro-batch 1 and 2 probes on CPU."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        if device.type == "cuda":
+            cap = int(max_memory_gb * GB) or torch.cuda.get_device_properties(device).total_memory
+            try:
+                reset_peak(device)
+                probe(net, model, micro, seq_len, precision, device, optimizer)
+                peak = peak_bytes(device)
+            except torch.OutOfMemoryError:
+                peak = None
+            finally:
+                torch.cuda.empty_cache()
+            measured = "out of memory" if peak is None else f"peak {peak / GB:.1f} GB"
+            return peak is not None and peak <= cap, f"{measured} of {cap / GB:.1f} GB on {device}"
+        cap = int(max_memory_gb * GB)
+        if not reset_peak_rss():
+            return False, "cpu: the peak resident memory cannot be reset here, so nothing can be measured"
+        estimate = cpu_estimate(*cpu_probe_peaks(net, model, seq_len, precision, device, optimizer), micro)
+        return estimate <= cap, f"cpu estimate {estimate / GB:.2f} GB of {cap / GB:.2f} GB"
+
+
 def _fit_cuda(net, model, batch, seq_len, cap, precision, device, optimizer) -> tuple[int, str]:
     total = torch.cuda.get_device_properties(device).total_memory
     # the cap becomes the allocator's limit: a probe that would pass it fails fast, as on a smaller card

@@ -72,9 +72,9 @@ class Classifier(nn.Module):
     def is_activation_checkpointing(self) -> bool:
         """Whether the encoder recomputes its activations in backward (enable_checkpointing)."""
         encoder = self.encoder
-        return bool(
-            getattr(encoder, "is_activation_checkpointing", getattr(encoder, "is_gradient_checkpointing", False))
-        )
+        if hasattr(type(encoder), "is_activation_checkpointing"):  # transformers 5.x; the old name warns there
+            return bool(encoder.is_activation_checkpointing)
+        return bool(getattr(encoder, "is_gradient_checkpointing", False))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

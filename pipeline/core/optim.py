@@ -11,6 +11,8 @@ is skipped (the GradScaler skips it by itself in fp16) and the caller counts it.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from pipeline.errors import PipelineError
@@ -24,13 +26,57 @@ def make_training(model: torch.nn.Module, cfg: TrainConfig, device: torch.device
 
 
 def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
-    """The optimizer's groups, each with a `name` (the key of its logged rate): weight decay on matrices only."""
+    """The optimizer's groups, each with a `name` (the key of its logged rate): weight decay on matrices only;
+    with train.layer_decay below 1, one pair of groups a depth, each at its own rate (layer_rates)."""
+    if cfg.layer_decay != 1.0:
+        return layered_groups(model, cfg)
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]  # biases, LayerNorm weights
     return [
         {"name": "decay", "params": decay, "weight_decay": cfg.weight_decay},
         {"name": "no_decay", "params": no_decay, "weight_decay": 0.0},
     ]
+
+
+# an encoder layer's parameters: `encoder.layer.3.` (BERT, XLM-R, DeBERTa), `transformer.layer.3.` (DistilBERT),
+# `layers.3.` (encoders that name their stack so)
+_LAYER = re.compile(r"(?:^|\.)(?:layer|layers)\.(\d+)\.")
+
+
+def depth(name: str, layers: int) -> int:
+    """A parameter's depth: 0 for the embeddings, i + 1 for encoder layer i, layers + 1 for all above them
+    (the head, a final norm or pooler)."""
+    found = _LAYER.search(name)
+    if found:
+        return int(found.group(1)) + 1
+    return 0 if "embeddings" in name else layers + 1  # DeBERTa's shared rel_embeddings go with the embeddings
+
+
+def layer_rates(lr: float, decay: float, layers: int) -> list[float]:
+    """The rate of each depth 0..layers+1: the top (head) at lr, each layer below it `decay` times the one above."""
+    return [lr * decay ** (layers + 1 - k) for k in range(layers + 2)]
+
+
+def layered_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
+    """Layer-wise learning-rate decay: one decay/no-decay pair of groups a depth, named by it."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    indices = [int(m.group(1)) for n, _ in named if (m := _LAYER.search(n))]
+    if not indices:
+        raise PipelineError(
+            f"train.layer_decay={cfg.layer_decay:g}: {type(model).__name__} has no numbered encoder layers "
+            f"(`layer.N.` in its parameter names); set train.layer_decay=1"
+        )
+    layers = max(indices) + 1
+    rates = layer_rates(cfg.lr, cfg.layer_decay, layers)
+    names = ["embeddings", *(f"layer{k}" for k in range(layers)), "top"]
+    groups = []
+    for k, rate in enumerate(rates):
+        mine = [p for n, p in named if depth(n, layers) == k]
+        # the decay and no-decay groups of a depth share its name: one logged rate a depth
+        groups.append({"name": names[k], "params": [p for p in mine if p.ndim >= 2], "lr": rate,
+                       "weight_decay": cfg.weight_decay})  # fmt: skip
+        groups.append({"name": names[k], "params": [p for p in mine if p.ndim < 2], "lr": rate, "weight_decay": 0.0})
+    return [g for g in groups if g["params"]]
 
 
 def learning_rates(optimizer: torch.optim.Optimizer) -> dict[str, float]:

@@ -4,6 +4,7 @@ batch, the epoch finishes, the result is the same."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -167,3 +168,36 @@ def test_probe_runs_a_whole_step_and_leaves_the_weights() -> None:
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k  # learning rate 0: the probe moved nothing
     assert all(p.grad is None for p in model.parameters())
+
+
+def auto_config(**train):
+    from pipeline import config
+
+    cfg = config.load("sample", ["train.checkpointing=auto", "model.max_length=32"])
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **train))
+
+
+@pytest.mark.parametrize(
+    ("cap_gb", "on", "says"),
+    [(0.0, False, "a CPU without train.max_memory_gb"), (64.0, False, "cpu estimate"), (1e-4, True, "cpu estimate")],
+)
+def test_auto_checkpointing_is_on_only_where_the_micro_batch_would_not_fit_without_it(cap_gb, on, says) -> None:
+    """train.checkpointing=auto: measured once the model is built; the fold's header says which and why."""
+    from pipeline.core import distributed, foldmodel
+
+    model = tiny_classifier(vocab=200, hidden=32, layers=2)
+    cfg, why = foldmodel.checkpointing(auto_config(max_memory_gb=cap_gb), model, model, "fp32", distributed.Dist())
+    assert cfg.train.checkpointing is on and model.is_activation_checkpointing is on
+    assert why.startswith("auto: ") and says in why
+    header = foldmodel.banner(cfg, distributed.Dist(), "fp32", 10, 5, 3, 1000, why)
+    assert f"checkpointing {'on' if on else 'off'} (auto: " in header
+
+
+@pytest.mark.parametrize("setting", [True, False])
+def test_checkpointing_set_by_hand_is_left_as_it_is(setting) -> None:
+    from pipeline.core import distributed, foldmodel
+
+    model = tiny_classifier(vocab=200, hidden=32, layers=2)
+    cfg, why = foldmodel.checkpointing(auto_config(checkpointing=setting, max_memory_gb=1e-4), model, model, "fp32",
+                                       distributed.Dist())  # fmt: skip
+    assert cfg.train.checkpointing is setting and why == "" and not model.is_activation_checkpointing
