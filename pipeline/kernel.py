@@ -103,7 +103,7 @@ def before_sending(plan, cfg: Config, api, continue_dir: Path):
 
 def build_and_push(cfg: Config, api=None) -> dict:
     """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
-    from pipeline.kaggle import client, datasets
+    from pipeline.kaggle import client, datasets, kernels
 
     make_plan(cfg, "owner")  # settings errors first: they need no credentials
     if cfg.train.optimizer == "adamw8bit" and not cfg.kaggle.has_bitsandbytes:
@@ -143,7 +143,7 @@ def build_and_push(cfg: Config, api=None) -> dict:
         plan = dataclasses.replace(plan, bundle_version=datasets.wait_new_version(plan.dataset_ref, before, api))
         print(f"kernel: code dataset {datasets.wait_dataset_ready(plan.dataset_ref, api)}")
         result["metadata"] = write_and_describe(cfg, plan, kernel_dir, digest)
-        url, version = client.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
+        url, version = kernels.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
         continuation.note_push(code_dir.parent, plan.kernel_ref, version)
         print(f"kernel: pushed{f' version {version}' if version else ''}: {url}")
         result.update(url=url, version=version, plan=plan)
