@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.kaggle.client import KaggleError, authenticated_username, clean, explain, files_under, http_status
+from pipeline.kaggle.client import KaggleError, authenticated_username, clean, explain, http_status
+from pipeline.kaggle.downloads import files_under
 
 if TYPE_CHECKING:  # only for type checkers: importing kaggle at run time authenticates
     from pipeline.kaggle.client import KaggleApi
