@@ -1,6 +1,6 @@
 """Tests for pipeline.kernel (`make kernel`, `make kernel-output`, `make kernel-status`). No test reaches the network.
 
-The kaggle API is replaced at the seam (pipeline.kaggle.client's functions take `api=`) by FakeKaggleApi,
+The kaggle API is replaced at the seam (the functions of pipeline/kaggle/ take `api=`) by FakeKaggleApi,
 which records every call. The notebook's code file itself is run in a subprocess against a simulated
 Kaggle layout: temporary folders stand for /kaggle/input (the sample competition, the code bundle as
 Kaggle mounts it, a tiny model folder) and /kaggle/working, sockets are disabled, and the submission

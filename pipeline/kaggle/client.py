@@ -1,7 +1,9 @@
-"""The one module that talks to Kaggle: credentials, API errors in plain words, downloads, uploads, kernels
-and submissions. Every call to the kaggle library is here.
+"""The one module that imports the kaggle library: credentials, the authenticated API object, and API errors
+in plain words. The calls themselves are made by the modules beside it, each with the `api` this one returns:
+downloads (competition and dataset files), datasets (the code bundle's upload), kernels (push, state, output,
+log) and submissions.
 
-Everything else in the pipeline calls these functions and never imports `kaggle` itself, so that:
+Nothing else in the pipeline imports `kaggle` (an import-linter contract in pyproject.toml), so that:
 
 * `import kaggle` runs only when a Kaggle call is really made. The package authenticates (and may
   print help or hit the network) at import time, and creates its config folder as a side effect.
@@ -20,11 +22,9 @@ Facts about kaggle 2.2.5 this module relies on (read from its source):
 * API failures are `requests.exceptions.HTTPError` whose `.response.status_code` holds the status
   (kagglesdk raises it from `raise_for_status()` or from a JSON body with `code >= 400`);
   network failures are `requests.exceptions.ConnectionError` / `Timeout`.
-* `competition_download_files(competition, path, force, quiet, unzip)` writes
-  `<path>/<competition>.zip`; `dataset_download_files(dataset, path, force, quiet, unzip, licenses)`
-  writes `<path>/<dataset-slug>.zip`. Both default to `quiet=True`.
 
-Each call wraps the library's in `except Exception as exc: raise explain(exc, "<kind> <ref>") from exc`.
+Each call, in whichever module, wraps the library's in
+`except Exception as exc: raise explain(exc, "<kind> <ref>") from exc`.
 """
 
 from __future__ import annotations
