@@ -40,17 +40,17 @@ def acquire(cfg: Config, api=None) -> Path:
         if not all((raw / f).exists() for f in sample.FILES):
             sample.write(raw, seed=0, scale=d.sample_scale)
     elif d.source == "kaggle":
-        from pipeline.kaggle import client
+        from pipeline.kaggle import client, downloads
 
         api = api or client.get_api()
         needed = layout.needed_files(cfg)
         if not all((raw / f).exists() for f in needed):
             # one file at a time, only those this config reads: the archive also holds large unused copies
-            client.download_competition(d.competition, raw, api=api, files=needed)
+            downloads.download_competition(d.competition, raw, api=api, files=needed)
         for ref in d.datasets:
             dest = layout.dataset_dir(cfg, ref)
             if not dest.exists():
-                client.download_dataset(ref, dest, api=api)
+                downloads.download_dataset(ref, dest, api=api)
     elif not raw.is_dir():
         raise DataError(f"{raw}: no such folder (data.dir)")
     required = layout.REQUIRED

@@ -67,11 +67,11 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
 
 def listed_files(cfg: Config, api) -> dict[str, list[str]] | None:
     """The files of each of data.datasets (None in a dry run, where nothing is asked)."""
-    from pipeline.kaggle import client
+    from pipeline.kaggle import datasets
 
     if api is None or not cfg.data.datasets:
         return None
-    return {ref: client.dataset_files(ref, api) for ref in cfg.data.datasets}
+    return {ref: datasets.dataset_files(ref, api) for ref in cfg.data.datasets}
 
 
 def write_and_describe(cfg: Config, plan, kernel_dir, digest: str) -> dict:
@@ -103,7 +103,7 @@ def before_sending(plan, cfg: Config, api, continue_dir: Path):
 
 def build_and_push(cfg: Config, api=None) -> dict:
     """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
-    from pipeline.kaggle import client
+    from pipeline.kaggle import client, datasets, kernels
 
     make_plan(cfg, "owner")  # settings errors first: they need no credentials
     if cfg.train.optimizer == "adamw8bit" and not cfg.kaggle.has_bitsandbytes:
@@ -135,15 +135,15 @@ def build_and_push(cfg: Config, api=None) -> dict:
         write_kernel(cfg, plan, kernel_dir, digest)  # checked before anything is sent; rewritten once versioned
         if plan.continue_kernel != plan.kernel_ref:  # kaggle.continue_from=self: asked a moment ago (pick_version)
             ended_state(plan.kernel_ref, api)  # refused while it runs: every push starts a GPU session; 404: the first
-        before = client.version_before_upload(plan.dataset_ref, api)
-        action, ds_url = client.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
+        before = datasets.version_before_upload(plan.dataset_ref, api)
+        action, ds_url = datasets.upload_dataset(code_dir, plan.dataset_ref, f"make kernel CONFIG={cfg.name}", api)
         print(f"kernel: code dataset {action}: {ds_url}")
         # the kernel attaches the very version uploaded, once Kaggle tells a number past the one before the upload
         # (it may still serve the previous one as the latest for a while); only then is its state that version's
-        plan = dataclasses.replace(plan, bundle_version=client.wait_new_version(plan.dataset_ref, before, api))
-        print(f"kernel: code dataset {client.wait_dataset_ready(plan.dataset_ref, api)}")
+        plan = dataclasses.replace(plan, bundle_version=datasets.wait_new_version(plan.dataset_ref, before, api))
+        print(f"kernel: code dataset {datasets.wait_dataset_ready(plan.dataset_ref, api)}")
         result["metadata"] = write_and_describe(cfg, plan, kernel_dir, digest)
-        url, version = client.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
+        url, version = kernels.push_kernel(kernel_dir, plan.kernel_ref, api, cfg.kaggle.timeout)
         continuation.note_push(code_dir.parent, plan.kernel_ref, version)
         print(f"kernel: pushed{f' version {version}' if version else ''}: {url}")
         result.update(url=url, version=version, plan=plan)

@@ -95,11 +95,11 @@ def sample_submission_path(cfg: Config) -> Path | None:
 
 
 def wait_for_score(ref: int, api, timeout_s: float, poll_s: float = 15, sleep: Callable = time.sleep) -> dict:
-    from pipeline.kaggle import client
+    from pipeline.kaggle import submissions
 
     waited = 0.0
     while True:
-        state = client.submission_state(ref, api)
+        state = submissions.submission_state(ref, api)
         if state["status"] != "pending" or waited >= timeout_s:
             return state
         sleep(poll_s)
@@ -114,14 +114,14 @@ def record(exp: Path, entry: dict) -> None:
 
 
 def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
-    from pipeline.kaggle import client
+    from pipeline.kaggle import client, submissions
 
     path = submission_file(cfg)
     check_file(path, sample_submission_path(cfg))
     exp = layout.experiment_dir(cfg)
     text = message(cfg.name, oof_figure(exp), git_commit())
     api = client.get_api() if api is None else api
-    ref = client.submit(cfg.data.competition, path, text, api)
+    ref = submissions.submit(cfg.data.competition, path, text, api)
     print(f"submit: {path} sent to {cfg.data.competition} as submission {ref} ({text})")
     entry = {
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),

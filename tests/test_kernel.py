@@ -1,6 +1,6 @@
 """Tests for pipeline.kernel (`make kernel`, `make kernel-output`, `make kernel-status`). No test reaches the network.
 
-The kaggle API is replaced at the seam (pipeline.kaggle.client's functions take `api=`) by FakeKaggleApi,
+The kaggle API is replaced at the seam (the functions of pipeline/kaggle/ take `api=`) by FakeKaggleApi,
 which records every call. The notebook's code file itself is run in a subprocess against a simulated
 Kaggle layout: temporary folders stand for /kaggle/input (the sample competition, the code bundle as
 Kaggle mounts it, a tiny model folder) and /kaggle/working, sockets are disabled, and the submission
@@ -26,7 +26,7 @@ import pytest
 
 from pipeline import config, cv, data, kernel, layout, notebook, predict, train
 from pipeline.inputs import sample
-from pipeline.kaggle import client, launch, output, session
+from pipeline.kaggle import client, datasets, launch, output, session
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.client import KaggleError
 from pipeline.kaggle.plan import KernelError
@@ -105,9 +105,9 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
     api.dataset_states = ["pending"]  # created, then ready at the second poll
     cfg = make_cfg(tmp_path)
     sleeps = []
-    orig = client.wait_dataset_ready
+    orig = datasets.wait_dataset_ready
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(client, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
+        mp.setattr(datasets, "wait_dataset_ready", lambda ref, api: orig(ref, api, sleep=sleeps.append))
         result = kernel.build_and_push(cfg, api=api)
     names = [name for name, _ in api.calls]
     # the kernel's state (not running); the bundle's version before (none: 404), exists?, then the version the
@@ -175,16 +175,16 @@ def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) 
         return number
 
     sleeps: list[float] = []
-    orig = client.wait_new_version
+    orig = datasets.wait_new_version
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(client, "dataset_version", dataset_version)
-        mp.setattr(client, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=sleeps.append))
+        mp.setattr(datasets, "dataset_version", dataset_version)
+        mp.setattr(datasets, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=sleeps.append))
         result = kernel.build_and_push(make_cfg(tmp_path), api=api)
     assert result["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8" and len(sleeps) == 2
     answers = iter([7, *[7] * 40])  # never past 7: refused before the push
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(client, "dataset_version", dataset_version)
-        mp.setattr(client, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=lambda s: None))
+        mp.setattr(datasets, "dataset_version", dataset_version)
+        mp.setattr(datasets, "wait_new_version", lambda ref, before, api: orig(ref, before, api, sleep=lambda s: None))
         with pytest.raises(KaggleError, match="still serves version 7 after 300 s, the one before this upload"):
             kernel.build_and_push(make_cfg(tmp_path), api=api)
 

@@ -87,7 +87,7 @@ def pick_version(cfg: Config, plan: Plan, api, dest: Path) -> Plan:
     refused while a version runs, and refused when no version of the last VERSIONS_BACK finished with folds."""
     import dataclasses
 
-    from pipeline.kaggle import client
+    from pipeline.kaggle import kernels
 
     ref = plan.continue_kernel
     status = ended_state(ref, api, "kaggle.continue_from: ", " and attach an output that is not written yet")
@@ -96,16 +96,16 @@ def pick_version(cfg: Config, plan: Plan, api, dest: Path) -> Plan:
             f"kaggle.continue_from: kernel {ref} does not exist (404): nothing to continue from; push it once "
             "without kaggle.continue_from"
         )
-    newest = plan.continue_version or client.kernel_version(ref, api) or last_pushed(dest.parent, ref)
+    newest = plan.continue_version or kernels.kernel_version(ref, api) or last_pushed(dest.parent, ref)
     versions = [plan.continue_version] if plan.continue_version else list(range(newest, 0, -1))[:VERSIONS_BACK]
     for version in versions or [None]:
         source = f"{ref}/{version}" if version else ref
-        state, failure = client.kernel_status(source, api) if version else (status, "")
+        state, failure = kernels.kernel_status(source, api) if version else (status, "")
         if state not in FINAL:
             raise KernelError(f"kaggle.continue_from: kernel {source} is {state}; wait for it to end, then push again")
         folder = dest / (f"v{version}" if version else "latest")
         shutil.rmtree(folder, ignore_errors=True)
-        client.download_output_files(source, folder, done_pattern(cfg), api)
+        kernels.download_output_files(source, folder, done_pattern(cfg), api)
         held = version_holds(folder, cfg)
         if held:
             session = (read_record(folder) or {}).get("session", "")

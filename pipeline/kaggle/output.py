@@ -1,6 +1,6 @@
 """`make kernel-output` and `make kernel-status`: what a pushed kernel did, brought back.
 
-Reads   the kernel's state, output files and log, through the kaggle API (pipeline/kaggle/client.py)
+Reads   the kernel's state, output files and log, through the kaggle API (pipeline/kaggle/kernels.py)
 Writes  kernel/<slug>/output/       the kernel's output as downloaded (models, OOF, submission) and its log;
                                     kept between runs: kaggle fetches a file again only when the kernel's
                                     copy is larger or newer
@@ -41,10 +41,10 @@ def ended_state(ref: str, api, why: str = "", also: str = "") -> str | None:
     """The state of kernel `ref`'s latest version once it has ended (one of FINAL); None when it was never pushed
     (404). Refused in one line while it is queued or runs: a push then starts a second GPU session beside it, on the
     same weekly quota. `why` opens the line, `also` adds to what the push would do."""
-    from pipeline.kaggle import client
+    from pipeline.kaggle import client, kernels
 
     try:
-        status, _ = client.kernel_status(ref, api)
+        status, _ = kernels.kernel_status(ref, api)
     except client.KaggleError as exc:
         if client.http_status(exc.__cause__) != 404:
             raise
@@ -91,12 +91,12 @@ def log_lines(raw: str) -> list[str]:
 
 def follow_log(ref: str, api, shown: list[str], sleep: Callable[[float], None]):
     """The lines of the kernel's log as they are written, each event's as it comes, until the session ends, through
-    dropped connections (client.stream_events). A stream that starts by replaying lines already `shown` (the stored
+    dropped connections (kernels.stream_events). A stream that starts by replaying lines already `shown` (the stored
     log) has them left out: skipped while they match in order."""
-    from pipeline.kaggle import client
+    from pipeline.kaggle import kernels
 
     matched: int | None = 0
-    for event in client.stream_events(ref, api, sleep):
+    for event in kernels.stream_events(ref, api, sleep):
         for line in event_lines(event):
             if matched is not None and matched < len(shown) and line == shown[matched]:
                 matched += 1
@@ -152,9 +152,9 @@ def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
 
 def show_log(ref: str, out: Path, api) -> list[str]:
     """Download the kernel's log into `out`/<slug>.log and return its lines."""
-    from pipeline.kaggle import client
+    from pipeline.kaggle import kernels
 
-    lines = log_lines(client.kernel_log(ref, api))
+    lines = log_lines(kernels.kernel_log(ref, api))
     keep_log(ref, out, lines)
     return lines
 
@@ -170,7 +170,7 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     A kernel that failed or was stopped (a session that ran out of its 12 hours ends so) still has an output:
     its finished folds, a cut-off fold's resume state, a partial submission. They come back like a finished
     kernel's, and each fold is named complete or not."""
-    from pipeline.kaggle import client
+    from pipeline.kaggle import client, kernels
 
     if cfg.kaggle.dry_run:
         plan = make_plan(cfg, resolve_user(cfg))
@@ -179,7 +179,7 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     api = client.get_api() if api is None else api
     plan = make_plan(cfg, resolve_user(cfg, api))
     out = folders(cfg, plan.kernel_slug)[2]
-    status, failure = client.kernel_status(plan.kernel_ref, api)
+    status, failure = kernels.kernel_status(plan.kernel_ref, api)
     if status not in FINAL:
         raise KernelError(
             f"kernel {plan.kernel_ref} is {status}, not finished; follow it with "
@@ -191,7 +191,7 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
               f"log ({out / (plan.kernel_slug + '.log')}):")  # fmt: skip
         print("\n".join(f"  | {line}" for line in log[-TAIL:]))
     try:
-        files = client.download_kernel_output(plan.kernel_ref, out, api, file_pattern=output_pattern(cfg))
+        files = kernels.download_kernel_output(plan.kernel_ref, out, api, file_pattern=output_pattern(cfg))
     except KernelError:
         raise
     except PipelineError as e:
@@ -243,22 +243,22 @@ def kernel_status(
 ) -> str:
     """`make kernel-status`: the kernel's state, its log's last lines and the latest ETA; with `follow`, the log
     as it is written (kernels_logs_stream where the library has it, else polled every `poll_s` s) until it ends."""
-    from pipeline.kaggle import client
+    from pipeline.kaggle import client, kernels
 
     api = client.get_api() if api is None else api
     plan = make_plan(cfg, resolve_user(cfg, api))
     out = folders(cfg, plan.kernel_slug)[2]
-    status, failure = client.kernel_status(plan.kernel_ref, api)
+    status, failure = kernels.kernel_status(plan.kernel_ref, api)
     lines = show_log(plan.kernel_ref, out, api)
     print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
-    if follow and status not in FINAL and client.can_stream_logs(api):
+    if follow and status not in FINAL and kernels.can_stream_logs(api):
         for line in follow_log(plan.kernel_ref, api, list(lines), sleep):
             print(f"  | {line}", flush=True)
             lines.append(line)
-        status, failure = client.kernel_status(plan.kernel_ref, api)
+        status, failure = kernels.kernel_status(plan.kernel_ref, api)
     while follow and status not in FINAL:  # no stream: poll the stored log
         sleep(poll_s)
-        status, failure = client.kernel_status(plan.kernel_ref, api)
+        status, failure = kernels.kernel_status(plan.kernel_ref, api)
         new = show_log(plan.kernel_ref, out, api)
         print("\n".join(f"  | {line}" for line in new[len(lines) :]))
         lines = new

@@ -1,4 +1,5 @@
-"""Tests for pipeline.kaggle.client, the seam to Kaggle. No test ever reaches the network.
+"""Tests for pipeline.kaggle.client, the seam to Kaggle: credentials, the API object, and Kaggle's errors in
+plain words (told through a download, the first call a user makes). No test ever reaches the network.
 
 Most tests use `FakeKaggleApi` (tests/helpers/fake_kaggle.py); the few that exercise the real kaggle 2.2.5
 package run it in a subprocess with a temporary HOME (importing kaggle authenticates and creates a config
@@ -9,16 +10,14 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import sys
 import types
-import zipfile
 from pathlib import Path
 
 import pytest
 import requests
 
-from pipeline.kaggle import client
+from pipeline.kaggle import client, downloads
 from pipeline.kaggle.client import KaggleError
 from tests.helpers.fake_kaggle import SENTINEL, FakeKaggleApi, http_error, run_python
 
@@ -26,26 +25,9 @@ pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (doc
 
 COMPETITION = "jigsaw-multilingual-toxic-comment-classification"
 
-VALIDATION = "id,comment_text,lang,toxic\n0,Este usuario ni siquiera llega,es,0\n1,Il testo e ok,it,0\n"
-TEST = "id,content,lang\n0,Doctor Who adlı viki başlığına,tr\n1,Вполне возможно,ru\n"
-NESTED = "a,b\n1,2\n"
-
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
-
-
-def build_zip(path: Path) -> Path:
-    """A zip like Kaggle serves: two csv files plus one nested `x.csv.zip`."""
-    nested = path.with_name("x.csv.zip")
-    with zipfile.ZipFile(nested, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("x.csv", NESTED)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("validation.csv", VALIDATION)
-        zf.writestr("test.csv", TEST)
-        zf.write(nested, "x.csv.zip")
-    nested.unlink()
-    return path
 
 
 def sdk_json_error(status: int, message: str) -> requests.HTTPError:
@@ -57,22 +39,13 @@ def sdk_json_error(status: int, message: str) -> requests.HTTPError:
     return requests.HTTPError(message, response=response)
 
 
-def leftovers(parent: Path) -> list[str]:
-    return [p.name for p in parent.iterdir() if ".tmp-" in p.name]
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> Path:
-    (tmp_path / "served").mkdir()
-    return build_zip(tmp_path / "served" / "bundle.zip")
-
-
 # ---------------------------------------------------------------------------------------------
 # The seam itself
 
 
 def test_import_does_not_import_kaggle(tmp_path: Path) -> None:
-    result = run_python("import pipeline.kaggle.client, sys; print('kaggle' in sys.modules)", tmp_path)
+    seam = "client, downloads, datasets, kernels, submissions"
+    result = run_python(f"import sys; from pipeline.kaggle import {seam}; print('kaggle' in sys.modules)", tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
     assert not (tmp_path / ".config").exists()  # kaggle's import-time side effect did not happen
@@ -100,132 +73,12 @@ def test_fake_matches_real_signatures(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Downloads
-
-
-def test_download_competition_extracts_everything(tmp_path: Path, archive: Path) -> None:
-    api = FakeKaggleApi(archive)
-    dest = tmp_path / "input" / "jigsaw"
-    files = client.download_competition(COMPETITION, dest, api=api)
-
-    assert sorted(p.name for p in files) == ["test.csv", "validation.csv", "x.csv"]
-    assert all(p.parent == dest for p in files)
-    assert (dest / "validation.csv").read_text() == VALIDATION
-    assert (dest / "test.csv").read_text() == TEST
-    assert (dest / "x.csv").read_text() == NESTED
-    assert not list(dest.rglob("*.zip"))
-    assert leftovers(dest.parent) == []
-
-    [(name, args)] = api.calls
-    assert name == "competition_download_files"
-    assert args["competition"] == COMPETITION
-    assert args["quiet"] is False
-    assert args["unzip"] is False  # we unzip ourselves, to catch corrupt and nested zips
-    # Downloaded into a temporary folder beside dest (same filesystem, so the move is a rename).
-    assert Path(args["path"]).is_relative_to(dest.parent / f".{dest.name}.tmp-{os.getpid()}")
-
-
-def test_download_dataset_extracts_everything(tmp_path: Path, archive: Path) -> None:
-    api = FakeKaggleApi(archive)
-    dest = tmp_path / "input" / "translated"
-    files = client.download_dataset("someone/jigsaw-translated", dest, api=api)
-
-    assert sorted(p.name for p in files) == ["test.csv", "validation.csv", "x.csv"]
-    [(name, args)] = api.calls
-    assert (name, args["dataset"], args["quiet"]) == (
-        "dataset_download_files",
-        "someone/jigsaw-translated",
-        False,
-    )
-    assert leftovers(dest.parent) == []
-
-
-def test_download_into_existing_dest_only_adds_missing(tmp_path: Path, archive: Path) -> None:
-    dest = tmp_path / "jigsaw"
-    dest.mkdir()
-    (dest / "validation.csv").write_text("mine\n")
-    files = client.download_competition(COMPETITION, dest, api=FakeKaggleApi(archive))
-
-    assert (dest / "validation.csv").read_text() == "mine\n"  # raw files are never edited
-    assert (dest / "test.csv").read_text() == TEST
-    assert sorted(p.name for p in files) == ["test.csv", "validation.csv", "x.csv"]
-    assert leftovers(tmp_path) == []
-
-
-def test_download_merges_subfolders_and_duplicate_zipped_copies(tmp_path: Path) -> None:
-    served = tmp_path / "served.zip"
-    inner = tmp_path / "train.csv.zip"
-    with zipfile.ZipFile(inner, "w") as zf:
-        zf.writestr("train.csv", VALIDATION)
-    with zipfile.ZipFile(served, "w") as zf:
-        zf.writestr("train.csv", VALIDATION)  # Kaggle bundles sometimes hold a file and its zip
-        zf.write(inner, "train.csv.zip")
-        zf.writestr("extra/more.csv", TEST)
-    dest = tmp_path / "jigsaw"
-    dest.mkdir()
-    (dest / "validation.csv").write_text("mine\n")
-
-    files = client.download_competition(COMPETITION, dest, api=FakeKaggleApi(served))
-    assert [p.relative_to(dest).as_posix() for p in files] == [
-        "extra/more.csv",
-        "train.csv",
-        "validation.csv",
-    ]
-    assert (dest / "extra" / "more.csv").read_text() == TEST
-    assert (dest / "train.csv").read_text() == VALIDATION
-
-
-def test_download_into_empty_existing_dest(tmp_path: Path, archive: Path) -> None:
-    dest = tmp_path / "jigsaw"
-    dest.mkdir()
-    files = client.download_competition(COMPETITION, dest, api=FakeKaggleApi(archive))
-    assert len(files) == 3
-
-
-def test_corrupt_zip_leaves_nothing(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.zip"
-    bad.write_bytes(b"PK\x03\x04 this is not really a zip")
-    dest = tmp_path / "input" / "jigsaw"
-
-    with pytest.raises(KaggleError, match=rf"{COMPETITION}\.zip") as info:
-        client.download_competition(COMPETITION, dest, api=FakeKaggleApi(bad))
-    assert "not a valid zip" in str(info.value)
-    assert not dest.exists()
-    assert leftovers(dest.parent) == []
-
-
-def test_corrupt_nested_zip_leaves_existing_dest_unchanged(tmp_path: Path) -> None:
-    served = tmp_path / "served.zip"
-    with zipfile.ZipFile(served, "w") as zf:
-        zf.writestr("test.csv", TEST)
-        zf.writestr("train.csv.zip", b"garbage, not a zip")
-    dest = tmp_path / "jigsaw"
-    dest.mkdir()
-    (dest / "validation.csv").write_text("mine\n")
-
-    with pytest.raises(KaggleError, match=r"train\.csv\.zip"):
-        client.download_competition(COMPETITION, dest, api=FakeKaggleApi(served))
-    assert [p.name for p in dest.iterdir()] == ["validation.csv"]
-    assert (dest / "validation.csv").read_text() == "mine\n"
-    assert leftovers(tmp_path) == []
-
-
-def test_api_error_leaves_nothing(tmp_path: Path) -> None:
-    dest = tmp_path / "jigsaw"
-    with pytest.raises(KaggleError) as info:
-        client.download_competition(COMPETITION, dest, api=FakeKaggleApi(error=http_error(404, "Not Found")))
-    assert isinstance(info.value.__cause__, requests.HTTPError)  # original kept for debugging
-    assert not dest.exists()
-    assert leftovers(tmp_path) == []
-
-
-# ---------------------------------------------------------------------------------------------
 # Error messages
 
 
 def download_error(tmp_path: Path, error: BaseException) -> str:
     with pytest.raises(KaggleError) as info:
-        client.download_competition(COMPETITION, tmp_path / "d", api=FakeKaggleApi(error=error))
+        downloads.download_competition(COMPETITION, tmp_path / "d", api=FakeKaggleApi(error=error))
     message = str(info.value)
     assert "\n" not in message
     return message
@@ -247,7 +100,7 @@ def test_403_says_accept_rules(tmp_path: Path, make) -> None:
 
 def test_403_on_dataset_says_no_access(tmp_path: Path) -> None:
     with pytest.raises(KaggleError) as info:
-        client.download_dataset("someone/private", tmp_path / "d", api=FakeKaggleApi(error=http_error(403)))
+        downloads.download_dataset("someone/private", tmp_path / "d", api=FakeKaggleApi(error=http_error(403)))
     message = str(info.value)
     assert "dataset someone/private" in message and "access denied (403)" in message
     assert "rules" not in message
@@ -416,7 +269,7 @@ REAL_SCRIPT = """
     import json, sys
     from pathlib import Path
     import requests
-    from pipeline.kaggle import client
+    from pipeline.kaggle import client, downloads
 
     mode, dest, competition = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 
@@ -433,7 +286,7 @@ REAL_SCRIPT = """
 
     requests.Session.send = send
     try:
-        client.download_competition(competition, dest, api=client.get_api())
+        downloads.download_competition(competition, dest, api=client.get_api())
     except client.KaggleError as exc:
         print("KaggleError:", exc)
     tmp = [p.name for p in dest.parent.iterdir() if ".tmp-" in p.name] if dest.parent.exists() else []
@@ -464,95 +317,6 @@ def test_real_library_errors(tmp_path: Path, mode: str, env: dict[str, str], exp
     assert expected in lines[0]
     assert lines[1] == "dest exists: False leftovers: []"
     assert SENTINEL not in result.stdout + result.stderr
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernel and dataset errors mapped to what happened (kaggle 2.2.5 hides some of them)
-
-REAL_KERNEL_SCRIPT = """
-    import json, sys
-    import requests
-    from pipeline.kaggle import client
-
-    status, call = int(sys.argv[1]), sys.argv[2]
-
-    def send(self, request, **kwargs):
-        response = requests.Response()
-        response.status_code = status
-        response.url = request.url
-        response.headers["Content-Type"] = "application/json"
-        response._content = json.dumps({"code": status, "message": "denied"}).encode()
-        response.request = request
-        return response
-
-    requests.Session.send = send
-    api = client.get_api()
-    try:
-        if call == "status":
-            client.kernel_status("me/jigsaw-sample", api)
-        elif call == "logs":
-            client.kernel_log("me/jigsaw-sample", api)
-        else:
-            client.download_kernel_output("me/jigsaw-sample", sys.argv[3], api)
-    except client.KaggleError as exc:
-        print("KaggleError:", exc)
-"""
-
-
-@pytest.mark.parametrize("call", ["status", "output", "logs"])
-@pytest.mark.parametrize(
-    ("status", "expected"),
-    [(401, "rejected the credentials (401)"), (403, "access denied (403): no such kernel visible to this account")],
-)
-def test_real_library_kernel_errors(tmp_path: Path, call: str, status: int, expected: str) -> None:
-    """kaggle 2.2.5 turns 401 and 403 into one ValueError blaming the slug; the real status is still told apart."""
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"KAGGLE_USERNAME": "me", "KAGGLE_KEY": SENTINEL}
-    result = run_python(REAL_KERNEL_SCRIPT, home, str(status), call, str(tmp_path / "out"), **env)
-    assert result.returncode == 0, result.stderr
-    line = next((x for x in result.stdout.splitlines() if x.startswith("KaggleError:")), result.stdout)
-    assert expected in line
-    assert SENTINEL not in result.stdout + result.stderr
-
-
-def test_new_version_while_the_last_one_processes(tmp_path: Path) -> None:
-    """A dataset version uploaded while the previous one still processes answers 403: say that, not 'no access'."""
-    (tmp_path / "dataset-metadata.json").write_text(json.dumps({"id": "tester/code"}))
-    api = FakeKaggleApi()
-    api.datasets.add("tester/code")
-    api.fail["dataset_create_version"] = http_error(403, "Forbidden")
-    api.dataset_states = ["ready", "pending"]  # exists (ready), then: the version in flight is pending
-    with pytest.raises(KaggleError, match=r"previous version is still pending on Kaggle \(403 until it is ready\)"):
-        client.upload_dataset(tmp_path, "tester/code", "notes", api)
-    api.dataset_states = ["ready", "ready"]  # nothing in flight: a real access problem
-    with pytest.raises(KaggleError, match=r"access denied \(403\)"):
-        client.upload_dataset(tmp_path, "tester/code", "notes", api)
-
-
-def test_deleted_dataset_is_final() -> None:
-    api = FakeKaggleApi()
-    api.datasets.add("tester/code")
-    api.dataset_states = ["deleted"] * 5
-    sleeps: list[float] = []
-    with pytest.raises(KaggleError, match="was deleted on Kaggle.*kaggle.dataset_slug"):
-        client.wait_dataset_ready("tester/code", api, sleep=sleeps.append)
-    assert sleeps == []  # no waiting out the timeout
-
-
-def test_brief_404_after_creating_is_waited_out() -> None:
-    api = FakeKaggleApi()  # the dataset is not visible yet: dataset_status answers 404
-    sleeps: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        if len(sleeps) == 3:
-            api.datasets.add("tester/code")  # visible now
-
-    assert client.wait_dataset_ready("tester/code", api, poll_s=10, sleep=sleep) == "ready"
-    api = FakeKaggleApi()  # still 404 after the grace period: it is really not there
-    with pytest.raises(KaggleError, match=r"not found \(404\)"):
-        client.wait_dataset_ready("tester/code", api, poll_s=10, sleep=lambda s: None, grace_s=30)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,20 +358,3 @@ def test_complete_credentials_have_no_problems(no_kaggle_env: Path, monkeypatch:
     (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
     (no_kaggle_env / ".kaggle" / "kaggle.json").write_text('{"username": "me"}')  # key from the environment
     assert client.credential_problems() == []
-
-
-# ---------------------------------------------------------------------------------------------
-# Only the files the pipeline reads
-
-
-def test_per_file_download_fetches_only_what_is_missing(tmp_path: Path) -> None:
-    api = FakeKaggleApi()
-    api.competition_files = {"test.csv": b"id,content,lang\n", "validation.csv": b"id\n"}
-    dest = tmp_path / "jigsaw"
-    dest.mkdir()
-    (dest / "validation.csv").write_bytes(b"already here")
-    files = client.download_competition(COMPETITION, dest, api=api, files=("test.csv", "validation.csv"))
-    assert [c[1]["file_name"] for c in api.calls] == ["test.csv"]
-    assert sorted(p.name for p in files) == ["test.csv", "validation.csv"]
-    assert (dest / "validation.csv").read_bytes() == b"already here"
-    assert not [c for c in api.calls if c[0] == "competition_download_files"]  # not the whole archive
