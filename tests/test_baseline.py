@@ -136,9 +136,15 @@ def test_the_comparison_reads_an_older_cv_json_and_names_a_damaged_one(tmp_path:
     # written before cv.json had `metrics`: the validation AUC as oof_auc, a six-language AUC missing fr
     write_json(exp / "cv.json", {"oof_auc": 0.9123, "per_lang": {"es": 0.91}, "six": {"auc": 0.88, "missing": ["fr"]}})
     baseline.compare(cfg, ours)
-    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.strip().splitlines()[1:]}
-    assert rows[cfg.model.name] == ["-", "0.9123", "-", "0.9100", "-", "-"]  # 6-lang, valid, Brier, es, tr
-    assert rows[baseline.MODEL] == ["-", "0.8000", "0.2000", "0.7000", "0.6000", "1.0"]
+    head, *lines = capsys.readouterr().out.strip().splitlines()
+    # a row's figures by column: every metric of metrics.METRICS (by its key), then the languages and the minutes
+    columns = [m.key for m in metrics.METRICS] + ["es", "tr", "minutes"]
+    assert head.split() == ["model", *" ".join(m.header for m in metrics.METRICS).split(), "es", "tr", "minutes"]
+    rows = {name: dict(zip(columns, figures, strict=True)) for name, *figures in map(str.split, lines)}
+    blank = dict.fromkeys(columns, "-")  # a figure a row lacks (ours: a NaN 6-lang AUC; the older one missed fr)
+    assert rows[cfg.model.name] == {**blank, "valid_auc": "0.9123", "es": "0.9100"}
+    assert rows[baseline.MODEL] == {**blank, "valid_auc": "0.8000", "brier": "0.2000", "es": "0.7000", "tr": "0.6000",
+                                    "minutes": "1.0"}  # fmt: skip
     (exp / "cv.json").write_text("{not json")
     baseline.compare(cfg, ours)  # after the baseline's own report: a line, not a traceback
     assert f"{exp / 'cv.json'} cannot be read" in capsys.readouterr().out
