@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import export, layout, predict, train
+from pipeline import export, layout, predict, schema, train
 from pipeline.inputs import tables
 from tests.helpers import ROOT, prepare_tiny
 
@@ -46,9 +46,16 @@ def score_outside(folder: Path, texts: list[str], tmp_path: Path) -> np.ndarray:
     return np.array(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("trimmed", [False, True])
-def test_an_exported_fold_loads_without_the_pipeline_and_predicts_as_the_fold(tmp_path: Path, trimmed: bool) -> None:
-    cfg = prepare_tiny(tmp_path, "train.folds=[0]", "train.device=cpu", f"model.trim_vocab={str(trimmed).lower()}")
+# every pooling the schema allows (the page's loader reads each one), and a trimmed vocabulary under the default
+CASES = [(False, p) for p in schema.CHOICES["model.pooling"]] + [(True, schema.Config().model.pooling)]
+
+
+@pytest.mark.parametrize(("trimmed", "pooling"), CASES)
+def test_an_exported_fold_loads_without_the_pipeline_and_predicts_as_the_fold(
+    tmp_path: Path, trimmed: bool, pooling: str
+) -> None:
+    trim = f"model.trim_vocab={str(trimmed).lower()}"
+    cfg = prepare_tiny(tmp_path, "train.folds=[0]", "train.device=cpu", trim, f"model.pooling={pooling}")
     train.run(cfg)
     predict.run(cfg)
     [folder] = export.run(cfg)

@@ -90,7 +90,13 @@ def test_a_setting_that_means_something_only_under_another_counts_only_then() ->
 
 
 def test_choices_and_ranges_come_from_the_fields() -> None:
-    assert config.CHOICES is schema.CHOICES and schema.CHOICES["model.pooling"] == ("mean", "cls")
+    # every setting's choices are its field's own, whatever they are (test_config loads each one and refuses
+    # another); the default is one of them, and the docs' key table names the others
+    assert config.CHOICES is schema.CHOICES and "model.pooling" in schema.CHOICES
+    for key, f, meta in schema.walk():
+        assert schema.CHOICES.get(key, ()) == meta.choices, key
+        assert not meta.choices or f.default in meta.choices, key
+        assert all(f"`{c}`" in meta.doc for c in meta.choices if c != f.default), key
     keys = [key for key, _, _ in schema.walk()]
     assert len(keys) == len(set(keys)) and all(schema.of(k).doc for k in keys)
     assert {key for key, _, _ in schema.RANGES} <= set(keys)

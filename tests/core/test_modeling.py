@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline import config, layout, validity
+from pipeline import config, layout, schema, validity
 from pipeline.core import batching, loop, modeling, optim, precision
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
@@ -36,7 +36,7 @@ def test_masked_mean_is_the_mean_of_the_real_tokens() -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("pooling", ["mean", "cls"])
+@pytest.mark.parametrize("pooling", schema.CHOICES["model.pooling"])
 def test_every_family_scores_a_row_whatever_its_padding(family: str, pooling: str) -> None:
     torch.manual_seed(0)
     model = modeling.Classifier(modeling.encoder_from_config(family_config(family)), pooling, 0.1).eval()
