@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.schema import LATER, NEVER, Config, is_section, roles
+from pipeline.schema import LATER, NEVER, Above, Config, is_section, roles
 
 BEGIN, END = "<!-- keys: from pipeline/schema.py -->", "<!-- /keys -->"
 
@@ -27,6 +27,12 @@ def class_doc(cls) -> str:
     return "" if doc.startswith(f"{cls.__name__}(") else " ".join(doc.split())  # dataclass's own: the signature
 
 
+def while_(when: tuple) -> str:
+    """A `when` as the docs say it: `key=value`, or `key > bound` (a schema.Above)."""
+    key, wanted = when
+    return f"{key} {wanted}" if isinstance(wanted, Above) else f"{key}={wanted}"
+
+
 def fingerprint_note(name: str) -> str:
     """Which keys of a section leave a result as it is, said under its table."""
     if name not in ("data", "model", "train"):
@@ -34,7 +40,7 @@ def fingerprint_note(name: str) -> str:
     what = "the prepared tables' signature" if name == "data" else "a fold's fingerprint"
     never = [f"`{k}`" for k, meta in roles(name).items() if meta.role == NEVER]
     later = [f"`{k}`" for k, meta in roles(name).items() if meta.role == LATER]
-    when = [f"`{k}` (while `{meta.when[0]}={meta.when[1]}`)" for k, meta in roles(name).items() if meta.when]
+    when = [f"`{k}` (while `{while_(meta.when)}`)" for k, meta in roles(name).items() if meta.when]
     parts = [f"Left out of {what}: {', '.join(never)}."] if never else []
     if later:
         parts.append(f"Part of it only away from their defaults (so folds made before they existed still count): "

@@ -34,7 +34,8 @@ class Setting:
     check: Callable[[typing.Any], bool] | None = None
     allowed: str = ""  # the range as the error states it
     role: str = WEIGHTS
-    when: tuple[str, typing.Any] | None = None  # (dotted key, value): counts only while that key has that value
+    # (dotted key, value): counts only while that key has that value (or, an Above, is above it)
+    when: tuple[str, typing.Any] | None = None
     resumable: bool = False  # decides only when a fold is evaluated and stops: a resume state continues under another
 
 
@@ -46,9 +47,22 @@ def setting(default, doc: str, *, choices: tuple = (), within: tuple | None = No
     return field(default=default, metadata={"setting": meta})
 
 
-def section(cls, doc: str):
-    """A nested section of the config (its keys are `<name>.<key>`)."""
-    return field(default_factory=cls, metadata={"setting": Setting(doc)})
+def section(cls, doc: str, *, when: tuple[str, typing.Any] | None = None):
+    """A nested section of the config (its keys are `<name>.<key>`), in a fingerprint as one value."""
+    return field(default_factory=cls, metadata={"setting": Setting(doc, when=when)})
+
+
+@dataclass(frozen=True)
+class Above:
+    """A `when` value that is a bound: the setting counts while the other one is above it (LoRA while r > 0)."""
+
+    bound: float
+
+    def holds(self, value) -> bool:
+        return value > self.bound
+
+    def __str__(self) -> str:
+        return f"> {self.bound:g}"
 
 
 def _finite(x: float) -> bool:
@@ -132,6 +146,23 @@ class TinyConfig:
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    """LoRA ([training.md](training.md#lora-one-size-up)): the encoder frozen, in half precision where the run
+    computes in it, low-rank adapters on its projections trained in fp32 beside the head; the fold saves those
+    alone. `r=0` trains every weight."""
+
+    r: int = setting(0, "the adapters' rank; at 0 every weight is trained", within=at_least(0, " (0: off)"))
+    alpha: float = setting(16.0, "the adapters' scale is `alpha / r`", within=POSITIVE)
+    dropout: float = setting(0.05, "dropout on the adapters' input", within=FRACTION)
+    targets: str = setting("all", "the projections that get adapters: `qv` (query, value), `attention` (query, key, "
+                           "value, output) or `all` (those and the feed-forward's two)",
+                           choices=("qv", "attention", "all"))  # fmt: skip
+    quantize: str = setting("none", "the frozen base in `8bit` or `4bit` (NF4), bitsandbytes on a CUDA GPU, for a "
+                            "pretrained `model.name`; `none`: half precision (fp32 in an fp32 run)",
+                            choices=("none", "8bit", "4bit"))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     # the model is named by fingerprint.model_identity, not by where it was read from
     name: str = setting("tiny", "`tiny`, a hub name (`xlm-roberta-large`) or a local folder", role=NEVER)
@@ -160,6 +191,8 @@ class ModelConfig:
                                          "train.lr=2e-5]`; `name`, `init_from` and `folds` are set for it",
                                          role=NEVER)  # fmt: skip
     tiny: TinyConfig = section(TinyConfig, "the tiny architecture")
+    # in a fold's fingerprint only while on: folds trained before LoRA existed keep theirs
+    lora: LoraConfig = section(LoraConfig, "LoRA fine-tuning", when=("model.lora.r", Above(0)))
 
 
 @dataclass(frozen=True)
