@@ -7,7 +7,9 @@ Writes  models/<name>/export/fold<k>/  the encoder's save_pretrained folder (con
                                        tensors); export.json: pooling, max_length, and the scale of a prediction
 
 A trimmed model's embedding is given back the tokenizer's whole vocabulary (trim.untrim), so the exported tokenizer
-is the fold's own and every id reads the row it read in training. The loading function, a few lines, is in
+is the fold's own and every id reads the row it read in training. A LoRA fold is exported with its adapters merged
+into its base's weights (W + alpha / r B A, in fp32): the folder loads the same way, transformers alone; a fold
+trained on a quantized base is refused in one line (its adapters fit the 4 or 8-bit weights, not plain ones). The loading function, a few lines, is in
 docs/export.md; tests/test_export.py runs it in a process that never imports `pipeline` and checks it against
 the fold's own predictions. Several folds are the ensemble: the mean of their probabilities.
 """
@@ -22,7 +24,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import experiments, layout, validity
-from pipeline.core import modeling, trim
+from pipeline.core import lora, modeling, trim
 from pipeline.errors import run_stage
 from pipeline.files import atomic_dir
 from pipeline.inputs import tables
@@ -32,7 +34,9 @@ from pipeline.schema import Config
 
 def export_fold(cfg: Config, fold_dir: Path, dest: Path) -> None:
     """One fold's folder: encoder and tokenizer (save_pretrained), head.pt and export.json."""
-    model = modeling.load_fold_model(fold_dir).eval()
+    tokenizer = load_tokenizer(fold_dir)
+    model = modeling.build_model(cfg, tokenizer, source=fold_dir).eval()  # fp32; a LoRA fold's base too
+    lora.merge(model)  # a LoRA fold: one plain encoder
     vmap = trim.load_map(fold_dir, model)
     if vmap is not None:  # the tokenizer's ids index the whole vocabulary, the trimmed embedding only the kept rows
         trim.untrim(model, vmap)
@@ -44,7 +48,7 @@ def export_fold(cfg: Config, fold_dir: Path, dest: Path) -> None:
     }
     with atomic_dir(dest) as tmp:
         model.encoder.save_pretrained(tmp)
-        load_tokenizer(fold_dir).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
         head = {k: v.detach().cpu().contiguous() for k, v in model.head.state_dict().items()}
         torch.save(head, tmp / layout.EXPORT_HEAD)
         (tmp / layout.EXPORT_SPEC).write_text(json.dumps(spec, indent=1) + "\n")

@@ -56,7 +56,8 @@ def fold_test_preds(
             f"from another test table or at another precision than {prec}: retrain the fold to predict this test set"
         )
     tokenizer = load_tokenizer(fold_dir)
-    model = modeling.build_model(cfg, tokenizer, source=fold_dir).to(device)
+    # a LoRA fold's base is built again in this precision's dtype, read from model.path wherever predict runs
+    model = modeling.build_model(cfg, tokenizer, source=fold_dir, precision=prec, device=device).to(device)
     vmap = trim.load_map(fold_dir, model)
     if vmap is not None:  # a trimmed model reads the cached ids through the map it was trained with
         test_data = trim.remap(test_data, vmap)

@@ -118,9 +118,10 @@ class FoldRun:
 
     def build_model(self, state: dict | None) -> None:
         """The model (with a resume state's weights) and DDP around it."""
-        self.model = build_fold_model(self.inputs.cfg, self.tokenizer, self.inputs.keep, self.d, self.fold_dir)
-        if state is not None and "model" in state:
-            self.model.load_state_dict(state["model"])  # before DDP, which copies rank 0's weights everywhere
+        self.model = build_fold_model(self.inputs.cfg, self.tokenizer, self.inputs.keep, self.d, self.fold_dir,
+                                      self.precision)  # fmt: skip
+        if state is not None and "model" in state:  # before DDP, which copies rank 0's weights everywhere
+            modeling.load_trained(self.model, state["model"], str(self.fold_dir / layout.RESUME))
         self.net = wrap(self.model, self.d)
 
     def build_plan(self, state: dict | None) -> None:
@@ -204,7 +205,7 @@ class FoldRun:
                 "plan": (self.cfg.train.micro_batch, self.cfg.train.accumulation),  # as auto-fit chose them
                 "epoch": p.epoch,
                 "step": vars(p.step).copy(),
-                "model": self.model.state_dict(),
+                "model": modeling.trained_state(self.model),  # a LoRA fold's: its adapters and head, not the base
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
@@ -479,8 +480,7 @@ class FoldRun:
         if d.is_main:
             print(f"\n=== fold {self.fold} ===")
             print(banner(self.cfg, d, self.precision, len(self.train_idx), len(self.valid_idx),
-                         t.epochs * self.windows, modeling.count_parameters(self.model),
-                         self.checkpointing_why))  # fmt: skip
+                         t.epochs * self.windows, self.model, self.checkpointing_why))  # fmt: skip
             seconds = self.plan(p.epoch, p.step.window).seconds(self.rate)  # from earlier folds, once measured
             if seconds is not None:
                 print(f"ETA {eta.hours(seconds)} for the run ({self.inputs.folds_after} more folds after this one)")

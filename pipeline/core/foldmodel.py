@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline import config as config_mod
 from pipeline import files, layout, validity
-from pipeline.core import distributed, memory, modeling, trim
+from pipeline.core import distributed, lora, memory, modeling, trim
 from pipeline.errors import PipelineError
 from pipeline.files import check_free_space
 from pipeline.inputs.tokens import Ragged
@@ -20,13 +20,19 @@ from pipeline.schema import Config
 
 
 def banner(
-    cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, params: int, why: str = ""
+    cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, model, why: str = ""
 ) -> str:
-    """The fold's header: the model, device, precision, checkpointing (and, `why`, how auto decided it), the plan."""
+    """The fold's header: the model (under LoRA, what it trains), device, precision, checkpointing (and, `why`, how
+    auto decided it), the plan."""
     t = cfg.train
     eff = t.micro_batch * t.accumulation * d.world
+    params = f"{modeling.count_parameters(model) / 1e6:.1f}M parameters"
+    if model.lora is not None:
+        frozen = "quantized to " + model.lora["quantize"] if model.lora["quantize"] != "none" else prec
+        params += (f" trained: LoRA r={model.lora['r']} on {len(model.lora['modules'])} projections, the base "
+                   f"frozen in {frozen}")  # fmt: skip
     return (
-        f"model {cfg.model.name} ({params / 1e6:.1f}M parameters) | device {d.device} | precision {prec} | "
+        f"model {cfg.model.name} ({params}) | device {d.device} | precision {prec} | "
         f"checkpointing {'on' if t.checkpointing is True else 'off'}{f' ({why})' if why else ''}\n"
         f"examples {n_train:,} train / {n_valid:,} valid | micro-batch {t.micro_batch} x accumulation "
         f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {steps:,} optimizer steps"
@@ -57,9 +63,11 @@ def padded_tokens(plan: list[list[np.ndarray]], data: Ragged) -> float:
     return float(sum(len(b) * int(lengths[b].max()) for step in plan for b in step if len(b)))
 
 
-def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path):
-    """The model as this fold trains it: trimmed, sparse embedding gradients or DDP, checkpointing, on device."""
-    model = modeling.build_model(cfg, tokenizer)
+def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distributed.Dist, fold_dir: Path,
+                     prec: str = "fp32"):  # fmt: skip
+    """The model as this fold trains it: trimmed, LoRA's adapters on its frozen base, sparse embedding gradients
+    or DDP, checkpointing, on device."""
+    model = modeling.build_model(cfg, tokenizer, precision=prec, device=d.device)
     init = validity.init_dir(cfg)
     init_map = trim.load_map(init) if init is not None else None
     if init_map is not None:  # a trimmed stage-1 model: its embedding rows are already the kept ones
@@ -70,14 +78,17 @@ def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distrib
             )
     elif keep is not None:
         trim.trim_model(model, keep)
-    # before any state is written: a resume state is ~16 bytes a parameter (fp32 weights + AdamW moments), the
-    # weights 4 more; every rank checks, so all of them stop together
+    if lora.on(cfg.model.lora):  # after trimming: the trimmed embedding is frozen with the rest of the base
+        block = lora.spec(cfg.model.lora, model.encoder, modeling.base_record(cfg, tokenizer))
+        lora.attach(model, block, lora.base_dtype(prec))
+    # before any state is written: a resume state is ~16 bytes a trained parameter (fp32 weights + AdamW moments),
+    # the weights 4 more (a LoRA fold's: its adapters and head); every rank checks, so all of them stop together
     need = modeling.count_parameters(model) * (16 + 4)
     check_free_space(fold_dir.parent, need, f"fold {layout.fold_index(fold_dir)}'s resume state and weights")
     if d.is_main:  # the map beside the weights lets predict remap test ids; an untrimmed run removes a stale one
         vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
         trim.save_map(fold_dir, vmap)
-    if not d.enabled:
+    if not d.enabled and model.lora is None:  # a LoRA base's embedding is frozen: no gradient to keep sparse
         modeling.sparse_embedding_grad(model)
     if cfg.train.checkpointing is True:  # `auto` is decided once the model is on its device (checkpointing)
         modeling.enable_checkpointing(model)  # before DDP wraps the model

@@ -16,6 +16,10 @@ reloaded the same way, and a pooler a checkpoint does not have is never built un
 A fold folder holds model.safetensors (the encoder's and the head's weights), config.json (the encoder's
 config) and head.json (the pooling and the head's version); the tiny model (`model.name=tiny`) needs no
 download: its tokenizer (pipeline.inputs.tokenizer) is trained on the competition's texts by `make data`.
+Under LoRA (`model.lora.r` > 0, pipeline.core.lora) model.safetensors holds the adapters and the head only,
+and head.json's `lora` block names the base they go over: `model.name` (read from `model.path` wherever the
+run is), the tiny XLM-R drawn from a seed, or the stage-1 model of `model.init_from` with its own adapters
+merged. Loading such a fold builds that base again, trimmed as the fold was, and puts the adapters on it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from torch import nn
 
 from pipeline import fingerprint, layout, validity
+from pipeline.core import lora, trim
 from pipeline.errors import PipelineError
 from pipeline.schema import Config
 
@@ -58,6 +63,7 @@ class Classifier(nn.Module):
     def __init__(self, encoder: nn.Module, pooling: str, dropout: float) -> None:
         super().__init__()
         self.encoder, self.pooling = encoder, pooling
+        self.lora: dict | None = None  # head.json's `lora` block once adapters are on (lora.attach)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(encoder.config.hidden_size, 1)
         std = getattr(encoder.config, "initializer_range", 0.02)
@@ -147,8 +153,10 @@ def _damaged(folder: Path | str, what: str, e: BaseException, fix: str) -> Model
     return ModelError(f"{folder}: cannot read {what} ({type(e).__name__}: {_first_line(e)}); {fix}")
 
 
-def pretrained_encoder(name: str, dropout: float) -> nn.Module:
-    """A pretrained encoder in fp32 with model.dropout set, or one line saying what it lacks."""
+def pretrained_encoder(name: str, dropout: float, dtype: torch.dtype = torch.float32, quantized=None,
+                       device: torch.device | None = None) -> nn.Module:  # fmt: skip
+    """A pretrained encoder in fp32 with model.dropout set, or one line saying what it lacks. A LoRA base comes in
+    its frozen `dtype`, or `quantized` (a BitsAndBytesConfig) on the CUDA `device`."""
     from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModel
 
@@ -167,8 +175,11 @@ def pretrained_encoder(name: str, dropout: float) -> nn.Module:
         )
     with_dropout(config, dropout)
     # master weights in fp32 whatever the folder stores: transformers 5 keeps a checkpoint's own dtype, and
-    # fp16/bf16 trainable weights round most AdamW updates away (and GradScaler refuses fp16 gradients)
-    kwargs = {"config": config, "dtype": torch.float32}
+    # fp16/bf16 trainable weights round most AdamW updates away (and GradScaler refuses fp16 gradients). A frozen
+    # LoRA base is read straight into half precision: XLM-R XL read in fp32 first would need 14 GB of host memory
+    kwargs = {"config": config, "dtype": dtype}
+    if quantized is not None:
+        kwargs |= {"quantization_config": quantized, "device_map": {"": device.index or 0}}
     try:
         try:
             return AutoModel.from_pretrained(name, add_pooling_layer=False, **kwargs)
@@ -197,13 +208,19 @@ def read_head(folder: Path) -> dict:
     return head
 
 
-def load_fold_model(folder: Path, dropout: float | None = None) -> Classifier:
-    """The Classifier a fold folder (or a stage-1 model's) holds, in fp32; `dropout` replaces its own."""
+def load_fold_model(folder: Path, dropout: float | None = None, cfg: Config | None = None, tokenizer=None,
+                    precision: str = "fp32", device: torch.device | None = None) -> Classifier:  # fmt: skip
+    """The Classifier a fold folder (or a stage-1 model's) holds, in fp32; `dropout` replaces its own. A LoRA
+    fold is its base (built from `cfg`, the frozen part in `precision`'s dtype) with its adapters on."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
     head = read_head(folder)
+    if head.get("lora"):
+        if cfg is None:
+            raise ModelError(f"{folder}: a LoRA fold holds its adapters only; it loads with its config (build_model)")
+        return load_lora_fold(Path(folder), head, cfg, tokenizer, precision, device, dropout)
     try:
         config = AutoConfig.from_pretrained(folder)
     except (OSError, ValueError) as e:
@@ -222,14 +239,85 @@ def load_fold_model(folder: Path, dropout: float | None = None) -> Classifier:
     return model.float()
 
 
-def build_model(cfg: Config, tokenizer, source: str | Path | None = None) -> Classifier:
+def load_lora_fold(folder: Path, head: dict, cfg: Config, tokenizer, precision: str, device, dropout) -> Classifier:
+    """A LoRA fold's model: its base built again (lora_base), trimmed as the fold was, its adapters and head on."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    block, p = head["lora"], head["dropout"] if dropout is None else dropout
+    model = lora_base(cfg, tokenizer, block["base"], p, precision, device, block["quantize"])
+    model.pooling = head["pooling"]
+    vmap = trim.load_map(folder)
+    # a base with the tokenizer's whole vocabulary is trimmed as the fold was; a trimmed stage-1 model already is
+    if vmap is not None and model.get_input_embeddings().num_embeddings == len(vmap):
+        trim.trim_model(model, trim.kept_ids(vmap, tokenizer.unk_token_id))
+    lora.attach(model, block, lora.base_dtype(precision), where=str(folder))
+    try:
+        weights = load_file(folder / layout.WEIGHTS)
+    except (SafetensorError, OSError) as e:
+        raise _damaged(folder / layout.WEIGHTS, "the adapters", e, "retrain the fold") from None
+    lora.load_trained(model, weights, str(folder / layout.WEIGHTS))
+    return model
+
+
+def base_record(cfg: Config, tokenizer) -> dict | None:
+    """Where a LoRA fold's base comes from, as head.json keeps it; None without LoRA (model.lora.r=0)."""
+    if not lora.on(cfg.model.lora):
+        return None
+    init = validity.init_digest(cfg)
+    if init is not None:
+        return {"from": "init_from", "digest": init}
+    if cfg.model.name == "tiny":  # random weights: the seed and the config draw them again
+        config = tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id)
+        return {"from": "tiny", "seed": cfg.train.seed, "config": config.to_dict()}
+    return {"from": "model", "name": cfg.model.name}
+
+
+def lora_base(cfg: Config, tokenizer, base: dict, dropout: float, precision: str, device, quantize: str) -> Classifier:
+    """The frozen base a LoRA fold trains over, under a new head: `base` (base_record's) built again, in the dtype
+    lora.attach casts it to (a pretrained one read straight into it) or quantized."""
+    dtype = lora.base_dtype(precision)
+    if quantize != "none" and base["from"] != "model":
+        raise ModelError(f"model.lora.quantize={quantize}: only a pretrained model.name is read quantized, not the "
+                         f"{'tiny model' if base['from'] == 'tiny' else 'stage-1 model'}; use model.lora.quantize=none")
+    if base["from"] == "init_from":
+        init = validity.init_dir(cfg)
+        if init is None or validity.read_done(init)["digest"] != base["digest"]:
+            raise ModelError(f"model.init_from={cfg.model.init_from or '(none)'}: not the stage-1 model the adapters "
+                             f"were trained over; retrain the fold")  # fmt: skip
+        model = load_fold_model(init, dropout, cfg, tokenizer, precision, device)
+        lora.merge(model)  # a LoRA stage-1 model: its adapters become part of the frozen base
+        return model
+    if base["from"] == "tiny":
+        from transformers import AutoConfig
+
+        config = AutoConfig.for_model(**base["config"])
+        with_dropout(config, dropout)
+        with torch.random.fork_rng():  # the same weights wherever it is built again, the run's random numbers kept
+            torch.manual_seed(base["seed"])
+            encoder = encoder_from_config(config)
+    else:  # where model.name's files are here (model.path), when the fold was made from this config's model
+        name = (cfg.model.path or cfg.model.name) if base["name"] == cfg.model.name else base["name"]
+        quantized = lora.quantization(quantize, dtype, device or torch.device("cpu"))
+        encoder = pretrained_encoder(str(name), dropout, dtype, quantized, device)
+    return Classifier(encoder, cfg.model.pooling, dropout)
+
+
+def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precision: str = "fp32",
+                device: torch.device | None = None) -> Classifier:  # fmt: skip
     """The model a fold trains or predicts with: a trained fold's (`source`), a stage-1 model's, or the
-    encoder model.name names (model.path holding its files), or the tiny XLM-R, under a new head."""
+    encoder model.name names (model.path holding its files), or the tiny XLM-R, under a new head. Under LoRA
+    the encoder is its frozen base in `precision`'s dtype; the caller trims it, then puts the adapters on."""
     if source is not None:
-        return load_fold_model(Path(source))
+        return load_fold_model(Path(source), cfg=cfg, tokenizer=tokenizer, precision=precision, device=device)
+    base = base_record(cfg, tokenizer)
+    if base is not None:
+        return lora_base(cfg, tokenizer, base, cfg.model.dropout, precision, device, cfg.model.lora.quantize)
     init = validity.init_dir(cfg)
     if init is not None:
-        return load_fold_model(init, cfg.model.dropout)
+        model = load_fold_model(init, cfg.model.dropout, cfg, tokenizer)
+        lora.merge(model)  # a LoRA stage-1 model under a fold that trains every weight: one plain encoder
+        return model.float()
     name = cfg.model.path or cfg.model.name
     if name == "tiny":
         encoder = encoder_from_config(tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id))
@@ -238,15 +326,31 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None) -> Cla
     return Classifier(encoder, cfg.model.pooling, cfg.model.dropout)
 
 
+def trained_state(model: Classifier) -> dict[str, torch.Tensor]:
+    """What a fold saves and resumes: every weight, or under LoRA the adapters and the head only."""
+    return lora.trained_state(model) if model.lora is not None else model.state_dict()
+
+
+def load_trained(model: Classifier, state: dict[str, torch.Tensor], where: str) -> None:
+    """trained_state's tensors back into the model (a resume state's)."""
+    if model.lora is not None:
+        lora.load_trained(model, state, where)
+    else:
+        model.load_state_dict(state)
+
+
 def save(model: Classifier, folder: Path, dropout: float) -> None:
-    """model.safetensors, config.json and head.json of a Classifier into `folder`."""
+    """model.safetensors, config.json and head.json of a Classifier into `folder` (a LoRA fold: its adapters and
+    head, and the `lora` block that says which base they go over)."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: v.detach().contiguous().cpu() for k, v in trained_state(model).items()}
     save_file(state, folder / layout.WEIGHTS, metadata={"format": "pt"})
     model.encoder.config.save_pretrained(folder)
     head = {"version": HEAD, "pooling": model.pooling, "dropout": dropout}
+    if model.lora is not None:
+        head["lora"] = model.lora
     (folder / HEAD_JSON).write_text(json.dumps(head, indent=1) + "\n")
 
 

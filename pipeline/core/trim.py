@@ -69,6 +69,17 @@ def trim_model(model, keep: np.ndarray) -> None:
         model.tie_weights()
 
 
+def kept_ids(vmap: np.ndarray, unk_id: int) -> np.ndarray:
+    """The ids a map kept (vocab_map's `keep`), read back from it: each id that alone maps to its new id, and <unk>
+    (which every dropped id maps to as well). A LoRA fold trims its base with them again when it loads."""
+    vmap = np.asarray(vmap)
+    counts = np.bincount(vmap, minlength=int(vmap.max()) + 1)
+    keep = np.union1d(np.flatnonzero(counts[vmap] == 1), [unk_id])
+    if len(keep) != int(vmap.max()) + 1 or not np.array_equal(vmap[keep], np.arange(len(keep))):
+        raise PipelineError(f"{MAP_FILE} is not a map of kept ids (damaged?); retrain the fold")
+    return keep
+
+
 def untrim(model, vmap: np.ndarray) -> None:
     """A trimmed model's word embedding given back the tokenizer's whole vocabulary, in place: row i is the row the
     map sends id i to, so every id reads what the trimmed model read for it (an id it dropped: <unk>'s row)."""
