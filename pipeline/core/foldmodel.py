@@ -26,7 +26,8 @@ def banner(
     auto decided it), the plan."""
     t = cfg.train
     eff = t.micro_batch * t.accumulation * d.world
-    params = f"{modeling.count_parameters(model) / 1e6:.1f}M parameters"
+    n = modeling.count_parameters(model)
+    params = f"{n / 1e6:.1f}M parameters" if n >= 1e5 else f"{n:,} parameters"  # a tiny LoRA fold's: thousands
     if model.lora is not None:
         frozen = "quantized to " + model.lora["quantize"] if model.lora["quantize"] != "none" else prec
         params += (f" trained: LoRA r={model.lora['r']} on {len(model.lora['modules'])} projections, the base "

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pipeline import validity
 from pipeline.core import distributed
 from pipeline.core.fold import FoldInputs, FoldRun
-from pipeline.inputs import tables, tokens
-from pipeline.inputs.tokenizer import load_tokenizer
 
 
 class StopAt:
@@ -22,9 +20,11 @@ class StopAt:
 
 
 def fold_run(cfg, stop, fold=0) -> FoldRun:
-    table, _, meta = tables.load_table(cfg)
-    splits, _ = tokens.load_cache(cfg, meta)
-    tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
+    """FoldRun on the inputs `make train` reads (pipeline.train.load_inputs: trimmed with model.trim_vocab)."""
+    from pipeline.train import load_inputs
+
+    d = distributed.Dist()
+    table, data, tokenizer, keep, meta = load_inputs(cfg, d)
     made = validity.current_made_from(cfg, meta)
-    inputs = FoldInputs(cfg, fold, table, splits["train"], tokenizer, validity.current_fingerprint(cfg), made_from=made)
-    return FoldRun(inputs, distributed.Dist(), stop)
+    inputs = FoldInputs(cfg, fold, table, data, tokenizer, validity.current_fingerprint(cfg), keep, made_from=made)
+    return FoldRun(inputs, d, stop)
