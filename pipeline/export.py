@@ -9,9 +9,10 @@ Writes  models/<name>/export/fold<k>/  the encoder's save_pretrained folder (con
 A trimmed model's embedding is given back the tokenizer's whole vocabulary (trim.untrim), so the exported tokenizer
 is the fold's own and every id reads the row it read in training. A LoRA fold is exported with its adapters merged
 into its base's weights (W + alpha / r B A, in fp32): the folder loads the same way, transformers alone; a fold
-trained on a quantized base is refused in one line (its adapters fit the 4 or 8-bit weights, not plain ones). The loading function, a few lines, is in
-docs/export.md; tests/test_export.py runs it in a process that never imports `pipeline` and checks it against
-the fold's own predictions. Several folds are the ensemble: the mean of their probabilities.
+trained on a quantized base is refused in one line (its adapters fit the 4 or 8-bit weights, not plain ones).
+The loading function, a few lines, is in docs/export.md; tests/test_export.py runs it in a process that never
+imports `pipeline` and checks it against the fold's own predictions. Several folds are the ensemble: the mean of
+their probabilities.
 """
 
 from __future__ import annotations

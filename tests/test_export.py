@@ -46,22 +46,27 @@ def score_outside(folder: Path, texts: list[str], tmp_path: Path) -> np.ndarray:
     return np.array(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-# every pooling the schema allows (the page's loader reads each one), and a trimmed vocabulary under the default
-CASES = [(False, p) for p in schema.CHOICES["model.pooling"]] + [(True, schema.Config().model.pooling)]
+# every pooling the schema allows (the page's loader reads each one), a trimmed vocabulary under the default, and a
+# trimmed LoRA fold (its adapters and head only: exported with its adapters merged into its base's weights, a plain
+# encoder folder that transformers alone loads, predicting as the fold did)
+CASES = [(False, p, False) for p in schema.CHOICES["model.pooling"]]
+CASES += [(True, schema.Config().model.pooling, False), (True, schema.Config().model.pooling, True)]
 
 
-@pytest.mark.parametrize(("trimmed", "pooling"), CASES)
+@pytest.mark.parametrize(("trimmed", "pooling", "lora"), CASES)
 def test_an_exported_fold_loads_without_the_pipeline_and_predicts_as_the_fold(
-    tmp_path: Path, trimmed: bool, pooling: str
+    tmp_path: Path, trimmed: bool, pooling: str, lora: bool
 ) -> None:
     trim = f"model.trim_vocab={str(trimmed).lower()}"
-    cfg = prepare_tiny(tmp_path, "train.folds=[0]", "train.device=cpu", trim, f"model.pooling={pooling}")
+    cfg = prepare_tiny(tmp_path, "train.folds=[0]", "train.device=cpu", trim, f"model.pooling={pooling}",
+                       *(["model.lora.r=4"] if lora else []))  # fmt: skip
     train.run(cfg)
     predict.run(cfg)
     [folder] = export.run(cfg)
     assert folder == layout.export_dir(cfg, 0)
     fold = layout.fold_dir(cfg, 0)
     assert (fold / layout.VOCAB_MAP).is_file() == trimmed
+    assert ("lora" in json.loads((fold / "head.json").read_text())) == lora
     spec = json.loads((folder / layout.EXPORT_SPEC).read_text())
     assert spec == {"pooling": cfg.model.pooling, "max_length": cfg.model.max_length, "scale": "probability", "fold": 0}
     _, test, _ = tables.load_table(cfg)

@@ -123,7 +123,9 @@ def attach(model, block: dict, dtype: torch.dtype, where: str = "") -> dict:
     adapters on the projections `block` names; the block with its sample is returned and kept as `model.lora`.
     `where`: the fold folder whose block is read (its sample is checked), '' for a fold that starts now."""
     encoder = model.encoder
-    encoder.requires_grad_(False)  # the embedding included: a trimmed one stays frozen too
+    # the embedding included (a trimmed one stays frozen too); peft freezes all but its adapters as well, but the
+    # cast and the sample below must see the base as it trains
+    encoder.requires_grad_(False)
     if block["quantize"] == "none":
         encoder.to(dtype)  # a quantized base is already in its 8 or 4 bits, its other weights in `dtype`
     sample = base_sample(encoder)
@@ -162,8 +164,10 @@ def merge(model) -> None:
     if model.lora is None:
         return
     if model.lora["quantize"] != "none":  # adding into 4 or 8 bits would round the adapters' part away
-        raise LoraError(f"a fold trained on a {model.lora['quantize']} base cannot be merged into plain weights; "
-                        "train it with model.lora.quantize=none to export it or start a stage-2 fold from it")
+        raise LoraError(
+            f"a fold trained on a {model.lora['quantize']} base cannot be merged into plain weights; "
+            "train it with model.lora.quantize=none to export it or start a stage-2 fold from it"
+        )
     model.encoder = model.encoder.merge_and_unload()
     model.lora = None
 

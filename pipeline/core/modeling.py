@@ -278,8 +278,10 @@ def lora_base(cfg: Config, tokenizer, base: dict, dropout: float, precision: str
     lora.attach casts it to (a pretrained one read straight into it) or quantized."""
     dtype = lora.base_dtype(precision)
     if quantize != "none" and base["from"] != "model":
-        raise ModelError(f"model.lora.quantize={quantize}: only a pretrained model.name is read quantized, not the "
-                         f"{'tiny model' if base['from'] == 'tiny' else 'stage-1 model'}; use model.lora.quantize=none")
+        raise ModelError(
+            f"model.lora.quantize={quantize}: only a pretrained model.name is read quantized, not the "
+            f"{'tiny model' if base['from'] == 'tiny' else 'stage-1 model'}; use model.lora.quantize=none"
+        )
     if base["from"] == "init_from":
         init = validity.init_dir(cfg)
         if init is None or validity.read_done(init)["digest"] != base["digest"]:

@@ -1,9 +1,10 @@
 """Resume states: where a fold is, saved so that an interrupted run continues exactly where it stopped.
 
 A state (fold<k>/resume.pt) holds the weights (a LoRA fold's adapters and head, never its frozen base, which is
-built again), the optimizer, the schedule, the GradScaler, where the epoch is (`FoldState`) and every rank's random state, so that a resumed run ends with the same weights
-and OOF as an uninterrupted one, under DDP too. It is saved at each epoch end, every
-`train.save_every_steps` optimizer steps, and at the next optimizer step after SIGINT or SIGTERM.
+built again), the optimizer, the schedule, the GradScaler, where the epoch is (`FoldState`) and every rank's
+random state, so that a resumed run ends with the same weights and OOF as an uninterrupted one, under DDP too.
+It is saved at each epoch end, every `train.save_every_steps` optimizer steps, and at the next optimizer step
+after SIGINT or SIGTERM.
 """
 
 from __future__ import annotations

@@ -34,6 +34,22 @@ def tiny_model(seed: int = 0):
     return tiny_classifier(vocab=50, hidden=16, layers=2, intermediate=32, seed=seed)
 
 
+def lora_model():
+    """The tiny model with LoRA's adapters over its frozen base (no dropout, as the tiny model: runs must match; B
+    drawn away from zero: every adapter trains)."""
+    from pipeline import config
+    from pipeline.core import lora
+
+    model = tiny_model()
+    lora_cfg = config.load("sample", ["model.lora.r=2", "model.lora.dropout=0"], device=False).model.lora
+    lora.attach(model, lora.spec(lora_cfg, model.encoder, {"from": "test"}), torch.float32)
+    torch.manual_seed(1)
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    return model
+
+
 def toy_data(n: int = 29, seed: int = 1) -> tuple[Ragged, np.ndarray]:
     rng = np.random.default_rng(seed)
     rows = [[0, *rng.integers(4, 50, size=rng.integers(2, 12)).tolist(), 2] for _ in range(n)]
@@ -89,8 +105,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     from pipeline.core.modeling import enable_checkpointing
 
     results, nets = {}, []
-    for checkpointing in (False, True):
-        model = tiny_model()
+    for checkpointing in (False, True, "lora"):
+        model = lora_model() if checkpointing == "lora" else tiny_model()
         if checkpointing:
             enable_checkpointing(model)  # before DDP wraps the model
         nets.append(net := DDP(model))
@@ -140,22 +156,28 @@ def ddp_results(tmp_path_factory) -> dict:
     return torch.load(out, weights_only=False)
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_two_ranks_equal_one_process_with_double_accumulation(ddp_results: dict, checkpointing: bool):
+@pytest.mark.parametrize("checkpointing", [False, True, "lora"])
+def test_two_ranks_equal_one_process_with_double_accumulation(ddp_results: dict, checkpointing: bool | str):
+    """`lora`: LoRA's adapters over the frozen base, with checkpointing: DDP reduces the adapters' gradients alone."""
     ddp = ddp_results[checkpointing]
-    single = tiny_model()
+    single = lora_model() if checkpointing == "lora" else tiny_model()
     if checkpointing:
         from pipeline.core.modeling import enable_checkpointing
 
         enable_checkpointing(single)
     train_once(single, plan(1), rank=0, world=1, accumulation=2 * ACCUM)
 
-    start = tiny_model().state_dict()
+    start = (lora_model() if checkpointing == "lora" else tiny_model()).state_dict()
     moved = False
     for name, value in single.state_dict().items():
         torch.testing.assert_close(ddp["state"][name], value, rtol=1e-5, atol=1e-6, msg=name)
         moved |= not torch.equal(value, start[name])
     assert moved, "training did not change the weights"
+    if checkpointing == "lora":  # the frozen base as it was, under DDP too
+        from pipeline.core import lora
+
+        trained = set(lora.trained_state(single))
+        assert all(torch.equal(ddp["state"][k], v) for k, v in start.items() if k not in trained)
     # gradients crossed between ranks once per accumulation window, not once per micro-batch
     assert ddp["bucket0_calls"] == ddp["windows"]
     assert ddp["windows"] < len(plan(2))

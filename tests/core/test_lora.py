@@ -17,7 +17,6 @@ from safetensors.torch import load_file
 
 from pipeline import config, layout, validity
 from pipeline.core import loop, lora, modeling, optim, precision, trim
-from pipeline.core.foldmodel import build_fold_model
 from pipeline.errors import PipelineError
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
@@ -209,17 +208,8 @@ def test_a_lora_fold_saves_its_adapters_and_head_only(lora_fold) -> None:
 def test_predict_from_a_lora_fold_equals_its_oof(lora_fold) -> None:
     """The fold predict reloads (the tiny base drawn again, trimmed again, its adapters on) gives the OOF training
     wrote: the best evaluation's predictions (`best`), whose weights are the ones kept."""
-    cfg, folder = lora_fold.reference, lora_fold.folder
-    oof = pd.read_csv(folder / layout.OOF, dtype={"id": str})
-    table, _, meta = tables.load_table(cfg)
-    splits, _ = tokens.load_cache(cfg, meta)
-    model = modeling.build_model(cfg, load_tokenizer(folder), source=folder)
-    assert model.lora is not None and model.get_input_embeddings().num_embeddings < 1000  # trimmed again
-    rows = table.index[table["id"].isin(oof["id"])].to_numpy()
-    data = trim.remap(splits["train"], trim.load_map(folder))
-    p = loop.predict(model, data, rows, 7, "fp32", CPU, 1)
-    want = oof.set_index("id").loc[table["id"].iloc[rows], "best"].to_numpy()
-    np.testing.assert_allclose(p, want, atol=1e-6)
+    got, want = oof_predictions(lora_fold.reference, lora_fold.folder)
+    np.testing.assert_allclose(got, want, atol=1e-6)
 
 
 def test_a_lora_fold_over_another_base_is_refused_in_one_line(lora_fold, tmp_path: Path) -> None:
@@ -282,3 +272,48 @@ def test_auto_fit_probes_a_lora_model_and_leaves_it_as_it_was(prepared) -> None:
     assert run.cfg.train.micro_batch * run.cfg.train.accumulation == (
         prepared.train.micro_batch * prepared.train.accumulation
     )
+
+
+def named(cfg, name: str, init: str = ""):
+    """The config under another experiment name, its data prepared (each experiment has its own), starting from
+    the stage-1 model of `init`."""
+    from pipeline import data as data_mod
+    from tests.helpers import prepare_tokens
+
+    cfg = dataclasses.replace(cfg, name=name, model=dataclasses.replace(cfg.model, init_from=init))
+    data_mod.prepare(cfg, log=lambda *a: None)
+    prepare_tokens(cfg, log=lambda *a: None)
+    return cfg
+
+
+def oof_predictions(cfg, folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(the fold reloaded as predict reloads it, on its validation rows; its oof.csv's `best` for them)."""
+    oof = pd.read_csv(folder / layout.OOF, dtype={"id": str})
+    table, _, meta = tables.load_table(cfg)
+    splits, _ = tokens.load_cache(cfg, meta)
+    model = modeling.build_model(cfg, load_tokenizer(folder), source=folder)
+    vmap = trim.load_map(folder, model)  # a trimmed fold: its base trimmed again as the map says
+    data = splits["train"] if vmap is None else trim.remap(splits["train"], vmap)
+    rows = table.index[table["id"].isin(oof["id"])].to_numpy()
+    got = loop.predict(model, data, rows, 7, "fp32", CPU, 1)
+    return got, oof.set_index("id").loc[table["id"].iloc[rows], "best"].to_numpy()
+
+
+def test_a_lora_stage_two_starts_where_a_lora_stage_one_ended(prepared) -> None:
+    """Stage 2 (model.init_from) over a LoRA stage-1 model: its adapters merged into the frozen base, new adapters
+    at zero, so the fold starts with the stage-1 model's very scores; its own fold reloads over that base."""
+    base = config.with_overrides(prepared, [*LORA, "model.dropout=0.0"], device=False)
+    s1 = named(base, "s1")
+    fold_run(s1, StopAt(10**9), fold=-1).run()
+    s1_dir = layout.fold_dir(s1, -1)
+    stage1 = modeling.build_model(s1, load_tokenizer(s1_dir), source=s1_dir).eval()
+    s2 = named(base, "s2", init="s1")
+    run = fold_run(s2, StopAt(10**9))
+    assert run.model.lora["base"] == {"from": "init_from", "digest": validity.read_done(s1_dir)["digest"]}
+    ids = torch.randint(4, 300, (4, 12))
+    with torch.no_grad():
+        start = run.model.eval()(ids, torch.ones_like(ids))
+        torch.testing.assert_close(start, stage1(ids, torch.ones_like(ids)), rtol=1e-4, atol=1e-5)
+    run.run()
+    got, want = oof_predictions(s2, layout.fold_dir(s2, 0))
+    np.testing.assert_allclose(got, want, atol=1e-6)
