@@ -427,8 +427,8 @@ class KaggleConfig:
     )
 
 
-BENCH_MODELS = ("xlm-roberta-base", "xlm-roberta-large", "tiny")  # pipeline.benchmark.runner's architectures
-BENCH_ROWS = ("fp32", "mp", "mp_acc", "mp_ckpt", "all3", "trim", "adamw8bit", "autofit")  # benchmark.rows.plan's
+BENCH_MODELS = ("xlm-roberta-base", "xlm-roberta-large", "xlm-roberta-xl", "tiny")  # benchmark.runner's architectures
+BENCH_ROWS = ("fp32", "mp", "mp_acc", "mp_ckpt", "all3", "trim", "adamw8bit", "autofit", "lora", "lora_trim")
 
 
 def _bench_model(v: str) -> bool:
@@ -441,10 +441,10 @@ def _bench_model(v: str) -> bool:
 class BenchConfig:
     """`make bench`: the memory and speed table (random weights and token ids, no download; [bench.md](bench.md))."""
 
-    model: str = setting("xlm-roberta-base", "`xlm-roberta-base` or `xlm-roberta-large` (the architecture only, "
-                         "random weights), `tiny` (the sample's tiny XLM-R, `model.tiny`) or a model folder (its own "
-                         "weights)", within=(_bench_model, f"one of {', '.join(BENCH_MODELS)} or a model "
-                                                           "folder"))  # fmt: skip
+    model: str = setting("xlm-roberta-base", "`xlm-roberta-base`, `xlm-roberta-large` or `xlm-roberta-xl` (the "
+                         "architecture only, random weights), `tiny` (the sample's tiny XLM-R, `model.tiny`) or a "
+                         "model folder (its own weights)",
+                         within=(_bench_model, f"one of {', '.join(BENCH_MODELS)} or a model folder"))  # fmt: skip
     seq_len: int = setting(256, "sequence length of the random token ids", within=at_least(8))
     effective_batch: int = setting(32, "the effective batch of every row", within=at_least(1))
     micro_batch: int = setting(
@@ -474,6 +474,9 @@ class BenchConfig:
     )
     sparse: bool = setting(
         True, "ours with sparse word-embedding gradients (as `make train`); `false`: dense, as Trainer's"
+    )
+    lora_r: int = setting(
+        8, "the adapters' rank in the LoRA rows (their other settings are `model.lora`'s)", within=at_least(1)
     )
 
 

@@ -15,17 +15,21 @@ import numpy as np
 FLOOR_BYTES = 16  # fp32 weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4, per trainable parameter
 
 
-def train_flops_per_token(config, seq_len: int) -> float:
+def train_flops_per_token(config, seq_len: int, frozen: bool = False) -> float:
     """Model FLOPs of one training token of a transformer encoder at `seq_len`: three forwards (the forward
     and a backward of twice its cost), each 2 FLOPs a weight of the layers' matrix products (Q, K, V, the
     output projection and the two FFN matrices) plus the attention's own products (scores and their mix,
-    4 x seq_len x hidden a layer). Recomputation by checkpointing is not counted: it is work, not model FLOPs
-    (the MFU convention), so a row that recomputes shows it as a lower share of a peak. Embedding lookups and
-    the head are left out (no or next to no FLOPs)."""
+    4 x seq_len x hidden a layer). With the matrices `frozen` (LoRA's base) their backward computes no weight
+    gradient: two forwards for them, and the adapters' products (r x (in + out) a projection) next to nothing.
+    Recomputation by checkpointing is not counted: it is work, not model FLOPs (the MFU convention), so a row that
+    recomputes shows it as a lower share of a peak. Embedding lookups and the head are left out (no or next to no
+    FLOPs)."""
     h, n = config.hidden_size, config.num_hidden_layers
     ffn = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * h)  # DistilBERT: hidden_dim
-    forward = n * (2 * (4 * h * h + 2 * h * ffn) + 4 * seq_len * h)
-    return 3.0 * forward
+    weights, attention = n * 2 * (4 * h * h + 2 * h * ffn), n * 4 * seq_len * h
+    # frozen weights: a backward of the input gradients alone; attention's products have no weight, both their
+    # inputs want gradients still
+    return (2.0 if frozen else 3.0) * weights + 3.0 * attention
 
 
 def achieved_flops(row: dict, seq_len: int) -> float:
@@ -261,8 +265,24 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
         "XLM-R ids of the competition's texts; override with bench.vocab_used). Trainer has no such switch: "
         "its trimming row trains the full vocabulary, as a Trainer user would."
     )
-    notes += row_notes(rows) + list(explain)
+    notes += lora_notes(rows) + row_notes(rows) + list(explain)
     return head + "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def lora_notes(rows: list[dict]) -> list[str]:
+    """What a LoRA row trains, and what its 'x floor' and FLOPs count (only for a table that has one)."""
+    found = [r for r in rows if r["spec"].get("lora")]
+    if not found:
+        return []
+    o = next((r["ours"] for r in found if _ok(r["ours"])), None)
+    trained = f" ({o['trained_parameters']:,} trained parameters)" if o else ""
+    return [
+        f"LoRA rows: the encoder frozen in the row's mixed precision (bf16 or fp16: 2 bytes a parameter, no "
+        f"gradient, no AdamW state), adapters of rank {found[0]['spec']['lora']} on its attention and feed-forward "
+        f"projections and the head trained in fp32{trained}; 'x floor' is still to the full fine-tuning floor, and "
+        "their FLOPs a token count two forwards for the frozen matrices (no weight gradients). Trainer trains the "
+        "same model, adapters on, in its own loop."
+    ]
 
 
 def flops_note(summary: dict) -> str:

@@ -9,12 +9,14 @@ def plan(cfg: Config) -> list[dict]:
     """Our rows, each a dict of switches; every row has the same effective batch and data."""
     b = cfg.bench  # its values were checked when the config loaded (pipeline.schema, pipeline.validation)
     big, small = b.effective_batch, b.micro_batch
-    base = {"precision": "auto", "micro": big, "checkpointing": False, "trim": False, "optimizer": "adamw"}
+    base = {"precision": "auto", "micro": big, "checkpointing": False, "trim": False, "optimizer": "adamw", "lora": 0}
     # every row of ours has sparse word-embedding gradients, as `make train` in one process; bench.sparse=false
     # makes them dense, as Trainer's, to measure what that one switch is worth
     sparse = "sparse embedding grads" if b.sparse else "none (dense embedding grads)"
     base |= {"autofit": False, "sparse": b.sparse, "only_ours": sparse}
     all3 = {**base, "micro": small, "checkpointing": True}
+    # LoRA: the base frozen in half precision, adapters of rank bench.lora_r trained; no embedding gradient at all
+    lora = {**all3, "lora": b.lora_r, "only_ours": "none (the embedding is frozen)"}
     rows = [
         {**base, "key": "fp32", "label": f"fp32 baseline (batch {big} in one go)", "precision": "fp32"},
         {**base, "key": "mp", "label": "mixed precision"},
@@ -27,6 +29,9 @@ def plan(cfg: Config) -> list[dict]:
         {**all3, "key": "adamw8bit", "label": "all three + 8-bit AdamW", "optimizer": "adamw8bit"},
         {**all3, "key": "autofit", "label": f"all three + auto-fit (cap {b.max_memory_gb:g} GB)", "autofit": True}
         | {"only_ours": f"{sparse}, auto-fit (Trainer: the micro-batch ours picked)"},
+        {**lora, "key": "lora", "label": f"all three + LoRA (r {b.lora_r}, the base frozen)"},
+        {**lora, "key": "lora_trim", "label": "all three + LoRA + vocabulary trimming", "trim": True}
+        | {"only_ours": "trimming (Trainer: full vocabulary)"},
     ]
     # the baseline always runs: every ratio is to it
     return [r for r in rows if not b.rows or r["key"] in b.rows or r["key"] == "fp32"]
@@ -42,4 +47,4 @@ def trainer_spec(spec: dict, ours: dict) -> dict:
 
 def same_job(a: dict) -> tuple:
     """What makes two Trainer rows the same job (the trimming row's Trainer job is the all-three one's)."""
-    return tuple(a[k] for k in ("precision", "force_micro", "checkpointing", "trim", "optimizer"))
+    return tuple(a[k] for k in ("precision", "force_micro", "checkpointing", "trim", "optimizer", "lora"))

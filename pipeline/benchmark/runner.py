@@ -1,10 +1,10 @@
 """One bench row, run in a process of its own: the model built, warmed up and timed, ours or through Trainer.
 
-The model is XLM-R's architecture from a config (base or large sizes, the real 250,002-token vocabulary,
-random weights) or a pretrained encoder's folder, under the pipeline's head; the data is random token ids
-at full length. Every row trains on the same rows at the
-same effective batch: an untimed warm-up (one forward/backward on one row, and the optimizer state
-created by a zero step), then `bench.steps` optimizer steps, each timed on its own.
+The model is XLM-R's architecture from a config (base, large or XL sizes, the real vocabulary, random weights) or
+a pretrained encoder's folder, under the pipeline's head; a LoRA row freezes it in half precision and trains
+adapters (pipeline.core.lora) as `make train` does. The data is random token ids at full length. Every row
+trains on the same rows at the same effective batch: an untimed warm-up (one forward/backward on one row, and
+the optimizer state created by a zero step), then `bench.steps` optimizer steps, each timed on its own.
 """
 
 from __future__ import annotations
@@ -25,18 +25,23 @@ from pipeline.config import Config
 from pipeline.errors import PipelineError
 
 VOCAB = 250002  # XLM-R's vocabulary
+XL_VOCAB = 250880  # XLM-R XL's and XXL's (facebook/xlm-roberta-xl's config.json)
 SPECIALS = (0, 1, 2, 3)  # <s> <pad> </s> <unk>: ids below and at the pad id stay put when trimming
 PAD = 1
 SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-ARCH = {"xlm-roberta-base": (768, 12, 12, 3072), "xlm-roberta-large": (1024, 24, 16, 4096)}  # published sizes
+ARCH = {  # published sizes
+    "xlm-roberta-base": (768, 12, 12, 3072),
+    "xlm-roberta-large": (1024, 24, 16, 4096),
+    "xlm-roberta-xl": (2560, 36, 32, 10240),  # 3.5B parameters, pre-LayerNorm layers (XLMRobertaXLConfig)
+}
 ROW_TAG = "BENCH_ROW "
 CLS = ("xlm-roberta", "roberta", "camembert")  # families whose position ids start after the pad id
 
 
 def model_config(cfg: Config):
-    """XLM-R base or large from its sizes, the sample's tiny XLM-R (`bench.model=tiny`, for tests), or the
+    """XLM-R base, large or XL from its sizes, the sample's tiny XLM-R (`bench.model=tiny`, for tests), or the
     config of a pretrained encoder's folder (`bench.model=<folder>`: its own weights are timed)."""
-    from transformers import AutoConfig, XLMRobertaConfig
+    from transformers import AutoConfig, XLMRobertaConfig, XLMRobertaXLConfig
 
     b = cfg.bench
     if Path(b.model).is_dir():
@@ -50,24 +55,49 @@ def model_config(cfg: Config):
         sizes = {"hidden_size": t.hidden, "num_hidden_layers": t.layers, "num_attention_heads": t.heads}
         sizes.update(intermediate_size=t.intermediate, vocab_size=t.vocab)
     elif b.model in ARCH:
-        sizes = {**dict(zip(SIZES, ARCH[b.model], strict=True)), "vocab_size": VOCAB}
+        sizes = {**dict(zip(SIZES, ARCH[b.model], strict=True)), "vocab_size": XL_VOCAB if "xl" in b.model else VOCAB}
     else:
         raise PipelineError(f"bench.model={b.model!r}: one of {', '.join([*ARCH, 'tiny'])} or a model folder")
     if b.seq_len + PAD + 1 > 514:
         raise PipelineError(f"bench.seq_len={b.seq_len}: XLM-R has 512 positions")
-    return XLMRobertaConfig(**sizes, max_position_embeddings=514, pad_token_id=PAD, bos_token_id=0, eos_token_id=2)
+    kind = XLMRobertaXLConfig if b.model == "xlm-roberta-xl" else XLMRobertaConfig
+    return kind(**sizes, max_position_embeddings=514, pad_token_id=PAD, bos_token_id=0, eos_token_id=2)
 
 
-def bench_model(cfg: Config, mconf):
+def bench_model(cfg: Config, mconf, dtype=None):
     """The Classifier a row trains: the pretrained encoder of a folder, else the architecture with random
-    weights, under the pipeline's head (pipeline.core.modeling: the same forward path as `make train`)."""
+    weights, under the pipeline's head (pipeline.core.modeling: the same forward path as `make train`); a
+    LoRA row's encoder in its frozen `dtype` from the start."""
+    import torch
+
     from pipeline.core import modeling
 
     if Path(cfg.bench.model).is_dir():
-        encoder = modeling.pretrained_encoder(cfg.bench.model, cfg.model.dropout)
+        encoder = modeling.pretrained_encoder(cfg.bench.model, cfg.model.dropout, dtype or torch.float32)
     else:
-        encoder = modeling.encoder_from_config(mconf)
+        encoder = modeling.encoder_from_config(mconf, dtype)
     return modeling.Classifier(encoder, cfg.model.pooling, cfg.model.dropout)
+
+
+def row_model(cfg: Config, spec: dict, mconf, vocab, ids, precision: str, out: dict):
+    """(the row's model, its data): built, trimmed for a trimming row (the data in the kept ids), LoRA's adapters
+    on its frozen base for a LoRA row; `out` gets the parameters, trained ones and FLOPs a token."""
+    from pipeline.core import lora, modeling, trim
+
+    frozen = lora.base_dtype(precision) if spec["lora"] else None
+    model = bench_model(cfg, mconf, frozen)
+    out["parameters"] = sum(p.numel() for p in model.parameters())
+    # a LoRA row computes no weight gradient of the frozen matrices: two forwards a token, not three
+    out["flops_per_token"] = report.train_flops_per_token(mconf, cfg.bench.seq_len, frozen=bool(spec["lora"]))
+    if spec["trim"]:
+        vmap = trim.vocab_map(vocab, mconf.vocab_size, unk_id=3)  # before trimming changes the shared config
+        trim.trim_model(model, vocab)
+        ids = vmap[ids]  # the data in the trimmed model's ids
+    if spec["lora"]:  # as `make train` puts them on: after trimming, the trimmed embedding frozen too
+        settings = dataclasses.replace(cfg.model.lora, r=spec["lora"], quantize="none")
+        lora.attach(model, lora.spec(settings, model.encoder, {"from": "bench"}), frozen)
+    out["trained_parameters"] = modeling.count_parameters(model)
+    return model, ids
 
 
 def matmul_peak(device, precision: str, n: int = 2048, repeats: int = 10) -> float:
@@ -187,7 +217,7 @@ def run_row(cfg: Config, spec: dict) -> dict:
     """Build, warm up and time one row; returns its measurements (or `na` with the reason)."""
     import torch
 
-    from pipeline.core import distributed, memory, modeling, trim
+    from pipeline.core import distributed, memory, modeling
     from pipeline.core.precision import resolve_precision
 
     b = cfg.bench
@@ -202,14 +232,7 @@ def run_row(cfg: Config, spec: dict) -> dict:
     torch.manual_seed(cfg.train.seed)
     start = _memory_start(device)
 
-    model = bench_model(cfg, mconf)
-    out["parameters"] = modeling.count_parameters(model)
-    out["flops_per_token"] = report.train_flops_per_token(mconf, cfg.bench.seq_len)
-    if spec["trim"]:
-        vmap = trim.vocab_map(vocab, mconf.vocab_size, unk_id=3)  # before trimming changes the shared config
-        trim.trim_model(model, vocab)
-        ids = vmap[ids]  # the data in the trimmed model's ids
-    out["trained_parameters"] = modeling.count_parameters(model)
+    model, ids = row_model(cfg, spec, mconf, vocab, ids, precision, out)
     model.to(device)
     micro = spec["micro"]
     if spec["autofit"] and not spec.get("force_micro"):  # the Trainer's row takes the pick, not probes again
@@ -274,7 +297,7 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
 
     if tcfg.checkpointing and not spec["autofit"]:
         modeling.enable_checkpointing(model)
-    if spec["sparse"]:
+    if spec["sparse"] and not spec["lora"]:  # a LoRA row's embedding is frozen: no gradient to keep sparse
         modeling.sparse_embedding_grad(model)  # as make train does in one process
     steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
     # as training builds them; no warm-up, so that every timed step runs at a learning rate above zero

@@ -39,7 +39,18 @@ def test_table_rows_ratios_and_files(tmp_path) -> None:
     # rows in this process (the stage runs each in a fresh one): the table's code is what is tested here
     summary = bench.run(cfg, lambda spec: bench_runner.run_row(cfg, spec), log=lambda *a: None)
     rows = {r["spec"]["key"]: r for r in summary["rows"]}
-    assert list(rows) == ["fp32", "mp", "mp_acc", "mp_ckpt", "all3", "trim", "adamw8bit", "autofit"]
+    assert list(rows) == [
+        "fp32",
+        "mp",
+        "mp_acc",
+        "mp_ckpt",
+        "all3",
+        "trim",
+        "adamw8bit",
+        "autofit",
+        "lora",
+        "lora_trim",
+    ]
     for key, r in rows.items():
         if key == "adamw8bit":  # no CUDA here: n/a with the reason, and no Trainer row for it
             assert "CUDA" in r["ours"]["na"] and r["trainer"] is None
@@ -269,11 +280,49 @@ def test_gpu_preset_plan() -> None:
     b = cfg.bench
     assert (b.model, b.seq_len, b.effective_batch, cfg.train.device) == ("xlm-roberta-large", 256, 32, "cuda")
     rows = bench_rows.plan(cfg)
-    assert [r["key"] for r in rows] == ["fp32", "all3", "trim", "adamw8bit"]
+    assert [r["key"] for r in rows] == ["fp32", "all3", "trim", "adamw8bit", "lora"]
     assert rows[0]["precision"] == "fp32" and rows[0]["micro"] == 32
     assert all(r["micro"] * (32 // r["micro"]) == 32 for r in rows) and b.steps >= 3
     assert rows[1]["checkpointing"] and rows[1]["micro"] < 32 and rows[3]["optimizer"] == "adamw8bit"
     assert bench_runner.model_config(cfg).hidden_size == 1024  # large
+
+
+def test_xl_preset_plans_full_fine_tuning_beside_lora() -> None:
+    """bench-xl: XLM-R XL's published architecture (3.5B parameters: its config, never built here), all three beside
+    the two LoRA rows."""
+    from pipeline.kaggle import disk
+
+    cfg = config.load("bench-xl", device=False)
+    assert [r["key"] for r in bench_rows.plan(cfg)] == ["fp32", "all3", "lora", "lora_trim"]
+    conf = bench_runner.model_config(cfg)
+    assert conf.model_type == "xlm-roberta-xl" and conf.vocab_size == 250880 and conf.max_position_embeddings == 514
+    assert (conf.hidden_size, conf.num_hidden_layers, conf.num_attention_heads, conf.intermediate_size) == (
+        2560, 36, 32, 10240)  # fmt: skip
+    assert 3.4e9 < disk.transformer_parameters(conf.to_dict()) < 3.6e9
+
+
+def test_lora_rows_beside_all_three_on_a_tiny_xl(tmp_path) -> None:
+    """XLM-R XL's architecture at toy size (a folder of its own weights): the LoRA rows train a fraction of the
+    parameters over the same model, ours and Trainer, and the table says what they count."""
+    from transformers import XLMRobertaXLConfig
+
+    from pipeline.core import modeling
+
+    conf = XLMRobertaXLConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=64, max_position_embeddings=40, pad_token_id=1)  # fmt: skip
+    modeling.encoder_from_config(conf).save_pretrained(tmp_path / "xl")
+    cfg = config.load("sample", [*TINY, f"bench.model={tmp_path / 'xl'}", f"models_dir={tmp_path}",
+                                 "bench.rows=[all3,lora,lora_trim]", "bench.lora_r=2"])  # fmt: skip
+    summary = bench.run(cfg, lambda spec: bench_runner.run_row(cfg, spec), log=lambda *a: None)
+    rows = {r["spec"]["key"]: r for r in summary["rows"]}
+    assert list(rows) == ["fp32", "all3", "lora", "lora_trim"]
+    full, lora = rows["all3"]["ours"], rows["lora"]["ours"]
+    assert lora["parameters"] == full["parameters"] and lora["trained_parameters"] < full["trained_parameters"] / 10
+    assert rows["lora_trim"]["ours"]["trained_parameters"] == lora["trained_parameters"]  # the embedding is frozen
+    assert rows["lora"]["trainer"]["trained_parameters"] == lora["trained_parameters"]  # Trainer: the same model
+    assert rows["lora_trim"]["trainer"] is rows["lora"]["trainer"]
+    assert lora["flops_per_token"] < full["flops_per_token"] and lora["samples_per_second"] > 0
+    assert "LoRA rows: the encoder frozen" in (tmp_path / "bench" / "xl.md").read_text()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
@@ -317,7 +366,10 @@ def test_bench_names_are_the_runners_and_the_rows(tmp_path, capsys) -> None:
     missing = tmp_path / "nowhere"  # a path passes the load (it may be another machine's) but not make bench
     assert bench.main(["--config", "sample", f"models_dir={tmp_path}", *TINY, f"bench.model={missing}"]) == 2
     line = capsys.readouterr().err.strip()
-    assert line == f"error: bench.model='{missing}': one of xlm-roberta-base, xlm-roberta-large, tiny or a model folder"
+    assert line == (
+        f"error: bench.model='{missing}': one of xlm-roberta-base, xlm-roberta-large, xlm-roberta-xl, tiny or a model "
+        "folder"
+    )
 
 
 def test_bench_md_quotes_the_line_bench_gpu_stops_with_without_cuda(tmp_path, capsys, monkeypatch) -> None:
