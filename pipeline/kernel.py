@@ -28,6 +28,7 @@ from pipeline.errors import run_stage
 from pipeline.files import check_writable_dir
 from pipeline.kaggle import continuation, hours
 from pipeline.kaggle import disk as kaggle_disk
+from pipeline.kaggle import memory as kaggle_memory
 from pipeline.kaggle.bundle import write_bundle, write_kernel
 from pipeline.kaggle.clock import SessionClock
 from pipeline.kaggle.launch import code_digest
@@ -59,6 +60,10 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
         return plan
     print(hours.format_time(timed, cfg, clock.reserve()))
     print(f"kernel: in the notebook, {clock.describe()}")
+    gpu = kaggle_memory.plan_memory(cfg)
+    print(kaggle_memory.format_memory(gpu))
+    if kaggle_memory.over_memory(gpu, cfg):
+        print(kaggle_memory.over_memory(gpu, cfg))
     problem = hours.resume_refusal(timed, cfg, clock.reserve())
     if problem:
         raise KernelError(problem)
@@ -110,6 +115,12 @@ def build_and_push(cfg: Config, api=None) -> dict:
         raise KernelError(
             "train.optimizer=adamw8bit needs bitsandbytes in the Kaggle image, which is not known to carry it: use "
             "train.optimizer=adamw, or set kaggle.has_bitsandbytes=true if you know it does (the notebook checks)"
+        )
+    if cfg.model.lora.r > 0 and cfg.model.lora.quantize != "none" and not cfg.kaggle.has_bitsandbytes:
+        raise KernelError(
+            f"model.lora.quantize={cfg.model.lora.quantize} needs bitsandbytes in the Kaggle image, which is not known "
+            "to carry it: use model.lora.quantize=none (the base in fp16: XLM-R XL fits a T4), or set "
+            "kaggle.has_bitsandbytes=true if you know it does (the notebook checks)"
         )
     if cfg.model.name != "tiny" and not cfg.kaggle.model_source:
         print(f"kernel: kaggle.model_source not set; the plan assumes the weights in {placeholder_model_source(cfg)}")

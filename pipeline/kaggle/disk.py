@@ -4,8 +4,10 @@
 keeps at most 20 GB of /kaggle/working): a run that fills it fails hours in, at a fold's save.
 
 Sizes are computed, not measured: a model's parameter count comes from its architecture (a known hub
-name, the tiny config, or a local folder's config.json), safetensors store 4 bytes a parameter, and a
-resume state 12 (fp32 weights and AdamW's two moments). Row counts come from the real competition.
+name, the tiny config, or a local folder's config.json), safetensors store 4 bytes a trained parameter, and a
+resume state 12 (fp32 weights and AdamW's two moments). Under LoRA (`model.lora.r` > 0) the trained parameters
+are the adapters and the head: a fold writes those alone, and its frozen base is read from the model input
+(`kaggle.model_source`) by every fold, never written. Row counts come from the real competition.
 """
 
 from __future__ import annotations
@@ -19,14 +21,17 @@ from pipeline.schema import Config
 GB = 1e9  # Kaggle's quota is in decimal gigabytes
 # The architectures of the hub names configs use (their config.json on the hub), for offline sizing.
 KNOWN_MODELS = {
-    "xlm-roberta-base": {"vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12, "intermediate_size": 3072},
-    "xlm-roberta-large": {
-        "vocab_size": 250002,
-        "hidden_size": 1024,
-        "num_hidden_layers": 24,
-        "intermediate_size": 4096,
-    },
-}
+    "xlm-roberta-base": {"vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12, "intermediate_size": 3072,
+                         "num_attention_heads": 12},
+    "xlm-roberta-large": {"vocab_size": 250002, "hidden_size": 1024, "num_hidden_layers": 24,
+                          "intermediate_size": 4096, "num_attention_heads": 16},
+    # facebook/xlm-roberta-xl: 3.5B parameters (pre-LayerNorm layers, the same count a layer)
+    "xlm-roberta-xl": {"vocab_size": 250880, "hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 10240,
+                       "num_attention_heads": 32},
+}  # fmt: skip
+# bytes a frozen matrix of a LoRA base keeps on the GPU (model.lora.quantize): half precision, or bitsandbytes'
+# 8 bits and NF4's 4 (with its double-quantized constants, about 4.5 bits); its other weights stay in half precision
+QUANTIZED_BYTES = {"none": 2.0, "8bit": 1.0, "4bit": 0.5625}
 # The real competition: 223,549 English rows of which 21,384 toxic; 8,000 validation rows; 63,812 test rows.
 ENGLISH_TOXIC, VALID_ROWS, TEST_ROWS = 21384, 8000, 63812
 OOF_ROW_BYTES, SUB_ROW_BYTES = 48, 24  # a CSV row of id,lang,toxic,fold,pred / of id,toxic
@@ -44,6 +49,37 @@ def transformer_parameters(arch: dict, max_positions: int = 514) -> int:
     return embeddings + n * layer + head
 
 
+def layer_matrices(arch: dict) -> int:
+    """The weights of every layer's projections (Q, K, V, output, the feed-forward's two): what 8 or 4 bits hold."""
+    h, i = arch["hidden_size"], arch["intermediate_size"]
+    return arch["num_hidden_layers"] * (4 * h * h + 2 * h * i)
+
+
+def lora_parameters(arch: dict, lora) -> int:
+    """The adapters' parameters, r x (in + out) for each projection pipeline.core.lora.TARGETS names in every
+    layer, and the head's: what a LoRA fold trains and saves."""
+    h, i = arch["hidden_size"], arch["intermediate_size"]
+    per_layer = {"qv": 2 * 2 * h, "attention": 4 * 2 * h, "all": 4 * 2 * h + 2 * (h + i)}[lora.targets]
+    return arch["num_hidden_layers"] * lora.r * per_layer + h + 1
+
+
+def trained_parameters(cfg: Config, arch: dict) -> int:
+    """The parameters a fold trains, saves and resumes: every one, or under LoRA the adapters and the head."""
+    return lora_parameters(arch, cfg.model.lora) if cfg.model.lora.r > 0 else transformer_parameters(arch)
+
+
+def frozen_bytes(cfg: Config, arch: dict) -> float:
+    """What a LoRA fold's frozen base keeps on a GPU: its matrices at model.lora.quantize's bytes, the rest (the
+    embedding, LayerNorms, biases) in half precision; 4 bytes a parameter in an fp32 run. 0 without LoRA."""
+    if cfg.model.lora.r <= 0:
+        return 0.0
+    base = transformer_parameters(arch) - arch["hidden_size"] - 1  # the head is trained, not frozen
+    if cfg.train.precision == "fp32":
+        return 4.0 * base
+    matrices = layer_matrices(arch)
+    return QUANTIZED_BYTES[cfg.model.lora.quantize] * matrices + 2.0 * (base - matrices)
+
+
 def model_architecture(cfg: Config) -> dict | None:
     """config.json's size keys for model.name, or None when it cannot be known offline."""
     name = cfg.model.name
@@ -56,6 +92,7 @@ def model_architecture(cfg: Config) -> dict | None:
             "intermediate_size": t.intermediate,
             "max_position_embeddings": cfg.model.max_length + 2,
             "type_vocab_size": 2,  # XLMRobertaConfig's default, which tiny_config keeps
+            "num_attention_heads": t.heads,
         }
     local = Path(name) / "config.json"
     if local.is_file():
@@ -68,6 +105,8 @@ class DiskPlan:
     working: list[tuple[str, int]] = field(default_factory=list)  # (what, bytes): kept as the kernel's output
     temp: list[tuple[str, int]] = field(default_factory=list)  # (what, bytes): scratch, peak at once
     parameters: int = 0  # 0 when the model's size is unknown
+    trained: int = 0  # the parameters a fold trains and writes: all of them, or LoRA's adapters and the head
+    lora: str = ""  # under LoRA: what the plan says of its frozen base
 
     @property
     def working_bytes(self) -> int:
@@ -87,11 +126,16 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
     """What a run of `folds` folds writes where (see pipeline/notebook.py for the layout)."""
     arch = model_architecture(cfg)
     params = transformer_parameters(arch) if arch else 0
-    weights, resume = 4 * params, 12 * params
+    trained = trained_parameters(cfg, arch) if arch else 0
+    weights, resume = 4 * trained, 12 * trained  # a LoRA fold's: its adapters and head, never its base
     tokenizer = TOKENIZER_BYTES_PER_TOKEN * (arch or {}).get("vocab_size", 0)
     rows = training_row_bound(cfg)
     exp = f"models/{cfg.name}"
-    plan = DiskPlan(parameters=params)
+    plan = DiskPlan(parameters=params, trained=trained)
+    if arch and cfg.model.lora.r > 0:
+        base = human(frozen_bytes(cfg, arch))
+        plan.lora = (f"LoRA r={cfg.model.lora.r}: a fold writes its adapters and head; its frozen base ({base} on "
+                     "each GPU) is read from the model input by every fold")  # fmt: skip
     if cfg.kaggle.keep_weights:
         plan.working.append((f"{exp}/fold<k>/model.safetensors: {folds} x {human(weights)}", folds * weights))
     plan.working += [
@@ -132,7 +176,11 @@ def human(n: float) -> str:
 
 def format_plan(plan: DiskPlan, quota_gb: float) -> str:
     size = f"{plan.parameters / 1e6:.1f}M parameters" if plan.parameters else "model size unknown"
+    if plan.lora:
+        size += f", {plan.trained / 1e6:.1f}M trained"
     lines = [f"kernel: disk plan ({size}); sizes are estimates"]
+    if plan.lora:
+        lines.append(f"  {plan.lora}")
     lines.append(f"  /kaggle/working (kept, at most {quota_gb:g} GB):")
     lines += [f"    {human(b):>10}  {what}" for what, b in plan.working]
     lines.append(f"    {human(plan.working_bytes):>10}  in all, of {quota_gb:g} GB")

@@ -8,13 +8,17 @@ continues in the next session). It is an estimate and says so; the ETA lines of 
 The throughput is stated with its source: `kaggle.tokens_per_second` when given; else what `make bench-gpu`
 measured on a T4 (models/bench/<model>.json; a figure from another GPU says nothing of Kaggle's and is not
 used); else an estimate for the two T4s from the model's size: 10% of a T4's 65 TFLOPS fp16 peak, at 8 FLOPs
-a weight a token with checkpointing (forward, backward, the forward again) and 6 without. Eager PyTorch on a
-70 W T4, with the whole gradient all-reduced over PCIe at every step, is far from peak: public figures for
-XLM-R large put two T4s at 4-7k padded tokens a second, which this estimate sits in (not measured here).
+a weight a token with checkpointing (forward, backward, the forward again) and 6 without; under LoRA 6 and 4
+(the frozen matrices' backward computes no weight gradient, and the adapters' products are next to nothing).
+Eager PyTorch on a 70 W T4, with the whole gradient all-reduced over PCIe at every step, is far from peak: public
+figures for XLM-R large put two T4s at 4-7k padded tokens a second, which this estimate sits in (not measured
+here).
 Token counts come from the prepared token cache when `make data` has run here, else from the competition's
 row counts (and the extra files' sizes, where they are here) at an assumed 60% of model.max_length a row.
 Besides training and evaluating, the plan counts what a fold writes (a resume state at each epoch's end and
-every train.save_every_steps, the weights at each better evaluation) at an assumed 100 MB/s, every
+every train.save_every_steps, the weights at each better evaluation; a LoRA fold's: its adapters and head) and a
+LoRA fold's frozen base read from the model input (when the fold starts and when it predicts) at an assumed
+100 MB/s, every
 evaluation of train.eval_every_steps, a stage-1 model trained in the same session, and predicting.
 """
 
@@ -61,6 +65,7 @@ class TimePlan:
     save_bytes: float = 0.0  # what one fold writes at most: resume states and the weights of better evaluations
     stage1_seconds: float = 0.0  # a stage-1 model trained first, in the same session
     uncounted: tuple[str, ...] = ()  # extra files whose rows are not known here (not in the counts)
+    load_bytes: float = 0.0  # a LoRA fold's frozen base, read from the model input when it trains and predicts
 
     @property
     def epoch_seconds(self) -> float:
@@ -77,12 +82,14 @@ class TimePlan:
 
     @property
     def fold_seconds(self) -> float:
-        return self.epochs * (self.epoch_seconds + self.evals_per_epoch * self.eval_seconds) + self.save_seconds
+        train = self.epochs * (self.epoch_seconds + self.evals_per_epoch * self.eval_seconds)
+        return train + self.save_seconds + self.load_bytes / WRITE_BYTES_PER_SECOND
 
     @property
     def predict_seconds(self) -> float:
         """One fold's test predictions, its weights loaded."""
-        return self.test_tokens / (self.tokens_per_second * EVAL_SPEEDUP) + LOAD_SECONDS
+        load = LOAD_SECONDS + self.load_bytes / WRITE_BYTES_PER_SECOND  # the read rate assumed as the write one
+        return self.test_tokens / (self.tokens_per_second * EVAL_SPEEDUP) + load
 
     @property
     def total_seconds(self) -> float:
@@ -103,6 +110,7 @@ def throughput(cfg: Config) -> tuple[float, str]:
     if measured is not None:
         return measured
     flops = 6 if cfg.train.checkpointing is False else 8  # `auto` may turn it on on a T4: the slower figure
+    flops -= 2 if cfg.model.lora.r > 0 else 0  # LoRA: the frozen matrices' backward computes no weight gradient
     rate = T4_GPUS * T4_FP16_FLOPS * T4_UTILISATION / (flops * non_embedding_parameters(cfg))
     return rate, (
         f"an estimate for {T4_GPUS} T4s from the model's size, {T4_UTILISATION:.0%} of their fp16 peak, not measured; "
@@ -206,7 +214,8 @@ def fold_writes(cfg: Config, train_rows: float, stage1: bool = False) -> tuple[f
     from pipeline.core import evaluation  # imports torch: `make kernel` starts without it
 
     t = cfg.train
-    params = disk.transformer_parameters(disk.model_architecture(cfg) or {}) if disk.model_architecture(cfg) else 0
+    arch = disk.model_architecture(cfg)
+    params = disk.trained_parameters(cfg, arch) if arch else 0  # a LoRA fold writes its adapters and head
     world = cfg.kaggle.gpus or T4_GPUS
     windows = max(1, math.ceil(train_rows / max(1, t.micro_batch * t.accumulation * world)))
     evals = 1.0 if stage1 else evaluation.per_epoch(t.eval_every_steps, windows)
@@ -223,9 +232,10 @@ def plan_time(cfg: Config, folds: int) -> TimePlan:
         first = config_mod.stage1_config(cfg, device=False)
         _, first_writes = fold_writes(first, rows["stage1"], stage1=True)
         stage1 = first.train.epochs * rows["stage1"] * per_row * PADDING / rate + first_writes / WRITE_BYTES_PER_SECOND
+    arch = disk.model_architecture(cfg)
     return TimePlan(
         rate, source, rows["train"] * per_row * PADDING, rows["valid"] * per_row, rows["test"] * per_row, folds,
-        cfg.train.epochs, evals, writes, stage1, missing,
+        cfg.train.epochs, evals, writes, stage1, missing, disk.frozen_bytes(cfg, arch) if arch else 0.0,
     )  # fmt: skip
 
 
@@ -277,6 +287,10 @@ def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> st
         f"    {hours(plan.fold_seconds):>11}  a fold of {plan.epochs} epoch(s), then {hours(plan.predict_seconds)} "
         "predicting test with it",
     ]
+    if plan.load_bytes:
+        lines.insert(-1, f"    {hours(plan.load_bytes / WRITE_BYTES_PER_SECOND):>11}  reading the frozen LoRA base "
+                         f"({plan.load_bytes / disk.GB:.1f} GB as the GPU holds it) when a fold starts, and again when "
+                         "it predicts")  # fmt: skip
     if plan.stage1_seconds:
         lines.append(f"    {hours(plan.stage1_seconds):>11}  the stage-1 model {cfg.model.init_from}, first")
     lines += [

@@ -232,6 +232,12 @@ def check_machine(cfg: Config, gpus: int | None = None) -> None:
         )
     if cfg.train.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
         raise KernelError("train.optimizer=adamw8bit needs bitsandbytes, which this image lacks: use adamw")
+    if cfg.model.lora.r > 0 and importlib.util.find_spec("peft") is None:
+        raise KernelError("model.lora needs peft, which this image lacks: set model.lora.r=0 (or another image)")
+    if cfg.model.lora.r > 0 and cfg.model.lora.quantize != "none" and importlib.util.find_spec("bitsandbytes") is None:
+        raise KernelError(
+            "model.lora.quantize needs bitsandbytes, which this image lacks: use model.lora.quantize=none"
+        )
 
 
 def previous_output(cfg: Config, paths: KagglePaths, kernel_ref: str) -> Path:

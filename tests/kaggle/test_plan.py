@@ -53,6 +53,64 @@ def test_parameter_count_matches_the_model() -> None:
     assert 558e6 < large < 560e6  # 2.24 GB of fp32 safetensors (the published 560M less its head's dense layer)
 
 
+@pytest.mark.parametrize("targets", ["qv", "attention", "all"])
+def test_lora_parameter_count_matches_the_adapters_put_on(targets: str) -> None:
+    """The plan's count of what a LoRA fold trains and writes against a tiny XLM-R with its adapters on."""
+    from transformers import XLMRobertaConfig
+
+    from pipeline.core import lora, modeling
+
+    arch = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64}
+    model = modeling.Classifier(modeling.encoder_from_config(XLMRobertaConfig(num_attention_heads=2, **arch)), "cls", 0)
+    settings = config.load("sample", ["model.lora.r=4", f"model.lora.targets={targets}"], device=False).model.lora
+    lora.attach(model, lora.spec(settings, model.encoder, {"from": "test"}), lora.base_dtype("fp32"))
+    assert disk.lora_parameters(arch, settings) == modeling.count_parameters(model)
+
+
+def test_an_xl_lora_plan_writes_adapters_reads_its_base_and_fits_a_t4(tmp_path: Path, capsys, monkeypatch) -> None:
+    """XLM-R XL (3.5B) with LoRA on Kaggle's two T4s, planned without a network: a fold writes its adapters and head
+    (53 MB), never its base, which every fold reads from the attached model (7 GB in fp16 on each GPU); a GPU holds
+    about 9 GB of a T4's 15, where full fine-tuning would need over 56."""
+    import socket
+
+    from pipeline.kaggle import hours
+    from pipeline.kaggle import memory as kaggle_memory
+
+    def offline(*a, **k):
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket, "create_connection", offline)
+    monkeypatch.setattr(socket.socket, "connect", offline)
+    cfg = cfg_for(tmp_path, "xlmr-xl-lora", "kaggle.dry_run=true")
+    plan = kernel.build_and_push(cfg)["disk"]
+    assert 3.4e9 < plan.parameters < 3.6e9 and 13e6 < plan.trained < 14e6
+    assert [size for what, size in plan.working if "model.safetensors" in what] == [5 * 4 * plan.trained]
+    assert plan.working_bytes < 1e9 and plan.temp_bytes < 1e9
+    out = capsys.readouterr().out
+    assert "3475.9M parameters, 13.3M trained" in out and "5 x 53.1 MB" in out
+    assert "its frozen base (6.95 GB on each GPU) is read from the model input by every fold" in out
+    assert "reading the frozen LoRA base (7.0 GB as the GPU holds it)" in out
+    assert "kernel: memory plan of one GPU while a fold trains" in out and "kernel: warning: a GPU" not in out
+    gpu = kaggle_memory.plan_memory(cfg)
+    assert 7.5e9 < gpu.total < 10e9 < kaggle_memory.T4_USABLE
+    full = config.with_overrides(cfg, ["model.lora.r=0"], device=False)
+    assert kaggle_memory.plan_memory(full).total > 16 * plan.parameters
+    assert "or LoRA (model.lora.r=8" in kaggle_memory.over_memory(kaggle_memory.plan_memory(full), full)
+    # no weight gradients for the frozen matrices: 6 FLOPs a weight a token with checkpointing, not 8
+    assert hours.throughput(cfg)[0] == pytest.approx(hours.throughput(full)[0] * 8 / 6)
+
+
+def test_a_quantized_base_needs_bitsandbytes_in_the_kaggle_image(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match=r"^model.lora.quantize=4bit needs bitsandbytes in the Kaggle image"):
+        kernel.build_and_push(cfg_for(tmp_path, "xlmr-xl-lora", "kaggle.dry_run=true", "model.lora.quantize=4bit"))
+    four = cfg_for(tmp_path, "xlmr-xl-lora", "kaggle.dry_run=true", "model.lora.quantize=4bit",
+                   "kaggle.has_bitsandbytes=true")  # fmt: skip
+    assert kernel.build_and_push(four)["disk"].trained < 14e6
+    assert disk.frozen_bytes(four, disk.KNOWN_MODELS["xlm-roberta-xl"]) < 0.5 * disk.frozen_bytes(
+        cfg_for(tmp_path, "xlmr-xl-lora"), disk.KNOWN_MODELS["xlm-roberta-xl"]
+    )
+
+
 def test_xlmr_large_plan_fits_and_keeps_transients_out_of_working(tmp_path: Path, capsys) -> None:
     cfg = cfg_for(tmp_path, "xlmr-large", "kaggle.dry_run=true")
     result = kernel.build_and_push(cfg)

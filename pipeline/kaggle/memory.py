@@ -1,0 +1,118 @@
+"""The memory plan of a Kaggle run: what one of its GPUs holds while a fold trains, an estimate with its assumptions.
+
+`make kernel` prints it beside the disk and time plans and warns when it passes what a T4 holds: a run that does
+not fit fails at its first step, after the session has started. Computed, not measured, from the architecture
+(pipeline.kaggle.disk) and the settings:
+
+- weights: 4 bytes a trained parameter (fp32 master weights); a LoRA base's frozen ones at disk.frozen_bytes (half
+  precision, or 8 or 4 bits);
+- gradients: 4 bytes a trained parameter (DDP's buckets are the gradients themselves: gradient_as_bucket_view);
+- AdamW's two moments: 8 bytes a trained parameter (2 with train.optimizer=adamw8bit);
+- autocast's half-precision copies of the fp32 matrices it multiplies, held for the forward: 2 bytes a layer
+  weight when every weight trains (a LoRA base is half precision already: nothing to copy);
+- activations of one micro-batch of train.micro_batch rows at model.max_length (the longest batch), counted per
+  layer as Korthikanti et al. (2022, "Reducing Activation Recomputation in Large Transformer Models") count them
+  in half precision, 34 s b h + 5 a s^2 b bytes for a feed-forward of 4 h, here 18 s b h + 4 s b i + 5 a s^2 b
+  for one of i, plus 3 bytes an input value of each adapter (its half-precision copy and dropout mask). With
+  checkpointing every layer keeps its input (2 s b h bytes) and one layer at a time is rebuilt, its gradients
+  beside it (twice its activations); without, every layer keeps its own, and one layer's gradients are beside
+  them.
+The total is raised by a tenth for the allocator's fragmentation, and compared with what torch can allocate on a
+16 GB T4, about 15 GB. Auto-fit (train.max_memory_gb) and `make bench-gpu` measure what this estimates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.kaggle import disk
+from pipeline.schema import Config
+
+T4_USABLE = 15.0e9  # of a T4's 16 GB, what allocations get: the CUDA context and the driver keep the rest (assumed)
+FRAGMENTATION = 1.10  # the caching allocator's blocks hold more than the tensors in them (assumed)
+ADAPTER_INPUT_VALUES = {"qv": (2, 0), "attention": (4, 0), "all": (5, 1)}  # (x hidden, x intermediate) a layer
+
+
+@dataclass
+class MemoryPlan:
+    items: list[tuple[str, float]] = field(default_factory=list)  # (what, bytes) on one GPU
+
+    @property
+    def total(self) -> float:
+        return FRAGMENTATION * sum(b for _, b in self.items)
+
+
+def layer_activations(arch: dict, micro: int, seq: int, lora) -> float:
+    """Bytes one layer keeps for its backward: attention, feed-forward, LayerNorms and dropout masks, and LoRA's
+    adapter inputs (each adapter its own copy: q, k and v read the same hidden states)."""
+    h, i = arch["hidden_size"], arch["intermediate_size"]
+    heads = arch.get("num_attention_heads") or max(1, h // 64)
+    tokens = micro * seq
+    layer = 18 * tokens * h + 4 * tokens * i + 5 * heads * seq * seq * micro
+    if lora.r > 0:
+        per_h, per_i = ADAPTER_INPUT_VALUES[lora.targets]
+        layer += 3 * tokens * (per_h * h + per_i * i)
+    return float(layer)
+
+
+def activations(cfg: Config, arch: dict) -> tuple[str, float]:
+    """(what, bytes) of a micro-batch's activations at full length, with or without checkpointing."""
+    t, n = cfg.train, arch["num_hidden_layers"]
+    layer = layer_activations(arch, t.micro_batch, cfg.model.max_length, cfg.model.lora)
+    shape = f"micro-batch {t.micro_batch} x {cfg.model.max_length} tokens"
+    if t.checkpointing:
+        kept = 2.0 * n * t.micro_batch * cfg.model.max_length * arch["hidden_size"]
+        return f"activations, checkpointed: {n} layer inputs, one layer rebuilt with its gradients ({shape})", (
+            kept + 2 * layer
+        )
+    return f"activations: {n} layers' and one layer's gradients ({shape})", (n + 1) * layer
+
+
+def plan_memory(cfg: Config) -> MemoryPlan | None:
+    """What one GPU holds while a fold trains; None where the model's size is not known offline."""
+    arch = disk.model_architecture(cfg)
+    if not arch:
+        return None
+    trained = disk.trained_parameters(cfg, arch)
+    lora = cfg.model.lora.r > 0
+    moments = 2 if cfg.train.optimizer == "adamw8bit" else 8
+    plan = MemoryPlan()
+    if lora:
+        quantize = cfg.model.lora.quantize
+        frozen = "fp32" if cfg.train.precision == "fp32" else ("half precision" if quantize == "none" else quantize)
+        plan.items.append((f"the frozen base, its matrices in {frozen}", disk.frozen_bytes(cfg, arch)))
+    what = "the adapters and the head" if lora else "the weights"
+    plan.items += [
+        (f"{what} in fp32: {trained / 1e6:,.1f}M parameters", 4.0 * trained),
+        ("their gradients (fp32; DDP's buckets are these)", 4.0 * trained),
+        (f"AdamW's two moments ({'8-bit' if moments == 2 else 'fp32'})", float(moments) * trained),
+    ]
+    if not lora and cfg.train.precision != "fp32":
+        plan.items.append(("autocast's half-precision copies of the layers' matrices", 2.0 * disk.layer_matrices(arch)))
+    plan.items.append(activations(cfg, arch))
+    return plan
+
+
+def format_memory(plan: MemoryPlan, gpu: str = "T4", usable: float = T4_USABLE) -> str:
+    lines = [f"kernel: memory plan of one GPU while a fold trains, an estimate (a {gpu}: about {usable / 1e9:g} GB "
+             "to allocate, assumed):"]  # fmt: skip
+    lines += [f"    {disk.human(b):>10}  {what}" for what, b in plan.items]
+    lines.append(f"    {disk.human(plan.total):>10}  in all, with a tenth for the allocator's fragmentation")
+    return "\n".join(lines)
+
+
+def over_memory(plan: MemoryPlan, cfg: Config, gpu: str = "T4", usable: float = T4_USABLE) -> str:
+    """The warning to print when the plan passes what the GPU holds; "" when it fits."""
+    if plan.total <= usable:
+        return ""
+    fixes = "a smaller train.micro_batch (a larger train.accumulation keeps the effective batch)"
+    if not cfg.train.checkpointing:
+        fixes = "train.checkpointing=true, " + fixes
+    if cfg.model.lora.r <= 0:
+        fixes += ", or LoRA (model.lora.r=8: the base frozen in half precision)"
+    elif cfg.model.lora.quantize == "none":
+        fixes += ", or a quantized base (model.lora.quantize=8bit or 4bit, with kaggle.has_bitsandbytes=true)"
+    return (
+        f"kernel: warning: a GPU would need about {disk.human(plan.total)}, more than the {usable / 1e9:g} GB a "
+        f"{gpu} gives: the first step would run out of memory; try {fixes}"
+    )
