@@ -26,8 +26,8 @@ class SessionClock:
     start: float  # when the notebook started (eta.now())
     end: float  # when the session ends
     margin: float  # seconds kept free besides the measured costs (kaggle.margin_minutes)
-    state_bytes: float  # a resume state (12 bytes a parameter)
-    weights_bytes: float  # a fold's weights (4 bytes a parameter)
+    state_bytes: float  # a resume state (12 bytes a trained parameter)
+    weights_bytes: float  # a fold's weights (4 bytes a trained parameter)
     predict_seconds: float  # one fold's test predictions: the time plan's estimate until one is measured
     copy_rate: float = hours.WRITE_BYTES_PER_SECOND  # bytes a second written into working: assumed until measured
     measured: tuple[str, ...] = ()  # which of the costs above were measured in this session
@@ -37,7 +37,7 @@ class SessionClock:
     def begin(cls, cfg: Config, start: float) -> SessionClock:
         k, limit = cfg.kaggle, hours.session_seconds(cfg)
         arch = disk.model_architecture(cfg)
-        params = disk.transformer_parameters(arch) if arch else 0
+        params = disk.trained_parameters(cfg, arch) if arch else 0  # a LoRA fold saves its adapters and head
         predict = hours.plan_time(cfg, 1).predict_seconds
         return cls(start, start + limit, k.margin_minutes * 60, 12.0 * params, 4.0 * params, predict)
 

@@ -196,6 +196,7 @@ def lora_fold(tmp_path_factory, torch_one_thread) -> SimpleNamespace:
     return SimpleNamespace(cfg=cfg, reference=reference, done=done, folder=layout.fold_dir(reference, 0))
 
 
+@pytest.mark.slow  # trains a fold
 def test_a_lora_fold_saves_its_adapters_and_head_only(lora_fold) -> None:
     head = json.loads((lora_fold.folder / modeling.HEAD_JSON).read_text())
     saved = load_file(lora_fold.folder / layout.WEIGHTS)
@@ -205,6 +206,7 @@ def test_a_lora_fold_saves_its_adapters_and_head_only(lora_fold) -> None:
     assert (lora_fold.folder / layout.VOCAB_MAP).is_file()
 
 
+@pytest.mark.slow  # trains a fold
 def test_predict_from_a_lora_fold_equals_its_oof(lora_fold) -> None:
     """The fold predict reloads (the tiny base drawn again, trimmed again, its adapters on) gives the OOF training
     wrote: the best evaluation's predictions (`best`), whose weights are the ones kept."""
@@ -212,6 +214,7 @@ def test_predict_from_a_lora_fold_equals_its_oof(lora_fold) -> None:
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
+@pytest.mark.slow  # trains a fold
 def test_a_lora_fold_over_another_base_is_refused_in_one_line(lora_fold, tmp_path: Path) -> None:
     folder = tmp_path / "fold0"
     folder.mkdir()
@@ -239,6 +242,7 @@ class KillAt:
         return False
 
 
+@pytest.mark.slow  # trains a fold
 def test_a_killed_lora_fold_resumes_to_the_uninterrupted_result(lora_fold) -> None:
     """Killed at step 9 after a resume state at step 6 (adapters, head and optimizer, never the base), the fold
     continues from step 6 and ends with the uninterrupted fold's evaluations and OOF."""
@@ -299,6 +303,7 @@ def oof_predictions(cfg, folder: Path) -> tuple[np.ndarray, np.ndarray]:
     return got, oof.set_index("id").loc[table["id"].iloc[rows], "best"].to_numpy()
 
 
+@pytest.mark.slow  # trains a fold
 def test_a_lora_stage_two_starts_where_a_lora_stage_one_ended(prepared) -> None:
     """Stage 2 (model.init_from) over a LoRA stage-1 model: its adapters merged into the frozen base, new adapters
     at zero, so the fold starts with the stage-1 model's very scores; its own fold reloads over that base."""

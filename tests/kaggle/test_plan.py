@@ -145,6 +145,19 @@ def test_the_docs_quote_what_the_dry_run_prints(tmp_path: Path, capsys) -> None:
     assert quoted == printed[: last + 1]
 
 
+def test_the_docs_quote_what_the_xl_lora_dry_run_prints(tmp_path: Path, capsys) -> None:
+    """docs/kaggle.md's XLM-R XL with LoRA block is what its dry run prints, from the disk plan to the memory plan."""
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index("```\n", text.index('`make kernel CONFIG=xlmr-xl-lora ARGS="kaggle.dry_run=true"`')) + 4
+    quoted = text[start : text.index("```", start)].splitlines()
+    cfg = config.load("xlmr-xl-lora", [f"kaggle.dir={tmp_path / 'kernel'}", *under(tmp_path), "kaggle.dry_run=true"])
+    kernel.build_and_push(cfg)
+    printed = capsys.readouterr().out.splitlines()
+    first = next(i for i, line in enumerate(printed) if line.startswith("kernel: disk plan"))
+    last = next(i for i, line in enumerate(printed) if "in all, with a tenth for the allocator" in line)
+    assert quoted == printed[first : last + 1]
+
+
 def test_a_two_stage_plan_counts_the_stage1_model(tmp_path: Path) -> None:
     big = ("kaggle.dry_run=true", "kaggle.working_gb=30")
     one = kernel.build_and_push(cfg_for(tmp_path, "xlmr-large", *big))["disk"]
