@@ -137,8 +137,10 @@ def display_settings(exp: Path, summary: dict) -> dict:
         saved = yaml.safe_load((exp / layout.RUN_CONFIG).read_text()) or {}
         model, train = saved.get("model", {}), saved.get("train", {})
         batch = first.get("effective_batch", train.get("micro_batch", 0) * train.get("accumulation", 0) or None)
+        lora = model.get("lora") or {}
         return {
-            "model": model.get("name", "?"),
+            # a LoRA experiment is another model over the same base: the board tells them apart
+            "model": str(model.get("name", "?")) + (f" + LoRA r={lora['r']}" if lora.get("r") else ""),
             "max_length": model.get("max_length"),
             "epochs": train.get("epochs"),
             "lr": train.get("lr"),

@@ -92,6 +92,15 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     assert "(stale)" not in text and "- partial (incomplete): fold2, fold3, fold4: not trained" in text
 
 
+def test_a_lora_experiment_is_named_with_its_rank_on_the_board(tmp_path: Path) -> None:
+    comp = Competition(tmp_path, 300)
+    y = comp.rows["toxic"].to_numpy()
+    comp.experiment("full", noisy(y, 1.0, 1), None)
+    comp.experiment("lora", noisy(y, 1.0, 2), None, overrides=("model.lora.r=8",))
+    rows = {r["experiment"]: r for r in board_rows(board.run(board_config(comp.models)))}
+    assert rows["lora"]["model"] == "tiny + LoRA r=8" and rows["full"]["model"] == "tiny"
+
+
 def test_board_with_nothing_to_list(tmp_path: Path) -> None:
     with pytest.raises(PipelineError, match="nothing to list"):
         board.run(config.load("sample", [f"models_dir={tmp_path / 'models'}"]))
