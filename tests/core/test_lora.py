@@ -55,17 +55,20 @@ def one_step(model, prec: str = "fp32", checkpointing: bool = False, accumulatio
                 progress=False)  # fmt: skip
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, "xlm-roberta-xl"])
-def test_a_step_changes_only_the_adapters_and_the_head(family: str) -> None:
+@pytest.mark.parametrize(
+    ("family", "prec"), [*((f, "bf16") for f in (*FAMILIES, "xlm-roberta-xl")), ("xlm-roberta", "fp16")]
+)
+def test_a_step_changes_only_the_adapters_and_the_head(family: str, prec: str) -> None:
     """The whole base (embedding, LayerNorms, the projections' own weights) bit for bit as it was after an
-    optimizer step in bf16 with accumulation and checkpointing; every adapter's B and the head moved."""
+    optimizer step in bf16 (fp16: with the GradScaler) with accumulation and checkpointing; every adapter's B and
+    the head moved."""
     torch.manual_seed(0)
     model = modeling.Classifier(modeling.encoder_from_config(tiny_config(family)), "mean", 0.0)
-    with_lora(model, dtype=torch.bfloat16)
+    with_lora(model, dtype=lora.base_dtype(prec))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trained = set(lora.trained_state(model))
     assert {k for k in trained if "lora_" not in k} == {"head.weight", "head.bias"}
-    one_step(model, "bf16", checkpointing=True)
+    one_step(model, prec, checkpointing=True)
     after = model.state_dict()
     for key, value in before.items():
         if key in trained:
@@ -74,7 +77,7 @@ def test_a_step_changes_only_the_adapters_and_the_head(family: str) -> None:
                 assert not torch.equal(after[key], value), f"{key} did not train"
         else:
             assert torch.equal(after[key], value), f"{key}: the frozen base changed"
-    assert {v.dtype for k, v in before.items() if k not in trained and v.is_floating_point()} == {torch.bfloat16}
+    assert {v.dtype for k, v in before.items() if k not in trained and v.is_floating_point()} == {lora.HALF[prec]}
 
 
 def tiny_config(family: str):
