@@ -55,12 +55,12 @@ def layer_activations(arch: dict, micro: int, seq: int, lora) -> float:
     return float(layer)
 
 
-def activations(cfg: Config, arch: dict) -> tuple[str, float]:
+def activations(cfg: Config, arch: dict, checkpointed: bool) -> tuple[str, float]:
     """(what, bytes) of a micro-batch's activations at full length, with or without checkpointing."""
     t, n = cfg.train, arch["num_hidden_layers"]
     layer = layer_activations(arch, t.micro_batch, cfg.model.max_length, cfg.model.lora)
     shape = f"micro-batch {t.micro_batch} x {cfg.model.max_length} tokens"
-    if t.checkpointing:
+    if checkpointed:
         kept = 2.0 * n * t.micro_batch * cfg.model.max_length * arch["hidden_size"]
         return f"activations, checkpointed: {n} layer inputs, one layer rebuilt with its gradients ({shape})", (
             kept + 2 * layer
@@ -68,7 +68,19 @@ def activations(cfg: Config, arch: dict) -> tuple[str, float]:
     return f"activations: {n} layers' and one layer's gradients ({shape})", (n + 1) * layer
 
 
-def plan_memory(cfg: Config) -> MemoryPlan | None:
+def chosen_activations(cfg: Config, arch: dict, others: float, usable: float) -> tuple[str, float]:
+    """The activations as train.checkpointing has them; `auto` turns checkpointing on only where the step would not
+    fit without it (what the fold measures at its start, estimated here)."""
+    if cfg.train.checkpointing != "auto":
+        return activations(cfg, arch, cfg.train.checkpointing is True)
+    what, size = activations(cfg, arch, False)
+    if FRAGMENTATION * (others + size) <= usable:
+        return f"{what}; checkpointing auto: off, it fits without", size
+    what, size = activations(cfg, arch, True)
+    return f"{what}; checkpointing auto: on", size
+
+
+def plan_memory(cfg: Config, usable: float = T4_USABLE) -> MemoryPlan | None:
     """What one GPU holds while a fold trains; None where the model's size is not known offline."""
     arch = disk.model_architecture(cfg)
     if not arch:
@@ -89,7 +101,7 @@ def plan_memory(cfg: Config) -> MemoryPlan | None:
     ]
     if not lora and cfg.train.precision != "fp32":
         plan.items.append(("autocast's half-precision copies of the layers' matrices", 2.0 * disk.layer_matrices(arch)))
-    plan.items.append(activations(cfg, arch))
+    plan.items.append(chosen_activations(cfg, arch, sum(b for _, b in plan.items), usable))
     return plan
 
 
@@ -106,8 +118,8 @@ def over_memory(plan: MemoryPlan, cfg: Config, gpu: str = "T4", usable: float = 
     if plan.total <= usable:
         return ""
     fixes = "a smaller train.micro_batch (a larger train.accumulation keeps the effective batch)"
-    if not cfg.train.checkpointing:
-        fixes = "train.checkpointing=true, " + fixes
+    if cfg.train.checkpointing is False:
+        fixes = "train.checkpointing=true (or auto), " + fixes
     if cfg.model.lora.r <= 0:
         fixes += ", or LoRA (model.lora.r=8: the base frozen in half precision)"
     elif cfg.model.lora.quantize == "none":

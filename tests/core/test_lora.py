@@ -137,6 +137,18 @@ def test_checkpointing_leaves_the_adapters_gradients_as_they_were() -> None:
         torch.testing.assert_close(grads[True][name], g, rtol=1e-5, atol=1e-7, msg=name)
 
 
+def test_layer_decay_gives_each_layer_s_adapters_their_layer_s_rate() -> None:
+    """train.layer_decay under LoRA: the adapters of each layer at that layer's rate, the head at `lr`, and no group
+    for the frozen embedding; every trained parameter in one group."""
+    model = with_lora(tiny_classifier(layers=2))
+    tcfg = config.load("sample", ["train.layer_decay=0.5", "train.lr=1e-3"], device=False).train
+    groups = optim.param_groups(model, tcfg)
+    assert [(g["name"], g["lr"]) for g in groups] == [("layer0", 2.5e-4), ("layer1", 5e-4), ("top", 1e-3),
+                                                      ("top", 1e-3)]  # fmt: skip
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert sorted(map(id, trained)) == sorted(id(p) for g in groups for p in g["params"])
+
+
 def test_a_tiny_xlm_roberta_xl_folder_trains_a_step_on_cpu(tmp_path: Path) -> None:
     """XLM-R XL read as the pipeline reads a pretrained folder, straight into bf16 under LoRA; a bf16 step."""
     modeling.encoder_from_config(tiny_config("xlm-roberta-xl")).save_pretrained(tmp_path / "xl")
@@ -265,7 +277,8 @@ def test_a_killed_lora_fold_resumes_to_the_uninterrupted_result(lora_fold) -> No
 
 
 def test_auto_fit_probes_a_lora_model_and_leaves_it_as_it_was(prepared) -> None:
-    """Auto-fit's probes (a whole step at learning rate 0) over the frozen base: nothing moves; a fold fits its plan."""
+    """Auto-fit's probes (a whole step at learning rate 0) over the frozen base: nothing moves; a fold decides
+    checkpointing=auto and fits its plan."""
     from pipeline.core import memory
 
     model = with_lora(tiny_classifier(layers=2), dtype=torch.bfloat16)
@@ -274,8 +287,9 @@ def test_auto_fit_probes_a_lora_model_and_leaves_it_as_it_was(prepared) -> None:
     assert 8 % micro == 0
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
-    cfg = config.with_overrides(prepared, [*LORA, "train.max_memory_gb=4"], device=False)
+    cfg = config.with_overrides(prepared, [*LORA, "train.max_memory_gb=4", "train.checkpointing=auto"], device=False)
     run = fold_run(cfg, StopAt(10**9))
+    assert run.cfg.train.checkpointing in (True, False)  # auto decided on the LoRA model, as for any other
     assert run.cfg.train.micro_batch * run.cfg.train.accumulation == (
         prepared.train.micro_batch * prepared.train.accumulation
     )
