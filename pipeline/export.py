@@ -35,6 +35,7 @@ from pipeline.schema import Config
 
 def export_fold(cfg: Config, fold_dir: Path, dest: Path) -> None:
     """One fold's folder: encoder and tokenizer (save_pretrained), head.pt and export.json."""
+    lora.check_mergeable(modeling.read_head(fold_dir).get("lora"))  # before its base is read
     tokenizer = load_tokenizer(fold_dir)
     model = modeling.build_model(cfg, tokenizer, source=fold_dir).eval()  # fp32; a LoRA fold's base too
     lora.merge(model)  # a LoRA fold: one plain encoder

@@ -14,6 +14,7 @@ modules do not match, is refused in one line. This module is the only one that i
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 import warnings
@@ -98,10 +99,10 @@ def quantization(quantize: str, dtype: torch.dtype, device: torch.device):
     if device.type != "cuda":
         raise LoraError(f"model.lora.quantize={quantize} runs only on a CUDA GPU (bitsandbytes); use "
                         f"model.lora.quantize=none here")  # fmt: skip
-    try:
-        from transformers import BitsAndBytesConfig
-    except ImportError as e:  # pragma: no cover - transformers always has it; bitsandbytes may be missing below
-        raise LoraError(f"model.lora.quantize={quantize} needs bitsandbytes ({e})") from None
+    if importlib.util.find_spec("bitsandbytes") is None:  # else transformers' ImportError, mid-load, as a traceback
+        raise LoraError(f"model.lora.quantize={quantize} needs bitsandbytes, which is not installed here")
+    from transformers import BitsAndBytesConfig
+
     if quantize == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     # NF4 with its constants quantized too (QLoRA); the matrix products run in the run's half precision
@@ -110,11 +111,15 @@ def quantization(quantize: str, dtype: torch.dtype, device: torch.device):
 
 
 def peft_module():
-    """peft, imported quietly: on a CPU, bitsandbytes (which peft imports when it is there) logs that an optional
-    4-bit kernel is missing, which no run of the pipeline uses on a CPU."""
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
-    import peft
-
+    """peft, imported quietly: on a CPU, bitsandbytes (which peft imports when it is there) logs at its import that
+    an optional 4-bit kernel is missing, which no run of the pipeline uses on a CPU."""
+    log = logging.getLogger("bitsandbytes")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        import peft
+    finally:
+        log.setLevel(level)  # its later warnings (on a GPU) are said as usual
     return peft
 
 
@@ -158,16 +163,21 @@ def load_trained(model, state: dict[str, torch.Tensor], where: str) -> None:
     model.load_state_dict(state, strict=False)  # the base is the one built, checked by its sample
 
 
+def check_mergeable(block: dict | None) -> None:
+    """Refuse, in one line, to merge adapters trained over a quantized base (`block`: head.json's `lora`)."""
+    if block and block["quantize"] != "none":  # adding into 4 or 8 bits would round the adapters' part away
+        raise LoraError(
+            f"a fold trained on a {block['quantize']} base cannot be merged into plain weights; "
+            "train it with model.lora.quantize=none to export it or start a stage-2 fold from it"
+        )
+
+
 def merge(model) -> None:
     """The adapters added into the base's weights (W + alpha / r B A) and peft taken away: a plain encoder that
     gives what base and adapters gave, for a stage-2 fold or an export."""
     if model.lora is None:
         return
-    if model.lora["quantize"] != "none":  # adding into 4 or 8 bits would round the adapters' part away
-        raise LoraError(
-            f"a fold trained on a {model.lora['quantize']} base cannot be merged into plain weights; "
-            "train it with model.lora.quantize=none to export it or start a stage-2 fold from it"
-        )
+    check_mergeable(model.lora)
     model.encoder = model.encoder.merge_and_unload()
     model.lora = None
 

@@ -243,6 +243,23 @@ def test_a_lora_fold_over_another_base_is_refused_in_one_line(lora_fold, tmp_pat
     assert str(e.value).startswith(f"{folder}: the base model is not the one its adapters were trained over")
 
 
+@pytest.mark.slow  # trains a fold
+def test_a_fold_over_a_quantized_base_is_not_exported_in_one_line(lora_fold, tmp_path: Path) -> None:
+    """Its adapters fit the 4-bit weights, not plain ones: `make export` refuses it before reading any base."""
+    from pipeline import export
+
+    folder = tmp_path / "fold0"
+    folder.mkdir()
+    for p in lora_fold.folder.iterdir():
+        (folder / p.name).write_bytes(p.read_bytes())
+    head = json.loads((folder / modeling.HEAD_JSON).read_text())
+    (folder / modeling.HEAD_JSON).write_text(json.dumps({**head, "lora": {**head["lora"], "quantize": "4bit"}}))
+    with pytest.raises(PipelineError) as e:
+        export.export_fold(lora_fold.reference, folder, tmp_path / "export")
+    assert str(e.value).startswith("a fold trained on a 4bit base cannot be merged into plain weights; ")
+    assert "\n" not in str(e.value) and not (tmp_path / "export").exists()
+
+
 class KillAt:
     """A stop flag that kills the run (an exception, no resume state saved) at the `at`-th optimizer step."""
 
