@@ -14,6 +14,7 @@ refused.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,8 @@ def teacher_folds(cfg: Config) -> dict[int, Path]:
 def check_same_folds(cfg: Config, table: pd.DataFrame, folds: dict[int, Path]) -> None:
     """The teacher's fold k scored exactly the student's fold-k validation rows: its fold-k model never saw
     them, so its test predictions carry none of their labels. With other folds (data.seed, data.folds), a
-    teacher's fold-k predictions would come from a model trained on some of the student's fold-k rows."""
+    teacher's fold-k predictions would come from a model trained on some of the student's fold-k rows. A teacher
+    of some folds (two of five) teaches those folds; every fold the student trains (train.folds) needs one."""
     teacher = cfg.data.pseudo_from
     valid = table[table["fold"] >= 0]
     ours = dict(zip(valid["id"], valid["fold"]))
@@ -47,17 +49,31 @@ def check_same_folds(cfg: Config, table: pd.DataFrame, folds: dict[int, Path]) -
     for k, folder in folds.items():
         oof = pd.read_csv(folder / layout.OOF, dtype={"id": str}, usecols=["id"], keep_default_na=False)
         theirs.update(dict.fromkeys(oof["id"], k))
-    if sorted(ours) != sorted(theirs):
+    if not set(theirs) <= set(ours):
         raise DataError(
             f"data.pseudo_from={teacher}: its validation rows are not this experiment's "
             f"({len(theirs)} against {len(ours)}); the teacher needs the same data"
         )
-    same = sum(ours[i] == theirs[i] for i in ours)
-    if same != len(ours):
+    same = sum(ours[i] == k for i, k in theirs.items())
+    if same != len(theirs):
         raise DataError(
-            f"data.pseudo_from={teacher}: only {same / len(ours):.0%} of the validation rows are in the same fold "
-            "as in the teacher, whose fold-k predictions would then carry labels of this experiment's fold k; "
+            f"data.pseudo_from={teacher}: only {same / max(len(theirs), 1):.0%} of the teacher's validation rows are "
+            "in the same fold as here, whose fold-k predictions would then carry labels of this experiment's fold k; "
             "make the teacher with the same data.folds and data.seed"
+        )
+    held, scored = Counter(ours.values()), Counter(theirs.values())
+    for k in folds:
+        if held[k] != scored[k]:
+            raise DataError(
+                f"data.pseudo_from={teacher}: its fold {k} scored {scored[k]} rows where this experiment's fold {k} "
+                f"holds {held[k]}; the teacher needs the same data"
+            )
+    wanted = cfg.train.folds or tuple(range(cfg.data.folds))
+    missing = [k for k in wanted if k >= 0 and k not in folds]
+    if missing:
+        raise DataError(
+            f"data.pseudo_from={teacher}: the teacher has no fold {', '.join(map(str, missing))}, which this "
+            f"experiment trains; train those folds of {teacher}, or set train.folds={sorted(folds)}"
         )
 
 

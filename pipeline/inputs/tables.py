@@ -336,5 +336,11 @@ def training_rows(table: pd.DataFrame, fold: int, training_only_rows: bool = Tru
     chosen = (folds >= 0) & (folds != fold)  # the other folds' validation rows
     if training_only_rows:
         chosen |= (folds == layout.STAGE1) & plain
+    if (pseudo_for >= 0).any() and not (pseudo_for == fold).any():
+        # a teacher of some folds: this fold would train without the pseudo-labels the experiment is named for
+        raise DataError(
+            f"fold {fold} has no pseudo-labelled rows: data.pseudo_from's teacher has no fold {fold}; train that "
+            "fold of the teacher and run `make data` again, or leave this fold out of train.folds"
+        )
     chosen |= pseudo_for == fold  # test rows labelled by the teacher's model of this very fold
     return np.flatnonzero(chosen)

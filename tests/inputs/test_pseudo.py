@@ -53,6 +53,27 @@ def test_each_fold_gets_only_its_own_teacher_folds_labels(tmp_path) -> None:
     assert "pseudo" not in set(full.iloc[tables.training_rows(full, -1)]["source"])  # nor in a stage-1 model
 
 
+def test_a_teacher_of_some_folds_teaches_those_and_refuses_the_others(tmp_path) -> None:
+    """A blend of two folds of five labels the student's same folds; a fold it has no model of is refused, in
+    `make data` where train.folds asks for it and in training where it would train without pseudo-labels."""
+    folds = teacher(tmp_path, "t", {0: [0.05, 0.5, 0.2, 0.97]})
+    table = pd.DataFrame({"id": ["v0", "v1", "t0"], "text": "", "lang": "es", "toxic": [0, 1, 1], "source": "x",
+                          "fold": [0, 1, -1]})  # fmt: skip
+    full = pseudo.add(cfg_for(tmp_path, "train.folds=[0]"), table, TEST, folds)
+    used = full.iloc[tables.training_rows(full, 0)]
+    assert (used["source"] == "pseudo").sum() == 4
+    with pytest.raises(PipelineError, match="fold 1 has no pseudo-labelled rows.*teacher has no fold 1"):
+        tables.training_rows(full, 1)
+    with pytest.raises(PipelineError, match=r"the teacher has no fold 1, which this experiment trains.*\[0\]"):
+        pseudo.add(cfg_for(tmp_path), table, TEST, folds)  # train.folds empty: every fold
+    moved = table.assign(fold=[1, 0, -1])  # the teacher's fold-0 row is fold 1 here
+    with pytest.raises(PipelineError, match="0% of the teacher's validation rows are in the same fold"):
+        pseudo.add(cfg_for(tmp_path, "train.folds=[0]"), moved, TEST, folds)
+    more = pd.concat([table, table.iloc[[0]].assign(id="v0b")], ignore_index=True)  # fold 0 holds a row it never scored
+    with pytest.raises(PipelineError, match="its fold 0 scored 1 rows where this experiment's fold 0 holds 2"):
+        pseudo.add(cfg_for(tmp_path, "train.folds=[0]"), more, TEST, folds)
+
+
 def test_hard_labels_keep_the_confident_ends(tmp_path) -> None:
     folds = teacher(tmp_path, "t", {0: [0.05, 0.5, 0.2, 0.97], 1: [0.9, 0.1, 0.6, 0.3]})
     rows = pseudo.pseudo_rows(cfg_for(tmp_path, "data.pseudo_labels=hard", "data.pseudo_low=0.2"), TEST, folds)
