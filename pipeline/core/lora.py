@@ -191,7 +191,9 @@ def base_sample(encoder: torch.nn.Module) -> list[float]:
     out = []
     for name in picked:
         flat = state[name].detach().reshape(-1)
-        index = torch.linspace(0, flat.numel() - 1, SAMPLE_VALUES).long().to(flat.device)
+        # integer positions: a float32 linspace rounds the last one past the end of a tensor over 2**24 values
+        last = flat.numel() - 1
+        index = torch.tensor([i * last // (SAMPLE_VALUES - 1) for i in range(SAMPLE_VALUES)], device=flat.device)
         out += flat[index].double().cpu().tolist()  # the same positions whatever the device
     return out
 

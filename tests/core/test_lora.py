@@ -356,3 +356,15 @@ def test_a_lora_stage_two_starts_where_a_lora_stage_one_ended(prepared) -> None:
     run.run()
     got, want = oof_predictions(s2, layout.fold_dir(s2, 0))
     np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_the_base_sample_reads_inside_a_tensor_of_more_than_2_24_values() -> None:
+    """XLM-R XL's feed-forward matrices hold 2560 x 10240 values: a float32 linspace put the last sampled position
+    one past the end. The sample is integer positions, the first and last value among them."""
+    from pipeline.core import lora
+
+    big = torch.nn.Linear(10240, 2560, bias=False, dtype=torch.float64)  # 26,214,400 values, each exact in fp64
+    with torch.no_grad():
+        big.weight.copy_(torch.arange(big.weight.numel(), dtype=torch.float64).reshape(2560, 10240))
+    sample = lora.base_sample(big)
+    assert sample[0] == 0.0 and sample[-1] == float(big.weight.numel() - 1)
