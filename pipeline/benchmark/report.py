@@ -338,11 +338,13 @@ def plot_bench(summary: dict, path: Path, title: str) -> None:
     def values(who: str, key: str) -> list[float]:
         return [r[who][key] if _ok(r[who]) else 0.0 for r in rows]
 
-    def errors(who: str) -> np.ndarray:
+    def errors(who: str) -> list[list[float]]:
         med = values(who, "samples_per_second")
         lo = [m - r[who]["sps_low"] if _ok(r[who]) else 0.0 for m, r in zip(med, rows, strict=True)]
         hi = [r[who]["sps_high"] - m if _ok(r[who]) else 0.0 for m, r in zip(med, rows, strict=True)]
-        return np.array([lo, hi])
+        # lists, not a 2 x rows array: for a one-row table (bench.baseline=false, one row chosen) matplotlib
+        # would read the array's (1,) rows as scalars, which numpy deprecates
+        return [lo, hi]
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * len(rows) + 1.8), sharey=True)
     for who, dy, name in (("ours", -0.2, "ours"), ("trainer", 0.2, "HF Trainer")):
