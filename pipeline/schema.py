@@ -469,6 +469,12 @@ class BenchConfig:
         f"only these rows (`{' '.join(BENCH_ROWS)}`); empty: all",
         within=((lambda v: set(v) <= set(BENCH_ROWS)), f"a list of {', '.join(BENCH_ROWS)}"),
     )
+    baseline: bool = setting(
+        True,
+        "the fp32 baseline row runs beside whatever `rows` chooses; `false` skips it (it runs only if `rows` names "
+        "it; empty `rows`: every row but it), for a model whose fp32 baseline the machine cannot hold; the ratios "
+        "to it then read `-`",
+    )
     profile: bool = setting(
         False, "`torch.profiler` over the timed steps: top ops per row in `<model>.profile.md` (slower)"
     )

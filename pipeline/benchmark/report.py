@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+BASELINE = "fp32"  # the key of the row every "x baseline" ratio is to (benchmark.rows)
 FLOOR_BYTES = 16  # fp32 weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4, per trainable parameter
 
 
@@ -79,10 +80,12 @@ def _ok(r: dict | None) -> bool:
 
 def summarize(results: list[dict], peaks: dict[str, float] | None = None, seq_len: int = 0,
               spec: dict | None = None) -> dict:  # fmt: skip
-    """Ratios to the baseline (the first row), to the floor, and ours / Trainer, added to each row; with this
-    machine's measured matmul `peaks` (FLOP/s by precision), each row's model FLOP/s and its share of them
-    (`of_matmul`), and of the hardware's `spec` peak where it is known (peaks.spec_peaks: `of_spec`)."""
-    base = results[0]["ours"]
+    """Ratios to the baseline (the row keyed `fp32`; none without it), to the floor, and ours / Trainer, added to
+    each row; with this machine's measured matmul `peaks` (FLOP/s by precision), each row's model FLOP/s and its
+    share of them (`of_matmul`), and of the hardware's `spec` peak where it is known (peaks.spec_peaks: `of_spec`)."""
+    # found by its key, not its place: with bench.baseline=false no other row may silently become the baseline
+    baseline = next((r for r in results if r["spec"]["key"] == BASELINE), None)
+    base = baseline["ours"] if baseline else None
     params = next((r["ours"]["parameters"] for r in results if _ok(r["ours"])), 0)
     floor_mb = FLOOR_BYTES * params / 2**20
     for r in results:
@@ -96,7 +99,7 @@ def summarize(results: list[dict], peaks: dict[str, float] | None = None, seq_le
             if o["precision"] in (spec or {}).get("peaks", {}):
                 r["of_spec"] = achieved_flops(o, seq_len) / spec["peaks"][o["precision"]]
         r["mem_vs_floor"] = o["peak_mb"] / floor_mb
-        if r is results[0]:
+        if r is baseline:
             r["speed_vs_base"] = {"ratio": 1.0, "low": 1.0, "high": 1.0, "verdict": "baseline"}
         elif _ok(base):
             r["speed_vs_base"] = speed_ratio(o, base)
@@ -223,7 +226,9 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
     rows = summary["rows"]
     device = next((r["ours"]["device"] for r in rows if "device" in r["ours"]), "?")
     cuda = device.startswith("cuda")
-    precision = next((r["ours"]["precision"] for r in rows[1:] if "precision" in r["ours"]), "?")
+    # the mixed precision the rows resolved to: any row's but the fp32 baseline's, which may be absent or anywhere
+    mixed = [r["ours"] for r in rows if r["spec"]["key"] != BASELINE]
+    precision = next((o["precision"] for o in mixed if "precision" in o), "?")
     head = (
         f"# make bench: {bench.model}, sequence length {bench.seq_len}, effective batch {bench.effective_batch}, "
         f"{bench.steps} timed optimizer steps per row after a warm-up, {device}\n\n"
@@ -333,11 +338,13 @@ def plot_bench(summary: dict, path: Path, title: str) -> None:
     def values(who: str, key: str) -> list[float]:
         return [r[who][key] if _ok(r[who]) else 0.0 for r in rows]
 
-    def errors(who: str) -> np.ndarray:
+    def errors(who: str) -> list[list[float]]:
         med = values(who, "samples_per_second")
         lo = [m - r[who]["sps_low"] if _ok(r[who]) else 0.0 for m, r in zip(med, rows, strict=True)]
         hi = [r[who]["sps_high"] - m if _ok(r[who]) else 0.0 for m, r in zip(med, rows, strict=True)]
-        return np.array([lo, hi])
+        # lists, not a 2 x rows array: for a one-row table (bench.baseline=false, one row chosen) matplotlib
+        # would read the array's (1,) rows as scalars, which numpy deprecates
+        return [lo, hi]
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * len(rows) + 1.8), sharey=True)
     for who, dy, name in (("ours", -0.2, "ours"), ("trainer", 0.2, "HF Trainer")):

@@ -33,8 +33,15 @@ def plan(cfg: Config) -> list[dict]:
         {**lora, "key": "lora_trim", "label": "all three + LoRA + vocabulary trimming", "trim": True}
         | {"only_ours": "trimming (Trainer: full vocabulary)"},
     ]
-    # the baseline always runs: every ratio is to it
-    return [r for r in rows if not b.rows or r["key"] in b.rows or r["key"] == "fp32"]
+    # the baseline joins any choice of rows (every "x baseline" ratio is to it) unless bench.baseline=false: then it
+    # runs only where bench.rows names it, since a machine that cannot hold a model's fp32 baseline (XLM-R XL on a
+    # CPU) would be killed or swap in it before the rows that fit ran; nothing chosen is every row but it
+    chosen = set(b.rows) or {r["key"] for r in rows}
+    if b.baseline:
+        chosen.add("fp32")
+    elif not b.rows:
+        chosen.discard("fp32")
+    return [r for r in rows if r["key"] in chosen]
 
 
 def trainer_spec(spec: dict, ours: dict) -> dict:

@@ -217,6 +217,62 @@ def _table_cells(table: str) -> dict[str, dict[str, str]]:
     return {c[0]: dict(zip(head, c, strict=True)) for c in map(_cells, lines) if c[0].startswith("row ")}
 
 
+def _x_baseline(table: str) -> dict[str, list[str]]:
+    """The two "x baseline" cells (memory, speed) of each row of a bench table, by its label."""
+    lines = table.splitlines()
+    head = _cells(next(x for x in lines if x.startswith("| row |")))
+    at = [i for i, name in enumerate(head) if name == "x baseline"]
+    rows = [_cells(x) for x in lines if x.startswith("| ") and not x.startswith(("| row |", "|---"))]
+    return {c[0]: [c[i] for i in at] for c in rows}
+
+
+def test_ratios_are_to_the_row_keyed_fp32_wherever_it_stands_and_to_none_without_it() -> None:
+    """The baseline is found by its key: a row before it is not the baseline, and a table without it has no
+    "x baseline" figures at all rather than another row's."""
+    fast = _row("mp", _speed(1.0, 1.0, 1.0), _speed(1.0, 1.0, 1.0))
+    slow = _row("fp32", _speed(2.0, 2.0, 2.0), _speed(2.0, 2.0, 2.0))  # after the row it is the baseline of
+    slow["ours"]["peak_mb"] = 20.0
+    summary = bench_report.summarize([fast, slow])
+    assert fast["speed_vs_base"]["ratio"] == 2.0 and fast["mem_vs_base"] == 0.5
+    assert slow["speed_vs_base"]["verdict"] == "baseline"
+    assert _x_baseline(bench_report.bench_table(schema.BenchConfig(), summary))["row fp32"] == ["-", "1.00"]
+    alone = _row("mp", _speed(1.0, 1.0, 1.0), _speed(2.0, 2.0, 2.0))
+    table = bench_report.bench_table(schema.BenchConfig(), bench_report.summarize([alone]))
+    assert "speed_vs_base" not in alone and "mem_vs_base" not in alone
+    assert _x_baseline(table)["row mp"] == ["-", "-"] and alone["speed_vs_trainer"]["ratio"] == 2.0
+
+
+def test_baseline_joins_the_rows_chosen_unless_switched_off() -> None:
+    def keys(*overrides: str) -> list[str]:
+        return [r["key"] for r in bench_rows.plan(config.load("sample", [*TINY, *overrides]))]
+
+    assert keys("bench.rows=[all3]") == ["fp32", "all3"]  # the default: every ratio has its baseline
+    assert keys("bench.rows=[all3]", "bench.baseline=false") == ["all3"]
+    assert keys("bench.rows=[fp32,all3]", "bench.baseline=false") == ["fp32", "all3"]  # named: it runs
+    assert keys("bench.baseline=false") == [k for k in schema.BENCH_ROWS if k != "fp32"]  # nothing chosen: all but it
+
+
+def test_without_the_baseline_only_the_chosen_row_runs_and_its_ratios_to_it_read_dash(tmp_path) -> None:
+    """bench.baseline=false: the row that fits runs alone (the fp32 one never starts), the table and the chart
+    are written, and its "x baseline" cells read `-` while ours/Trainer and "x floor" are there."""
+    cfg = config.load("sample", [*TINY, f"models_dir={tmp_path}", "bench.baseline=false", "bench.rows=[all3]"])
+    started = []
+
+    def runner(spec: dict) -> dict:
+        started.append(spec["key"])
+        return bench_runner.run_row(cfg, spec)
+
+    summary = bench.run(cfg, runner, log=lambda *a: None)
+    assert started == ["all3", "all3"]  # ours, then Trainer: no fp32 row in either
+    (r,) = summary["rows"]
+    assert "speed_vs_base" not in r and "mem_vs_base" not in r
+    assert r["speed_vs_trainer"]["verdict"] in ("tie", "faster", "slower") and r["mem_vs_floor"] > 0
+    table = (tmp_path / "bench" / "tiny.md").read_text()
+    assert _x_baseline(table) == {"all three": ["-", "-"]}
+    assert "Mixed precision here is ? " not in table  # the precision note still finds a row to read
+    assert (tmp_path / "bench" / "tiny.png").stat().st_size > 0
+
+
 def test_a_rows_flops_and_shares_follow_from_its_own_samples_and_flops_a_token() -> None:
     """A T4 row in fp16 and one in fp32: TFLOP/s is samples/s x tokens x FLOPs a token as the table prints
     them; the share of the measured matmul divides it by the measured figure, the share of the spec peak by
