@@ -11,8 +11,9 @@ The best evaluation is chosen on the very rows it is then scored on: of several 
 one whose noise happens to favour these rows wins, so its figure reads high, the more so the more evaluations
 there are. The fold's OOF (`pred` of oof.csv: what cv, blends, calibration and the board score) is therefore
 held out from that choice: the fold's rows are split in two halves (groups whole, each language and label
-evenly), and each half gets its predictions at the evaluation that scores best on the other half. `best`
-beside it holds the best evaluation's predictions, those of the weights kept.
+evenly), and each half gets its predictions at the evaluation that scores best on the other half, in that
+evaluation's order and on the kept weights' scale (on_kept_scale). `best` beside it holds the best
+evaluation's predictions, those of the weights kept.
 """
 
 from __future__ import annotations
@@ -82,6 +83,25 @@ def fold_halves(valid: pd.DataFrame, seed: int) -> np.ndarray:
     keys = np.where(given != "", given, "row:" + valid["id"].astype(str).to_numpy())
     strata = (valid["lang"].astype(str) + "_" + valid["toxic"].astype(int).astype(str)).to_numpy()
     return halves(keys, strata, seed)
+
+
+def on_kept_scale(held: np.ndarray, best: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """`held` with each half's values replaced, rank for rank, by the kept evaluation's values on that half: each
+    half keeps the order of the step the other half chose, on the scale of the weights kept.
+
+    Two steps of one fold score on two scales (the schedule decays, the probabilities drift), so a pooled AUC of
+    halves taken at two steps compares the scales as well as the rows, and reads low: 0.004 on a stage-2 e5 fold
+    whose halves chose steps 200 and 313, both halves higher alone. Put on the kept weights' values, the halves
+    compare as the kept model compares them. A half at the kept step is unchanged, and so is `held` mapped twice.
+    """
+    out = np.asarray(held, dtype=np.float64).copy()
+    for half in (first, ~first):
+        n = int(half.sum())
+        if n == 0:
+            continue
+        ranks = pd.Series(out[half]).rank(method="average").to_numpy() - 1  # ties stay ties
+        out[half] = np.interp(ranks, np.arange(n), np.sort(np.asarray(best, dtype=np.float64)[half]))
+    return out
 
 
 def held_out_choice(

@@ -449,6 +449,7 @@ class FoldRun:
         weights kept); returns the two steps chosen."""
         valid = self.table.iloc[self.valid_idx]
         held, chosen = evaluation.held_out_choice(valid, self.progress.predictions, self.profile, self.first_half)
+        held = evaluation.on_kept_scale(held, best, self.first_half)  # two steps' scales never meet in one AUC
         write_csv(self.fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=held, best=best))
         return chosen
 

@@ -80,7 +80,8 @@ def test_the_kept_weights_are_the_best_evaluations_not_the_last(prepared, monkey
     held, chosen = evaluation.held_out_choice(
         run_valid, {s["step"]: s["preds"] for s in seen}, run.profile, run.first_half
     )
-    np.testing.assert_allclose(oof["pred"].to_numpy(), held, rtol=1e-12)
+    # in the chosen step's order, on the kept step's scale
+    np.testing.assert_allclose(oof["pred"].to_numpy(), evaluation.on_kept_scale(held, best["preds"], run.first_half))
     assert done["held_out_steps"] == chosen and all(c in steps for c in chosen)
     records = [json.loads(line) for line in (fold_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == steps and [r["auc"] for r in records][:3] == [0.60, 0.70, 0.90]
@@ -367,6 +368,26 @@ def test_a_better_step_is_still_found_by_the_other_half() -> None:
     held, chosen = evaluation.held_out_choice(valid, preds, None, first)
     assert chosen == [300, 300]
     np.testing.assert_array_equal(held, preds[300])
+
+
+def test_halves_taken_at_two_steps_are_put_on_the_kept_steps_scale() -> None:
+    """A step that orders every row as the kept one, on another scale (the probabilities drifted): its half
+    mixed in as it is lowers the pooled AUC, and on the kept step's scale it reads exactly as the kept step."""
+    rng = np.random.default_rng(3)
+    valid, preds = simulated_fold(rng, 1, rows=2000)
+    kept = preds[100]
+    drifted = kept**4  # the same order, lower probabilities
+    first = evaluation.halves(valid["id"].to_numpy(), valid["toxic"].astype(str).to_numpy(), 0)
+    mixed = np.where(first, kept, drifted)
+    assert metrics_auc(valid, mixed) < metrics_auc(valid, kept) - 0.01  # two scales in one AUC
+    mapped = evaluation.on_kept_scale(mixed, kept, first)
+    np.testing.assert_allclose(mapped, kept)  # same order within each half: the kept values back
+    np.testing.assert_allclose(evaluation.on_kept_scale(mapped, kept, first), mapped)  # mapped twice: unchanged
+    other = np.where(first, kept, preds[100] + 0.3 * rng.normal(size=len(kept)))  # another order in half two
+    moved = evaluation.on_kept_scale(other, kept, first)
+    for half in (first, ~first):  # each half keeps its own order, with the kept step's values
+        assert metrics_auc(valid[half], moved[half]) == pytest.approx(metrics_auc(valid[half], other[half]))
+        np.testing.assert_allclose(np.sort(moved[half]), np.sort(kept[half]))
 
 
 def test_halves_keep_groups_whole_and_split_each_stratum_evenly() -> None:
