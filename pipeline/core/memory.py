@@ -140,14 +140,7 @@ def fits(net, model, micro: int, seq_len: int, max_memory_gb: float, precision: 
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         if device.type == "cuda":
             cap = int(max_memory_gb * GB) or torch.cuda.get_device_properties(device).total_memory
-            try:
-                reset_peak(device)
-                probe(net, model, micro, seq_len, precision, device, optimizer)
-                peak = peak_bytes(device)
-            except torch.OutOfMemoryError:
-                peak = None
-            finally:
-                torch.cuda.empty_cache()
+            peak = cuda_peak(net, model, micro, seq_len, precision, device, optimizer)
             measured = "out of memory" if peak is None else f"peak {peak / GB:.1f} GB"
             return peak is not None and peak <= cap, f"{measured} of {cap / GB:.1f} GB on {device}"
         cap = int(max_memory_gb * GB)
@@ -157,19 +150,24 @@ def fits(net, model, micro: int, seq_len: int, max_memory_gb: float, precision: 
         return estimate <= cap, f"cpu estimate {estimate / GB:.2f} GB of {cap / GB:.2f} GB"
 
 
+def cuda_peak(net, model, micro: int, seq_len: int, precision: str, device, optimizer: str) -> int | None:
+    """The allocator's peak of one probe step at `micro`, or None where it ran out of memory."""
+    try:
+        reset_peak(device)
+        probe(net, model, micro, seq_len, precision, device, optimizer)
+        return peak_bytes(device)
+    except torch.OutOfMemoryError:
+        return None
+    finally:
+        torch.cuda.empty_cache()
+
+
 def _fit_cuda(net, model, batch, seq_len, cap, precision, device, optimizer) -> tuple[int, str]:
     total = torch.cuda.get_device_properties(device).total_memory
     # the cap becomes the allocator's limit: a probe that would pass it fails fast, as on a smaller card
     torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
     for micro in divisors_down(batch):
-        try:
-            reset_peak(device)
-            probe(net, model, micro, seq_len, precision, device, optimizer)
-            peak = peak_bytes(device)
-        except torch.OutOfMemoryError:
-            peak = None
-        finally:
-            torch.cuda.empty_cache()
+        peak = cuda_peak(net, model, micro, seq_len, precision, device, optimizer)
         if peak is not None and peak <= cap:
             return micro, f"measured on {device}: whole-step peak {peak / GB:.1f} GB, cap {cap / GB:.1f} GB"
     return 1, f"nothing fits under {cap / GB:.1f} GB on {device}; micro-batch 1 (expect out-of-memory retries)"
