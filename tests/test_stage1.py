@@ -40,9 +40,11 @@ def test_training_rows_never_leak() -> None:
     assert tables.training_rows(table, 0).tolist() == [0, 1, 4, 5, 6, 7]  # fold 0's own pseudo rows only
     assert tables.training_rows(table, 1).tolist() == [0, 1, 2, 3, 6, 8]
     assert tables.training_rows(table, 1, training_only_rows=False).tolist() == [2, 3, 6, 8]
-    for k in (0, 1, 2):
+    for k in (0, 1):
         rows = tables.training_rows(table, k)
         assert not (table["fold"].to_numpy()[rows] == k).any()  # never a row of the fold it is scored on
+    with pytest.raises(PipelineError, match="fold 2 has no pseudo-labelled rows"):  # the teacher had no fold 2
+        tables.training_rows(table, 2)
     assert tables.training_rows(table.drop(columns="pseudo_for"), 2).tolist() == [0, 1, 2, 3, 4, 5, 7, 8]
 
 

@@ -57,8 +57,8 @@ def check_same_folds(cfg: Config, table: pd.DataFrame, folds: dict[int, Path]) -
     same = sum(ours[i] == k for i, k in theirs.items())
     if same != len(theirs):
         raise DataError(
-            f"data.pseudo_from={teacher}: only {same / max(len(theirs), 1):.0%} of the teacher's validation rows are "
-            "in the same fold as here, whose fold-k predictions would then carry labels of this experiment's fold k; "
+            f"data.pseudo_from={teacher}: only {same / max(len(theirs), 1):.0%} of the validation rows are in the same "
+            "fold as in the teacher, whose fold-k predictions would then carry labels of this experiment's fold k; "
             "make the teacher with the same data.folds and data.seed"
         )
     held, scored = Counter(ours.values()), Counter(theirs.values())

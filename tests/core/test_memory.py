@@ -189,7 +189,7 @@ def test_auto_checkpointing_is_on_only_where_the_micro_batch_would_not_fit_witho
     cfg, why = foldmodel.checkpointing(auto_config(max_memory_gb=cap_gb), model, model, "fp32", distributed.Dist())
     assert cfg.train.checkpointing is on and model.is_activation_checkpointing is on
     assert why.startswith("auto: ") and says in why
-    header = foldmodel.banner(cfg, distributed.Dist(), "fp32", 10, 5, 3, 1000, why)
+    header = foldmodel.banner(cfg, distributed.Dist(), "fp32", 10, 5, 3, model, why)
     assert f"checkpointing {'on' if on else 'off'} (auto: " in header
 
 

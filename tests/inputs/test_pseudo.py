@@ -67,7 +67,7 @@ def test_a_teacher_of_some_folds_teaches_those_and_refuses_the_others(tmp_path) 
     with pytest.raises(PipelineError, match=r"the teacher has no fold 1, which this experiment trains.*\[0\]"):
         pseudo.add(cfg_for(tmp_path), table, TEST, folds)  # train.folds empty: every fold
     moved = table.assign(fold=[1, 0, -1])  # the teacher's fold-0 row is fold 1 here
-    with pytest.raises(PipelineError, match="0% of the teacher's validation rows are in the same fold"):
+    with pytest.raises(PipelineError, match="only 0% of the validation rows are in the same fold as in the teacher"):
         pseudo.add(cfg_for(tmp_path, "train.folds=[0]"), moved, TEST, folds)
     more = pd.concat([table, table.iloc[[0]].assign(id="v0b")], ignore_index=True)  # fold 0 holds a row it never scored
     with pytest.raises(PipelineError, match="its fold 0 scored 1 rows where this experiment's fold 0 holds 2"):
