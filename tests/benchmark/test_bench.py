@@ -266,7 +266,8 @@ def test_without_the_baseline_only_the_chosen_row_runs_and_its_ratios_to_it_read
     assert started == ["all3", "all3"]  # ours, then Trainer: no fp32 row in either
     (r,) = summary["rows"]
     assert "speed_vs_base" not in r and "mem_vs_base" not in r
-    assert r["speed_vs_trainer"]["verdict"] in ("tie", "faster", "slower") and r["mem_vs_floor"] > 0
+    # a tiny model's peak can sit inside memory the process already held: x floor is there, maybe 0
+    assert r["speed_vs_trainer"]["verdict"] in ("tie", "faster", "slower") and r["mem_vs_floor"] >= 0
     table = (tmp_path / "bench" / "tiny.md").read_text()
     assert _x_baseline(table) == {"all three": ["-", "-"]}
     assert "Mixed precision here is ? " not in table  # the precision note still finds a row to read
