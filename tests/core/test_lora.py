@@ -229,15 +229,23 @@ def test_predict_from_a_lora_fold_equals_its_oof(lora_fold) -> None:
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-@pytest.mark.slow  # trains a fold
-def test_a_lora_fold_over_another_base_is_refused_in_one_line(lora_fold, tmp_path: Path) -> None:
-    folder = tmp_path / "fold0"
+def copy_with_head(source: Path, folder: Path, edit) -> Path:
+    """A copy of a fold folder whose head.json is `edit(head)`."""
     folder.mkdir()
-    for p in lora_fold.folder.iterdir():
+    for p in source.iterdir():
         (folder / p.name).write_bytes(p.read_bytes())
     head = json.loads((folder / modeling.HEAD_JSON).read_text())
-    head["lora"]["base"]["seed"] += 1  # the tiny base drawn from another seed
-    (folder / modeling.HEAD_JSON).write_text(json.dumps(head))
+    (folder / modeling.HEAD_JSON).write_text(json.dumps(edit(head)))
+    return folder
+
+
+@pytest.mark.slow  # trains a fold
+def test_a_lora_fold_over_another_base_is_refused_in_one_line(lora_fold, tmp_path: Path) -> None:
+    def other_seed(head: dict) -> dict:
+        head["lora"]["base"]["seed"] += 1  # the tiny base drawn from another seed
+        return head
+
+    folder = copy_with_head(lora_fold.folder, tmp_path / "fold0", other_seed)
     with pytest.raises(PipelineError) as e:
         modeling.build_model(lora_fold.reference, load_tokenizer(folder), source=folder)
     assert str(e.value).startswith(f"{folder}: the base model is not the one its adapters were trained over")
@@ -248,12 +256,9 @@ def test_a_fold_over_a_quantized_base_is_not_exported_in_one_line(lora_fold, tmp
     """Its adapters fit the 4-bit weights, not plain ones: `make export` refuses it before reading any base."""
     from pipeline import export
 
-    folder = tmp_path / "fold0"
-    folder.mkdir()
-    for p in lora_fold.folder.iterdir():
-        (folder / p.name).write_bytes(p.read_bytes())
-    head = json.loads((folder / modeling.HEAD_JSON).read_text())
-    (folder / modeling.HEAD_JSON).write_text(json.dumps({**head, "lora": {**head["lora"], "quantize": "4bit"}}))
+    folder = copy_with_head(
+        lora_fold.folder, tmp_path / "fold0", lambda h: {**h, "lora": {**h["lora"], "quantize": "4bit"}}
+    )
     with pytest.raises(PipelineError) as e:
         export.export_fold(lora_fold.reference, folder, tmp_path / "export")
     assert str(e.value).startswith("a fold trained on a 4bit base cannot be merged into plain weights; ")
