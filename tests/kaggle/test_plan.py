@@ -132,27 +132,28 @@ def test_xlmr_large_plan_fits_and_keeps_transients_out_of_working(tmp_path: Path
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "kaggle.md"
 
 
+def quoted_and_printed(marker: str, config_name: str, tmp_path: Path, capsys) -> tuple[list[str], list[str]]:
+    """(the lines of docs/kaggle.md's first code block after `marker`, what that config's dry run prints)."""
+    text = DOCS.read_text(encoding="utf-8")
+    start = text.index("```\n", text.index(marker)) + 4
+    quoted = text[start : text.index("```", start)].splitlines()
+    cfg = config.load(config_name, [f"kaggle.dir={tmp_path / 'kernel'}", *under(tmp_path), "kaggle.dry_run=true"])
+    kernel.build_and_push(cfg)
+    return quoted, capsys.readouterr().out.splitlines()
+
+
 def test_the_docs_quote_what_the_dry_run_prints(tmp_path: Path, capsys) -> None:
     """docs/kaggle.md's dry-run block is what `make kernel CONFIG=xlmr-large ARGS="kaggle.dry_run=true"` prints, from
     its first line (kaggle.model_source) to the notebook's deadline: numbers of an older plan would mislead."""
-    text = DOCS.read_text(encoding="utf-8")
-    start = text.index("```\n", text.index('ARGS="kaggle.dry_run=true"` prints')) + 4
-    quoted = text[start : text.index("```", start)].splitlines()
-    cfg = config.load("xlmr-large", [f"kaggle.dir={tmp_path / 'kernel'}", *under(tmp_path), "kaggle.dry_run=true"])
-    kernel.build_and_push(cfg)
-    printed = capsys.readouterr().out.splitlines()
+    quoted, printed = quoted_and_printed('ARGS="kaggle.dry_run=true"` prints', "xlmr-large", tmp_path, capsys)
     last = next(i for i, line in enumerate(printed) if line.startswith("kernel: in the notebook, training stops"))
     assert quoted == printed[: last + 1]
 
 
 def test_the_docs_quote_what_the_xl_lora_dry_run_prints(tmp_path: Path, capsys) -> None:
     """docs/kaggle.md's XLM-R XL with LoRA block is what its dry run prints, from the disk plan to the memory plan."""
-    text = DOCS.read_text(encoding="utf-8")
-    start = text.index("```\n", text.index('`make kernel CONFIG=xlmr-xl-lora ARGS="kaggle.dry_run=true"`')) + 4
-    quoted = text[start : text.index("```", start)].splitlines()
-    cfg = config.load("xlmr-xl-lora", [f"kaggle.dir={tmp_path / 'kernel'}", *under(tmp_path), "kaggle.dry_run=true"])
-    kernel.build_and_push(cfg)
-    printed = capsys.readouterr().out.splitlines()
+    marker = '`make kernel CONFIG=xlmr-xl-lora ARGS="kaggle.dry_run=true"`'
+    quoted, printed = quoted_and_printed(marker, "xlmr-xl-lora", tmp_path, capsys)
     first = next(i for i, line in enumerate(printed) if line.startswith("kernel: disk plan"))
     last = next(i for i, line in enumerate(printed) if "in all, with a tenth for the allocator" in line)
     assert quoted == printed[first : last + 1]
