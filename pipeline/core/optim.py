@@ -68,10 +68,11 @@ def layered_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
         )
     layers = max(indices) + 1
     rates = layer_rates(cfg.lr, cfg.layer_decay, layers)
+    depths = [depth(n, layers) for n, _ in named]  # once, not once a depth
     names = ["embeddings", *(f"layer{k}" for k in range(layers)), "top"]
     groups = []
     for k, rate in enumerate(rates):
-        mine = [p for n, p in named if depth(n, layers) == k]
+        mine = [p for (_, p), at in zip(named, depths, strict=True) if at == k]
         # the decay and no-decay groups of a depth share its name: one logged rate a depth
         groups.append({"name": names[k], "params": [p for p in mine if p.ndim >= 2], "lr": rate,
                        "weight_decay": cfg.weight_decay})  # fmt: skip
