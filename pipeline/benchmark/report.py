@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-BASELINE = "fp32"  # the key of the row every "x baseline" ratio is to (benchmark.rows)
+from pipeline.benchmark.rows import BASELINE
+
 FLOOR_BYTES = 16  # fp32 weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4, per trainable parameter
 
 

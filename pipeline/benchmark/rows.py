@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pipeline.config import Config
 
+BASELINE = "fp32"  # the key of the row every "x baseline" ratio is to (benchmark.report)
+
 
 def plan(cfg: Config) -> list[dict]:
     """Our rows, each a dict of switches; every row has the same effective batch and data."""
@@ -18,7 +20,7 @@ def plan(cfg: Config) -> list[dict]:
     # LoRA: the base frozen in half precision, adapters of rank bench.lora_r trained; no embedding gradient at all
     lora = {**all3, "lora": b.lora_r, "only_ours": "none (the embedding is frozen)"}
     rows = [
-        {**base, "key": "fp32", "label": f"fp32 baseline (batch {big} in one go)", "precision": "fp32"},
+        {**base, "key": BASELINE, "label": f"fp32 baseline (batch {big} in one go)", "precision": "fp32"},
         {**base, "key": "mp", "label": "mixed precision"},
         {**base, "key": "mp_acc", "label": f"mixed precision + accumulation ({small} x {big // small})"}
         | {"micro": small},
@@ -38,9 +40,9 @@ def plan(cfg: Config) -> list[dict]:
     # CPU) would be killed or swap in it before the rows that fit ran; nothing chosen is every row but it
     chosen = set(b.rows) or {r["key"] for r in rows}
     if b.baseline:
-        chosen.add("fp32")
+        chosen.add(BASELINE)
     elif not b.rows:
-        chosen.discard("fp32")
+        chosen.discard(BASELINE)
     return [r for r in rows if r["key"] in chosen]
 
 
