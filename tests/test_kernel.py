@@ -30,7 +30,7 @@ from pipeline.kaggle import client, datasets, launch, output, session
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.client import KaggleError
 from pipeline.kaggle.plan import KernelError
-from tests.helpers import under
+from tests.helpers import fake_kaggle, under
 from tests.helpers.fake_kaggle import FakeKaggleApi, http_error, run_python
 from tests.helpers.kernels import COMPETITION, dry, make_cfg
 
@@ -159,6 +159,52 @@ def test_no_push_while_the_latest_version_still_runs(tmp_path: Path, capsys: pyt
     assert "kernels_push" not in [name for name, _ in api.calls]
     kernel.build_and_push(dry(tmp_path))
     assert "a push asks Kaggle first whether tester/jigsaw-sample still runs" in capsys.readouterr().out
+
+
+def test_a_first_push_answered_403_is_a_first_push(tmp_path: Path) -> None:
+    """Kaggle may answer kernels_status for a kernel that does not exist with 403 as well as 404 (kaggle 2.2.5 raises
+    its "most likely a wrong kernel slug" ValueError): the user's own kernel list, searched by the slug, decides. Not
+    there: the first push. There: a real refusal, said as one, and nothing is sent."""
+    api = FakeKaggleApi()
+    api.exists, api.missing_status = False, 403
+    assert kernel.build_and_push(make_cfg(tmp_path), api=api)["version"] == 1
+    assert api.calls[:2] == [("kernels_status", {"kernel": "tester/jigsaw-sample"}),
+                             ("kernels_list", {"search": "jigsaw-sample", "user": "tester", "mine": True})]  # fmt: skip
+    assert api.calls[-1][0] == "kernels_push"
+    api = FakeKaggleApi()
+    api.fail["kernels_status"], api.current_version = fake_kaggle.kernel_denied("tester/jigsaw-sample"), 3
+    with pytest.raises(KaggleError, match=r"kernel tester/jigsaw-sample: access denied \(403\)"):
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert [name for name, _ in api.calls] == ["kernels_status", "kernels_list"]  # listed: nothing sent
+    api = FakeKaggleApi()
+    api.fail["kernels_status"] = fake_kaggle.kernel_denied("tester/jigsaw-sample", 401)  # credentials: no listing
+    with pytest.raises(KaggleError, match=r"rejected the credentials \(401\)"):
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert [name for name, _ in api.calls] == ["kernels_status"]
+
+
+def test_a_version_saved_without_running_does_not_block_a_push(tmp_path: Path, capsys) -> None:
+    """NEW_SCRIPT (a version pushed with no_run, or a Quick Save on the website) runs nothing: a push goes through,
+    a continued run looks past it to the version before, and kernel-output says it has no output."""
+    api = FakeKaggleApi()
+    api.kernel_state = "NEW_SCRIPT"
+    assert kernel.build_and_push(make_cfg(tmp_path), api=api)["version"] == 1
+    assert api.calls[-1][0] == "kernels_push"
+    api = FakeKaggleApi()
+    api.kernel_state, api.current_version = "NEW_SCRIPT", 2
+    api.kernel_versions = {1: {"state": "ERROR", "outputs": {"kernel-session.json": json.dumps(
+        {"session": "abc", "processes": 1, "experiments": {"sample": {"complete": [0], "cut": []}}}).encode()}}}
+    built = kernel.build_and_push(make_cfg(tmp_path, "kaggle.continue_from=self"), api=api)
+    assert built["plan"].continue_version == 1 and built["plan"].continue_session == "abc"
+    assert "continuing from tester/jigsaw-sample/1 (ended error): sample: 0 complete" in capsys.readouterr().out
+    with pytest.raises(KernelError, match="latest version was saved without running .new_script"):
+        output.fetch_output(make_cfg(tmp_path), api=api)
+    assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=never) == "new_script"  # not followed
+    assert "kernels_logs_stream" not in [name for name, _ in api.calls]
+
+
+def never(seconds: float) -> None:
+    raise AssertionError(f"slept {seconds} s")
 
 
 def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) -> None:

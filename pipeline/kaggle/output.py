@@ -28,6 +28,10 @@ from pipeline.kaggle.session import RUN_CONFIG
 from pipeline.schema import Config
 
 FINAL = {"complete", "error", "cancel_acknowledged"}  # kernel states that do not change any more
+# a version saved without running (pushed with no_run, or a Quick Save on the website): no session runs it, it has
+# no output, and a push does not start a second session beside it
+SAVED = "new_script"
+IDLE = FINAL | {SAVED}  # no session runs: a push may start one
 TAIL = 20  # log lines shown
 
 
@@ -38,23 +42,36 @@ def folders(cfg: Config, kernel_slug: str) -> tuple[Path, Path, Path]:
 
 
 def ended_state(ref: str, api, why: str = "", also: str = "") -> str | None:
-    """The state of kernel `ref`'s latest version once it has ended (one of FINAL); None when it was never pushed
-    (404). Refused in one line while it is queued or runs: a push then starts a second GPU session beside it, on the
-    same weekly quota. `why` opens the line, `also` adds to what the push would do."""
+    """The state of kernel `ref`'s latest version once no session runs it (one of IDLE: ended, or saved without
+    running); None when it was never pushed. Refused in one line while it is queued or runs: a push then starts a
+    second GPU session beside it, on the same weekly quota. `why` opens the line, `also` adds to what the push
+    would do."""
     from pipeline.kaggle import client, kernels
 
     try:
         status, _ = kernels.kernel_status(ref, api)
     except client.KaggleError as exc:
-        if client.http_status(exc.__cause__) != 404:
+        if not never_pushed(ref, api, exc.__cause__):
             raise
         return None
-    if status not in FINAL:
+    if status not in IDLE:
         raise KernelError(
             f"{why}kernel {ref} is {status}: a push now would start a second GPU session beside it{also}; wait for "
             "it to end (make kernel-status), then push again"
         )
     return status
+
+
+def never_pushed(ref: str, api, exc: BaseException | None) -> bool:
+    """kernels_status failed with `exc` because kernel `ref` does not exist: a 404, or a 403 (Kaggle answers one for
+    a kernel that does not exist as well: kaggle 2.2.5 blames "a wrong kernel slug") when the user's own kernel list,
+    searched by its slug, does not hold it either."""
+    from pipeline.kaggle import kernels
+
+    status = kernels.access_status(exc) if exc is not None else None
+    if status == 404:
+        return True
+    return status == 403 and kernels.listed_kernel(ref, api, mine=True) is None
 
 
 def experiments(cfg: Config) -> list[str]:
@@ -180,6 +197,11 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     plan = make_plan(cfg, resolve_user(cfg, api))
     out = folders(cfg, plan.kernel_slug)[2]
     status, failure = kernels.kernel_status(plan.kernel_ref, api)
+    if status == SAVED:
+        raise KernelError(
+            f"kernel {plan.kernel_ref}'s latest version was saved without running ({SAVED}: pushed with no_run, or a "
+            f"Quick Save): it has no output; run it (make kernel CONFIG={cfg.name}), then run this again when it ends"
+        )
     if status not in FINAL:
         raise KernelError(
             f"kernel {plan.kernel_ref} is {status}, not finished; follow it with "
@@ -251,12 +273,12 @@ def kernel_status(
     status, failure = kernels.kernel_status(plan.kernel_ref, api)
     lines = show_log(plan.kernel_ref, out, api)
     print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
-    if follow and status not in FINAL and kernels.can_stream_logs(api):
+    if follow and status not in IDLE and kernels.can_stream_logs(api):
         for line in follow_log(plan.kernel_ref, api, list(lines), sleep):
             print(f"  | {line}", flush=True)
             lines.append(line)
         status, failure = kernels.kernel_status(plan.kernel_ref, api)
-    while follow and status not in FINAL:  # no stream: poll the stored log
+    while follow and status not in IDLE:  # no stream: poll the stored log (a saved version never ends)
         sleep(poll_s)
         status, failure = kernels.kernel_status(plan.kernel_ref, api)
         new = show_log(plan.kernel_ref, out, api)
