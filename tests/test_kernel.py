@@ -686,6 +686,39 @@ def test_only_what_the_latest_output_holds_is_installed(tmp_path: Path, capsys: 
     assert "cut off, with a resume state" not in said
 
 
+def test_what_the_latest_output_no_longer_holds_leaves_models_too(tmp_path: Path, capsys) -> None:
+    """kaggle.keep_weights=false: session 1 cut fold 1 (its resume.pt installed), session 2 completed it without
+    weights. The second `make kernel-output` removes the installed resume.pt as well as the downloaded one (else a
+    local `make train` resumes the fold from session 1's state and retrains it over Kaggle's done.json); an
+    installed file changed here since is left, and said so."""
+    api = FakeKaggleApi()
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.5\n",
+        "models/sample/fold1/resume.pt": b"state" * 100,
+        "models/sample/fold1/metrics.jsonl": b"{}\n",
+        "models/sample/fold1/notes.txt": b"session 1",
+    }
+    cfg = make_cfg(tmp_path, "kaggle.keep_weights=false")
+    output.fetch_output(cfg, api=api)
+    fold1 = tmp_path / "models" / "sample" / "fold1"
+    assert (fold1 / "resume.pt").is_file()
+    (fold1 / "notes.txt").write_text("written here")
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.6\n",
+        "models/sample/fold1/done.json": b'{"fold": 1}',
+        "models/sample/fold1/test.csv": b"id,toxic\n0,0.6\n",
+        "models/sample/fold1/metrics.jsonl": b"{}\n{}\n",
+    }
+    capsys.readouterr()
+    output.fetch_output(cfg, api=api)
+    assert not (fold1 / "resume.pt").exists() and (fold1 / "done.json").is_file()
+    assert (fold1 / "notes.txt").read_text() == "written here"
+    said = capsys.readouterr().out
+    assert (f"models/sample/fold1/resume.pt: of an earlier output, not in the latest: removed, not installed; its "
+            f"installed copy {fold1 / 'resume.pt'} removed too") in said  # fmt: skip
+    assert f"{fold1 / 'notes.txt'} was changed here since it was installed: left as it is" in said
+
+
 @pytest.mark.slow
 def test_kernel_with_a_model_folder_runs_end_to_end(tmp_path: Path) -> None:
     """A non-tiny model.name loads the attached model folder; the bundle mounted as the uploaded zip."""
