@@ -51,6 +51,8 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     print(kaggle_disk.format_plan(plan, cfg.kaggle.working_gb))
     timed = hours.plan_time(cfg, folds) if plan.parameters else None
     clock = SessionClock.begin(cfg, 0.0)
+    if hours.training_refusal(cfg, clock.reserve()):
+        raise KernelError(hours.training_refusal(cfg, clock.reserve()))
     resumes = timed is not None and hours.must_resume(timed, cfg, clock.reserve())
     problem = kaggle_disk.over_quota(plan, cfg.kaggle.working_gb, resumes)
     if problem:

@@ -1143,3 +1143,18 @@ def test_the_dry_run_plans_time_too(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "an estimate for 2 T4s from the model's size, 10% of their fp16 peak, not measured" in out
     assert "of a 12 h session" in out and "of a 30 h weekly GPU quota" in out
     assert "kernel: warning: the folds need about" in out and "kaggle.continue_from=self" in out
+
+
+def test_a_session_that_leaves_no_time_to_train_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """kaggle.time_limit_h=0.5 against XLM-R large's reserve of about 31 minutes (margin, saving, copying,
+    predicting) leaves nothing to train: each session would train a few steps (the first epoch always starts),
+    for ever. Refused before anything is written; a session that trains more than MIN_TRAINING_S is planned."""
+    large = ("model.name=xlm-roberta-large", "data.source=kaggle", "model.max_length=256")
+    with pytest.raises(KernelError, match=r"a 0.5 h session keeps 3\dm free at its end .*which leaves 0s to train, "
+                                          r"under the 10m a session must train"):  # fmt: skip
+        kernel.build_and_push(dry(tmp_path, *large, "kaggle.time_limit_h=0.5"))
+    assert not (tmp_path / "kernel").exists()
+    with pytest.raises(KernelError, match=r"leaves [0-9]m to train"):
+        kernel.build_and_push(dry(tmp_path, *large, "kaggle.time_limit_h=0.6"))
+    kernel.build_and_push(dry(tmp_path, *large, "kaggle.time_limit_h=0.75"))
+    assert "about 0 fold(s) fit one" in capsys.readouterr().out  # planned: each session trains 14 minutes

@@ -50,6 +50,9 @@ EVAL_SPEEDUP = 3.0  # a forward pass is about a third of a training step
 WRITE_BYTES_PER_SECOND = 100e6  # an assumed write (and copy) rate of Kaggle's disks, until the notebook measures it
 LOAD_SECONDS = 60.0  # starting predict and loading a fold's weights, assumed
 SAMPLE_BYTES = 1_000_000  # read from an extra file to estimate its row count from its size
+# the least training a session must leave (its length less what it keeps free at its end): a session starts with
+# minutes of data, tokens and loading the model, so one that trains less moves a run next to nothing
+MIN_TRAINING_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,21 @@ def session_words(cfg: Config) -> str:
     limit = session_seconds(cfg)
     shorter = f" (kaggle.timeout={cfg.kaggle.timeout})" if limit < cfg.kaggle.time_limit_h * 3600 else ""
     return f"{limit / 3600:.3g} h{shorter}"
+
+
+def training_refusal(cfg: Config, reserve: float) -> str:
+    """The one line that refuses a session whose training time (its length less the `reserve` kept free at its end)
+    is under MIN_TRAINING_S: the first epoch always starts, so each session would train a few steps, for ever; ""
+    otherwise."""
+    usable = session_seconds(cfg) - reserve
+    if usable >= MIN_TRAINING_S:
+        return ""
+    return (
+        f"a {session_words(cfg)} session keeps {hours(reserve)} free at its end (kaggle.margin_minutes, saving, "
+        f"copying and predicting), which leaves {hours(usable)} to train, under the {hours(MIN_TRAINING_S)} a session "
+        "must train to be worth its start: each would train a few steps, for ever; raise kaggle.time_limit_h (or "
+        "kaggle.timeout), or lower kaggle.margin_minutes"
+    )
 
 
 def must_resume(plan: TimePlan, cfg: Config, reserve: float) -> bool:
