@@ -27,6 +27,7 @@ import pytest
 from pipeline import config, cv, data, kernel, layout, notebook, predict, train
 from pipeline.inputs import sample
 from pipeline.kaggle import client, datasets, launch, output, session
+from pipeline.kaggle import clock as kaggle_clock
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.client import KaggleError
 from pipeline.kaggle.plan import KernelError
@@ -1116,6 +1117,37 @@ def test_a_hung_all_reduce_check_leaves_no_worker_behind(tmp_path: Path, monkeyp
         for pid in pids or [int(p.read_text()) for p in tmp_path.glob("worker*.pid") if p.read_text()]:
             if running(pid):
                 os.kill(pid, 9)
+
+
+def test_a_hung_train_stage_is_stopped_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An NCCL hang in the training torchrun (after the all-reduce check passed) never reaches the deadline check, a
+    collective itself: the launch times out at the deadline plus the time a resume state takes to save plus
+    HANG_GRACE_S, and the launcher and both workers are stopped, not left to hold the session to its 12 hours."""
+    cfg = config.load("sample", under(tmp_path))
+    clock = notebook.SessionClock.begin(cfg, start=notebook.eta.now() - hours_s(cfg) + 60)  # a minute before the end
+    saving = clock.costs()["saving a resume state"]
+    expected = max(0.0, clock.deadline() - notebook.eta.now()) + saving + kaggle_clock.HANG_GRACE_S
+    assert clock.train_timeout() == pytest.approx(expected, abs=1)
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(LAUNCHER.format(python=sys.executable, folder=tmp_path))
+    launcher.chmod(0o755)
+    monkeypatch.setattr(notebook.sys, "executable", str(launcher))  # torchrun's command line runs the stand-in
+    monkeypatch.setattr(notebook, "STOP_GRACE_S", 1.0, raising=False)
+    pids: list[int] = []
+    try:
+        with pytest.raises(RuntimeError, match=r"train fold 0 still ran 6s after it started, past the session's "
+                                               r"deadline: hung .*stopped with its 2 workers"):  # fmt: skip
+            notebook.train_fold(cfg, tmp_path / "run.yaml", 0, 2, timeout=6)
+        pids = [int((tmp_path / f"worker{rank}.pid").read_text()) for rank in range(2)]
+        assert not [pid for pid in pids if running(pid)], "workers outlived the hung train stage"
+    finally:
+        for pid in pids or [int(p.read_text()) for p in tmp_path.glob("worker*.pid") if p.read_text()]:
+            if running(pid):
+                os.kill(pid, 9)
+
+
+def hours_s(cfg: config.Config) -> float:
+    return cfg.kaggle.time_limit_h * 3600
 
 
 def running(pid: int) -> bool:
