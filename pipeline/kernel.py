@@ -66,6 +66,10 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     print(kaggle_memory.format_memory(gpu))
     if kaggle_memory.over_memory(gpu, cfg):
         print(kaggle_memory.over_memory(gpu, cfg))
+    host = kaggle_memory.host_memory(cfg, cfg.kaggle.gpus or hours.T4_GPUS)
+    print(host[0])
+    if kaggle_memory.over_host(host[1], cfg):
+        print(kaggle_memory.over_host(host[1], cfg))
     problem = hours.resume_refusal(timed, cfg, clock.reserve())
     if problem:
         raise KernelError(problem)

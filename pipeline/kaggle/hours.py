@@ -17,9 +17,9 @@ Token counts come from the prepared token cache when `make data` has run here, e
 row counts (and the extra files' sizes, where they are here) at an assumed 60% of model.max_length a row.
 Besides training and evaluating, the plan counts what a fold writes (a resume state at each epoch's end and
 every train.save_every_steps, the weights at each better evaluation; a LoRA fold's: its adapters and head) and a
-LoRA fold's frozen base read from the model input (when the fold starts and when it predicts) at an assumed
-100 MB/s, every
-evaluation of train.eval_every_steps, a stage-1 model trained in the same session, and predicting.
+LoRA fold's frozen base read from the model input (when the fold starts and when it predicts: the size of the
+source's weight files where model.name is a folder here, else 4 bytes a parameter as fp32) at an assumed 100 MB/s,
+every evaluation of train.eval_every_steps, a stage-1 model trained in the same session, and predicting.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class TimePlan:
     stage1_seconds: float = 0.0  # a stage-1 model trained first, in the same session
     uncounted: tuple[str, ...] = ()  # extra files whose rows are not known here (not in the counts)
     load_bytes: float = 0.0  # a LoRA fold's frozen base, read from the model input when it trains and predicts
+    load_source: str = ""  # where load_bytes comes from, in words (disk.source_bytes)
 
     @property
     def epoch_seconds(self) -> float:
@@ -236,9 +237,10 @@ def plan_time(cfg: Config, folds: int) -> TimePlan:
         _, first_writes = fold_writes(first, rows["stage1"], stage1=True)
         stage1 = first.train.epochs * rows["stage1"] * per_row * PADDING / rate + first_writes / WRITE_BYTES_PER_SECOND
     arch = disk.model_architecture(cfg)
+    read, read_source = disk.source_bytes(cfg, arch) if arch else (0.0, "")  # as the source stores it, not the GPU
     return TimePlan(
         rate, source, rows["train"] * per_row * PADDING, rows["valid"] * per_row, rows["test"] * per_row, folds,
-        cfg.train.epochs, evals, writes, stage1, missing, disk.frozen_bytes(cfg, arch) if arch else 0.0,
+        cfg.train.epochs, evals, writes, stage1, missing, read, read_source,
     )  # fmt: skip
 
 
@@ -307,8 +309,8 @@ def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> st
     ]
     if plan.load_bytes:
         lines.insert(-1, f"    {hours(plan.load_bytes / WRITE_BYTES_PER_SECOND):>11}  reading the frozen LoRA base "
-                         f"({plan.load_bytes / disk.GB:.1f} GB as the GPU holds it) when a fold starts, and again when "
-                         "it predicts")  # fmt: skip
+                         f"({plan.load_bytes / disk.GB:.1f} GB, {plan.load_source}) when a fold starts, and again "
+                         "when it predicts")  # fmt: skip
     if plan.stage1_seconds:
         lines.append(f"    {hours(plan.stage1_seconds):>11}  the stage-1 model {cfg.model.init_from}, first")
     lines += [
