@@ -137,6 +137,19 @@ def test_a_lora_plan_reads_the_base_as_its_source_stores_it_and_plans_host_memor
     assert "kernel: warning: the processes would hold about" in capsys.readouterr().out
 
 
+def test_the_readme_quotes_the_measured_xl_lora_peak_in_one_unit() -> None:
+    """The README's XLM-R XL with LoRA figure is docs/bench.md's measured peak (MiB: the bench counts 2^20 bytes) in
+    the plans' unit, GB of 10^9 bytes, and says how it was measured."""
+    root = Path(__file__).resolve().parents[2]
+    row = next(line for line in (root / "docs" / "bench.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| all three + LoRA r=8 | XLM-R XL |"))  # fmt: skip
+    mib = int(row.split("|")[4].strip().replace(",", ""))
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert f"peaked at {mib * 2**20 / disk.GB:.1f} GB ({mib:,} MiB; every GB here is 10^9 bytes)" in readme
+    assert "micro-batch 4 x 256 tokens, bf16, random weights, measured on a CPU" in readme
+    assert "9.7 GB" not in readme
+
+
 def test_a_quantized_base_needs_bitsandbytes_in_the_kaggle_image(tmp_path: Path) -> None:
     with pytest.raises(KernelError, match=r"^model.lora.quantize=4bit needs bitsandbytes in the Kaggle image"):
         kernel.build_and_push(cfg_for(tmp_path, "xlmr-xl-lora", "kaggle.dry_run=true", "model.lora.quantize=4bit"))
