@@ -201,7 +201,7 @@ def test_the_docs_quote_what_the_dry_run_prints(tmp_path: Path, capsys) -> None:
 
 
 def test_the_docs_quote_what_the_xl_lora_dry_run_prints(tmp_path: Path, capsys) -> None:
-    """docs/kaggle.md's XLM-R XL with LoRA block is what its dry run prints, from the disk plan to the memory plan."""
+    """docs/kaggle.md's XLM-R XL with LoRA block is what its dry run prints, from the disk plan to the host memory."""
     marker = '`make kernel CONFIG=xlmr-xl-lora ARGS="kaggle.dry_run=true"`'
     quoted, printed = quoted_and_printed(marker, "xlmr-xl-lora", tmp_path, capsys)
     first = next(i for i, line in enumerate(printed) if line.startswith("kernel: disk plan"))
