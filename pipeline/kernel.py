@@ -51,6 +51,8 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     print(kaggle_disk.format_plan(plan, cfg.kaggle.working_gb))
     timed = hours.plan_time(cfg, folds) if plan.parameters else None
     clock = SessionClock.begin(cfg, 0.0)
+    if hours.training_refusal(cfg, clock.reserve()):
+        raise KernelError(hours.training_refusal(cfg, clock.reserve()))
     resumes = timed is not None and hours.must_resume(timed, cfg, clock.reserve())
     problem = kaggle_disk.over_quota(plan, cfg.kaggle.working_gb, resumes)
     if problem:
@@ -64,6 +66,10 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     print(kaggle_memory.format_memory(gpu))
     if kaggle_memory.over_memory(gpu, cfg):
         print(kaggle_memory.over_memory(gpu, cfg))
+    host = kaggle_memory.host_memory(cfg, cfg.kaggle.gpus or hours.T4_GPUS)
+    print(host[0])
+    if kaggle_memory.over_host(host[1], cfg):
+        print(kaggle_memory.over_host(host[1], cfg))
     problem = hours.resume_refusal(timed, cfg, clock.reserve())
     if problem:
         raise KernelError(problem)

@@ -138,25 +138,36 @@ def stop_tree(proc: subprocess.Popen, grace: float | None = None) -> None:
     proc.wait()
 
 
-def run_module(module: str, args: list[str], nproc: int) -> int:
-    """`python -m pipeline.<module> args` in this process, or under torchrun with `nproc` processes; its status."""
+def run_module(module: str, args: list[str], nproc: int, timeout: float | None = None) -> int:
+    """`python -m pipeline.<module> args` in this process, or under torchrun with `nproc` processes; its status.
+    Under torchrun, past `timeout` seconds every process is stopped and subprocess.TimeoutExpired raised (one
+    process has no collective to hang in)."""
     if nproc == 1:
         return importlib.import_module(f"pipeline.{module}").main(args)
-    return torchrun(f"pipeline.{module}", args, nproc)
+    return torchrun(f"pipeline.{module}", args, nproc, timeout=timeout)
 
 
-def train_fold(cfg: Config, run_cfg: Path, fold: int, nproc: int, folds_after: int = 0) -> str:
+def train_fold(cfg: Config, run_cfg: Path, fold: int, nproc: int, folds_after: int = 0, timeout=None) -> str:
     """The train stage on one fold: 'done'; 'time' when it stopped for the session's limit with its state saved;
     'later' when it stopped before its first epoch (nothing to keep). `folds_after`: the folds to train after
-    it, which its ETA lines count too."""
+    it, which its ETA lines count too. `timeout`: the seconds after which a torchrun stage is hung (an NCCL hang
+    never reaches the deadline check, itself a collective): stopped with every worker, then one error."""
     marker = layout.experiment_dir(cfg) / layout.TIME_UP
     marker.unlink(missing_ok=True)
     os.environ[eta.FOLDS_AFTER_ENV] = str(folds_after)  # read in this process, or inherited by torchrun's
-    code = run_module("train", ["--config", str(run_cfg), f"train.folds=[{fold}]"], nproc)
+    try:
+        code = run_module("train", ["--config", str(run_cfg), f"train.folds=[{fold}]"], nproc, timeout)
+    except subprocess.TimeoutExpired:
+        code = None  # torchrun and its workers are stopped (stop_tree): the GPUs are free again
     if marker.is_file():  # first: under torchrun a planned stop exits 0 (pipeline.errors.run_stage)
         record = read_json(marker)
         print(f"kernel: {record['why']}")
         return "time" if record.get("started", True) else "later"
+    if code is None:
+        raise RuntimeError(
+            f"train fold {fold} still ran {eta.hours(timeout or 0)} after it started, past the session's deadline: "
+            f"hung (an all-reduce that never returns?); stopped with its {nproc} workers"
+        )
     if code == 0:
         return "done"
     raise RuntimeError(f"train fold {fold} failed (exit status {code}); see the messages above")
@@ -361,7 +372,7 @@ def run_experiment(cfg: Config, run_cfg: Path, session: Session) -> Run:
             run.not_started.append(fold)
             continue
         fresh, begin = not layout.fold_dir(cfg, fold).exists(), eta.now()
-        outcome = train_fold(cfg, run_cfg, fold, session.nproc, folds_after=len(run.folds) - n - 1)
+        outcome = train_fold(cfg, run_cfg, fold, session.nproc, len(run.folds) - n - 1, session.clock.train_timeout())
         session.clock.trained = session.clock.trained or outcome != "later"  # its first epoch was never refused
         if outcome == "later":
             run.not_started.append(fold)

@@ -9,8 +9,9 @@ Writes  models/<name>/submissions.jsonl   one line per submission: time, file, m
 Before anything is sent the file is checked like `make predict` checks it (the ids of
 sample_submission.csv, no NaN, values in [0, 1]): a failed check submits nothing. The message names
 the experiment, its OOF figure and the git commit. The score is polled until Kaggle has it or
-`kaggle.submit_timeout` seconds have passed. `--list` (make submissions) prints every recorded
-submission beside its experiment's OOF figure.
+`kaggle.submit_timeout` seconds have passed, asking again through transient failures (a 5xx, a
+dropped connection). `--list` (make submissions) prints every recorded submission beside its
+experiment's OOF figure.
 """
 
 from __future__ import annotations
@@ -94,12 +95,25 @@ def sample_submission_path(cfg: Config) -> Path | None:
         return None
 
 
-def wait_for_score(ref: int, api, timeout_s: float, poll_s: float = 15, sleep: Callable = time.sleep) -> dict:
+def wait_for_score(
+    ref: int, api, timeout_s: float, poll_s: float = 15, sleep: Callable = time.sleep, clock: Callable = time.monotonic
+) -> dict:
+    """The submission's state once Kaggle has scored it, or the last one after `timeout_s` seconds: the sleeps and
+    the time the calls took both count (`clock` times the calls). A transient failure (5xx, 429, a dropped
+    connection) is said and asked again; any other ends the wait with its one-line error."""
     from pipeline.kaggle import submissions
+    from pipeline.kaggle.client import KaggleError
 
-    waited = 0.0
+    waited, state = 0.0, {"status": "pending", "public": "", "private": "", "error": ""}
     while True:
-        state = submissions.submission_state(ref, api)
+        begin = clock()
+        try:
+            state = submissions.submission_state(ref, api)
+        except KaggleError as exc:
+            if not submissions.transient(exc.__cause__):
+                raise
+            print(f"submit: {exc}; asking again")
+        waited += clock() - begin
         if state["status"] != "pending" or waited >= timeout_s:
             return state
         sleep(poll_s)
@@ -113,7 +127,7 @@ def record(exp: Path, entry: dict) -> None:
     atomic_write_text(path, old + json.dumps(entry) + "\n")
 
 
-def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
+def submit(cfg: Config, api=None, sleep: Callable = time.sleep, clock: Callable = time.monotonic) -> dict:
     from pipeline.kaggle import client, submissions
 
     path = submission_file(cfg)
@@ -135,7 +149,7 @@ def submit(cfg: Config, api=None, sleep: Callable = time.sleep) -> dict:
     try:
         if cfg.kaggle.submit_timeout > 0:
             print(f"submit: waiting for the score (at most {cfg.kaggle.submit_timeout} s)")
-            state = wait_for_score(ref, api, cfg.kaggle.submit_timeout, sleep=sleep)
+            state = wait_for_score(ref, api, cfg.kaggle.submit_timeout, sleep=sleep, clock=clock)
             entry.update(status=state["status"], public=state["public"], private=state["private"])
             if state["error"]:
                 entry["error"] = state["error"]

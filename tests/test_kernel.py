@@ -27,10 +27,11 @@ import pytest
 from pipeline import config, cv, data, kernel, layout, notebook, predict, train
 from pipeline.inputs import sample
 from pipeline.kaggle import client, datasets, launch, output, session
+from pipeline.kaggle import clock as kaggle_clock
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.client import KaggleError
 from pipeline.kaggle.plan import KernelError
-from tests.helpers import under
+from tests.helpers import fake_kaggle, under
 from tests.helpers.fake_kaggle import FakeKaggleApi, http_error, run_python
 from tests.helpers.kernels import COMPETITION, dry, make_cfg
 
@@ -159,6 +160,52 @@ def test_no_push_while_the_latest_version_still_runs(tmp_path: Path, capsys: pyt
     assert "kernels_push" not in [name for name, _ in api.calls]
     kernel.build_and_push(dry(tmp_path))
     assert "a push asks Kaggle first whether tester/jigsaw-sample still runs" in capsys.readouterr().out
+
+
+def test_a_first_push_answered_403_is_a_first_push(tmp_path: Path) -> None:
+    """Kaggle may answer kernels_status for a kernel that does not exist with 403 as well as 404 (kaggle 2.2.5 raises
+    its "most likely a wrong kernel slug" ValueError): the user's own kernel list, searched by the slug, decides. Not
+    there: the first push. There: a real refusal, said as one, and nothing is sent."""
+    api = FakeKaggleApi()
+    api.exists, api.missing_status = False, 403
+    assert kernel.build_and_push(make_cfg(tmp_path), api=api)["version"] == 1
+    assert api.calls[:2] == [("kernels_status", {"kernel": "tester/jigsaw-sample"}),
+                             ("kernels_list", {"search": "jigsaw-sample", "user": "tester", "mine": True})]  # fmt: skip
+    assert api.calls[-1][0] == "kernels_push"
+    api = FakeKaggleApi()
+    api.fail["kernels_status"], api.current_version = fake_kaggle.kernel_denied("tester/jigsaw-sample"), 3
+    with pytest.raises(KaggleError, match=r"kernel tester/jigsaw-sample: access denied \(403\)"):
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert [name for name, _ in api.calls] == ["kernels_status", "kernels_list"]  # listed: nothing sent
+    api = FakeKaggleApi()
+    api.fail["kernels_status"] = fake_kaggle.kernel_denied("tester/jigsaw-sample", 401)  # credentials: no listing
+    with pytest.raises(KaggleError, match=r"rejected the credentials \(401\)"):
+        kernel.build_and_push(make_cfg(tmp_path), api=api)
+    assert [name for name, _ in api.calls] == ["kernels_status"]
+
+
+def test_a_version_saved_without_running_does_not_block_a_push(tmp_path: Path, capsys) -> None:
+    """NEW_SCRIPT (a version pushed with no_run, or a Quick Save on the website) runs nothing: a push goes through,
+    a continued run looks past it to the version before, and kernel-output says it has no output."""
+    api = FakeKaggleApi()
+    api.kernel_state = "NEW_SCRIPT"
+    assert kernel.build_and_push(make_cfg(tmp_path), api=api)["version"] == 1
+    assert api.calls[-1][0] == "kernels_push"
+    api = FakeKaggleApi()
+    api.kernel_state, api.current_version = "NEW_SCRIPT", 2
+    api.kernel_versions = {1: {"state": "ERROR", "outputs": {"kernel-session.json": json.dumps(
+        {"session": "abc", "processes": 1, "experiments": {"sample": {"complete": [0], "cut": []}}}).encode()}}}
+    built = kernel.build_and_push(make_cfg(tmp_path, "kaggle.continue_from=self"), api=api)
+    assert built["plan"].continue_version == 1 and built["plan"].continue_session == "abc"
+    assert "continuing from tester/jigsaw-sample/1 (ended error): sample: 0 complete" in capsys.readouterr().out
+    with pytest.raises(KernelError, match="latest version was saved without running .new_script"):
+        output.fetch_output(make_cfg(tmp_path), api=api)
+    assert output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=never) == "new_script"  # not followed
+    assert "kernels_logs_stream" not in [name for name, _ in api.calls]
+
+
+def never(seconds: float) -> None:
+    raise AssertionError(f"slept {seconds} s")
 
 
 def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) -> None:
@@ -640,6 +687,39 @@ def test_only_what_the_latest_output_holds_is_installed(tmp_path: Path, capsys: 
     assert "cut off, with a resume state" not in said
 
 
+def test_what_the_latest_output_no_longer_holds_leaves_models_too(tmp_path: Path, capsys) -> None:
+    """kaggle.keep_weights=false: session 1 cut fold 1 (its resume.pt installed), session 2 completed it without
+    weights. The second `make kernel-output` removes the installed resume.pt as well as the downloaded one (else a
+    local `make train` resumes the fold from session 1's state and retrains it over Kaggle's done.json); an
+    installed file changed here since is left, and said so."""
+    api = FakeKaggleApi()
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.5\n",
+        "models/sample/fold1/resume.pt": b"state" * 100,
+        "models/sample/fold1/metrics.jsonl": b"{}\n",
+        "models/sample/fold1/notes.txt": b"session 1",
+    }
+    cfg = make_cfg(tmp_path, "kaggle.keep_weights=false")
+    output.fetch_output(cfg, api=api)
+    fold1 = tmp_path / "models" / "sample" / "fold1"
+    assert (fold1 / "resume.pt").is_file()
+    (fold1 / "notes.txt").write_text("written here")
+    api.outputs = {
+        "submission.csv": b"id,toxic\n0,0.6\n",
+        "models/sample/fold1/done.json": b'{"fold": 1}',
+        "models/sample/fold1/test.csv": b"id,toxic\n0,0.6\n",
+        "models/sample/fold1/metrics.jsonl": b"{}\n{}\n",
+    }
+    capsys.readouterr()
+    output.fetch_output(cfg, api=api)
+    assert not (fold1 / "resume.pt").exists() and (fold1 / "done.json").is_file()
+    assert (fold1 / "notes.txt").read_text() == "written here"
+    said = capsys.readouterr().out
+    assert (f"models/sample/fold1/resume.pt: of an earlier output, not in the latest: removed, not installed; its "
+            f"installed copy {fold1 / 'resume.pt'} removed too") in said  # fmt: skip
+    assert f"{fold1 / 'notes.txt'} was changed here since it was installed: left as it is" in said
+
+
 @pytest.mark.slow
 def test_kernel_with_a_model_folder_runs_end_to_end(tmp_path: Path) -> None:
     """A non-tiny model.name loads the attached model folder; the bundle mounted as the uploaded zip."""
@@ -1039,6 +1119,37 @@ def test_a_hung_all_reduce_check_leaves_no_worker_behind(tmp_path: Path, monkeyp
                 os.kill(pid, 9)
 
 
+def test_a_hung_train_stage_is_stopped_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An NCCL hang in the training torchrun (after the all-reduce check passed) never reaches the deadline check, a
+    collective itself: the launch times out at the deadline plus the time a resume state takes to save plus
+    HANG_GRACE_S, and the launcher and both workers are stopped, not left to hold the session to its 12 hours."""
+    cfg = config.load("sample", under(tmp_path))
+    clock = notebook.SessionClock.begin(cfg, start=notebook.eta.now() - hours_s(cfg) + 60)  # a minute before the end
+    saving = clock.costs()["saving a resume state"]
+    expected = max(0.0, clock.deadline() - notebook.eta.now()) + saving + kaggle_clock.HANG_GRACE_S
+    assert clock.train_timeout() == pytest.approx(expected, abs=1)
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(LAUNCHER.format(python=sys.executable, folder=tmp_path))
+    launcher.chmod(0o755)
+    monkeypatch.setattr(notebook.sys, "executable", str(launcher))  # torchrun's command line runs the stand-in
+    monkeypatch.setattr(notebook, "STOP_GRACE_S", 1.0, raising=False)
+    pids: list[int] = []
+    try:
+        with pytest.raises(RuntimeError, match=r"train fold 0 still ran 6s after it started, past the session's "
+                                               r"deadline: hung .*stopped with its 2 workers"):  # fmt: skip
+            notebook.train_fold(cfg, tmp_path / "run.yaml", 0, 2, timeout=6)
+        pids = [int((tmp_path / f"worker{rank}.pid").read_text()) for rank in range(2)]
+        assert not [pid for pid in pids if running(pid)], "workers outlived the hung train stage"
+    finally:
+        for pid in pids or [int(p.read_text()) for p in tmp_path.glob("worker*.pid") if p.read_text()]:
+            if running(pid):
+                os.kill(pid, 9)
+
+
+def hours_s(cfg: config.Config) -> float:
+    return cfg.kaggle.time_limit_h * 3600
+
+
 def running(pid: int) -> bool:
     """The process runs (not a zombie waiting to be reaped)."""
     try:
@@ -1064,3 +1175,18 @@ def test_the_dry_run_plans_time_too(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "an estimate for 2 T4s from the model's size, 10% of their fp16 peak, not measured" in out
     assert "of a 12 h session" in out and "of a 30 h weekly GPU quota" in out
     assert "kernel: warning: the folds need about" in out and "kaggle.continue_from=self" in out
+
+
+def test_a_session_that_leaves_no_time_to_train_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """kaggle.time_limit_h=0.5 against XLM-R large's reserve of about 31 minutes (margin, saving, copying,
+    predicting) leaves nothing to train: each session would train a few steps (the first epoch always starts),
+    for ever. Refused before anything is written; a session that trains more than MIN_TRAINING_S is planned."""
+    large = ("model.name=xlm-roberta-large", "data.source=kaggle", "model.max_length=256")
+    with pytest.raises(KernelError, match=r"a 0.5 h session keeps 3\dm free at its end .*which leaves 0s to train, "
+                                          r"under the 10m a session must train"):  # fmt: skip
+        kernel.build_and_push(dry(tmp_path, *large, "kaggle.time_limit_h=0.5"))
+    assert not (tmp_path / "kernel").exists()
+    with pytest.raises(KernelError, match=r"leaves [0-9]m to train"):
+        kernel.build_and_push(dry(tmp_path, *large, "kaggle.time_limit_h=0.6"))
+    kernel.build_and_push(dry(tmp_path, *large, "kaggle.time_limit_h=0.75"))
+    assert "about 0 fold(s) fit one" in capsys.readouterr().out  # planned: each session trains 14 minutes

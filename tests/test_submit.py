@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import requests
 
 from pipeline import config, submit
 from pipeline.inputs import sample
@@ -83,6 +84,38 @@ def test_a_404_right_after_submitting_is_pending_and_a_timeout_keeps_the_record(
     entry = submit.submit(cfg, api=api, sleep=no_sleep)
     assert entry["status"] == "pending"
     assert json.loads((tmp_path / "models" / "sample" / "submissions.jsonl").read_text())["status"] == "pending"
+
+
+def test_the_wait_asks_again_through_transient_failures_until_the_timeout(cfg: config.Config, tmp_path: Path, capsys):
+    """A 5xx or a dropped connection while waiting is asked again, not an error that leaves the record pending; the
+    time the calls take counts toward kaggle.submit_timeout as well as the sleeps."""
+    api = FakeKaggleApi()
+    api.submission_states = [http_error(503, "Service Unavailable"), requests.ConnectionError("connection reset"),
+                             {"status": "COMPLETE", "public_score": "0.93"}]  # fmt: skip
+    entry = submit.submit(cfg, api=api, sleep=no_sleep)
+    assert entry["status"] == "complete" and entry["public"] == "0.93"
+    out = capsys.readouterr().out
+    assert "Kaggle answered 503" in out and "cannot reach Kaggle" in out and out.count("asking again") == 2
+    assert json.loads((tmp_path / "models" / "sample" / "submissions.jsonl").read_text())["status"] == "complete"
+    # each call takes 50 s, each sleep 15 s: a 200 s timeout ends at the 4th call (245 s), not the 15th (14 sleeps)
+    now = [0.0]
+    api = FakeKaggleApi()
+    api.submission_states = [{"status": "PENDING"}]
+    slow = api.get_submission
+
+    def get_submission(submission_ref):
+        now[0] += 50
+        return slow(submission_ref)
+
+    api.get_submission = get_submission
+    cfg = config.from_dict({**cfg.to_dict(), "kaggle": {**cfg.to_dict()["kaggle"], "submit_timeout": 200}})
+    entry = submit.submit(cfg, api=api, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
+    assert entry["status"] == "pending" and [n for n, _ in api.calls].count("get_submission") == 4
+    # another failure ends the wait with its error; the record is kept, pending
+    api = FakeKaggleApi()
+    api.submission_states = [http_error(401, "Unauthorized")]
+    with pytest.raises(KaggleError, match="rejected the credentials"):
+        submit.submit(cfg, api=api, sleep=no_sleep)
 
 
 def test_scoring_error_is_reported_and_recorded(cfg: config.Config, tmp_path: Path) -> None:

@@ -220,7 +220,7 @@ def http_status(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-def _is_network_error(exc: BaseException) -> bool:
+def is_network_error(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return True
     try:
@@ -259,7 +259,7 @@ def explain(exc: BaseException, what: str) -> KaggleError:
         return KaggleError(f"{what}: conflict (409): a version or slug already exists / is being processed")
     if status is not None:
         return KaggleError(f"{what}: Kaggle answered {status}: {clean(str(exc))}")
-    if _is_network_error(exc):
+    if is_network_error(exc):
         return KaggleError(f"{what}: cannot reach Kaggle: check your internet connection")
     return KaggleError(f"{what}: {type(exc).__name__}: {clean(str(exc))}")
 

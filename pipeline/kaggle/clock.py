@@ -19,6 +19,9 @@ from pipeline.kaggle import disk, hours
 from pipeline.schema import Config
 
 MEASURABLE_BYTES = 100e6  # a copy this large or larger measures the disk; a smaller one is mostly overhead
+# how long past its deadline a train stage under torchrun may run (besides saving its resume state) before it is taken
+# for hung and stopped: the deadline check is itself a collective, so a hang in NCCL never reaches it
+HANG_GRACE_S = 300.0
 
 
 @dataclass
@@ -61,6 +64,11 @@ class SessionClock:
         os.environ[eta.DEADLINE_ENV] = repr(self.deadline())
         os.environ[eta.SESSION_ENV] = repr(max(0.0, self.end - self.start - self.reserve()))
         os.environ[eta.TRAINED_ENV] = "1" if self.trained else ""
+
+    def train_timeout(self) -> float:
+        """Seconds from now a train stage under torchrun may run: to the deadline, then the time its resume state
+        takes to save, plus HANG_GRACE_S; past that it is hung (pipeline.notebook stops it with every worker)."""
+        return max(0.0, self.deadline() - eta.now()) + self.costs()["saving a resume state"] + HANG_GRACE_S
 
     def copied(self, nbytes: int, seconds: float) -> None:
         if nbytes >= MEASURABLE_BYTES and seconds > 0:

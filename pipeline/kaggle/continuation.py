@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline import layout, validity
 from pipeline.files import atomic_write_text
-from pipeline.kaggle.output import FINAL, ended_state, experiments
+from pipeline.kaggle.output import IDLE, ended_state, experiments
 from pipeline.kaggle.plan import KernelError, Plan
 from pipeline.schema import Config
 
@@ -93,7 +93,7 @@ def pick_version(cfg: Config, plan: Plan, api, dest: Path) -> Plan:
     status = ended_state(ref, api, "kaggle.continue_from: ", " and attach an output that is not written yet")
     if status is None:
         raise KernelError(
-            f"kaggle.continue_from: kernel {ref} does not exist (404): nothing to continue from; push it once "
+            f"kaggle.continue_from: kernel {ref} does not exist: nothing to continue from; push it once "
             "without kaggle.continue_from"
         )
     newest = plan.continue_version or kernels.kernel_version(ref, api) or last_pushed(dest.parent, ref)
@@ -101,7 +101,7 @@ def pick_version(cfg: Config, plan: Plan, api, dest: Path) -> Plan:
     for version in versions or [None]:
         source = f"{ref}/{version}" if version else ref
         state, failure = kernels.kernel_status(source, api) if version else (status, "")
-        if state not in FINAL:
+        if state not in IDLE:  # a version saved without running runs nothing: it has no output, the older are looked at
             raise KernelError(f"kaggle.continue_from: kernel {source} is {state}; wait for it to end, then push again")
         folder = dest / (f"v{version}" if version else "latest")
         shutil.rmtree(folder, ignore_errors=True)

@@ -80,6 +80,23 @@ def frozen_bytes(cfg: Config, arch: dict) -> float:
     return QUANTIZED_BYTES[cfg.model.lora.quantize] * matrices + 2.0 * (base - matrices)
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin")  # a transformers folder's weights, one file or shards (safetensors first)
+
+
+def source_bytes(cfg: Config, arch: dict) -> tuple[float, str]:
+    """(bytes, where the figure comes from) of a LoRA base as its model source stores it, which every fold reads:
+    the weight files of model.name's folder where it is here, else 4 bytes a parameter (the hub's XLM-R checkpoints
+    are fp32: XLM-R XL's 13.9 GB, twice what the GPU holds of it). (0, "") without LoRA."""
+    if cfg.model.lora.r <= 0:
+        return 0.0, ""
+    folder = Path(cfg.model.name)
+    for pattern in WEIGHT_FILES if folder.is_dir() else ():
+        files = sorted(folder.glob(pattern))
+        if files:
+            return float(sum(f.stat().st_size for f in files)), f"the size of {folder}'s {pattern} files"
+    return 4.0 * (transformer_parameters(arch) - arch["hidden_size"] - 1), "4 bytes a parameter, as fp32 stores it"
+
+
 def model_architecture(cfg: Config) -> dict | None:
     """config.json's size keys for model.name, or None when it cannot be known offline."""
     name = cfg.model.name

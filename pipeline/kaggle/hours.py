@@ -17,9 +17,9 @@ Token counts come from the prepared token cache when `make data` has run here, e
 row counts (and the extra files' sizes, where they are here) at an assumed 60% of model.max_length a row.
 Besides training and evaluating, the plan counts what a fold writes (a resume state at each epoch's end and
 every train.save_every_steps, the weights at each better evaluation; a LoRA fold's: its adapters and head) and a
-LoRA fold's frozen base read from the model input (when the fold starts and when it predicts) at an assumed
-100 MB/s, every
-evaluation of train.eval_every_steps, a stage-1 model trained in the same session, and predicting.
+LoRA fold's frozen base read from the model input (when the fold starts and when it predicts: the size of the
+source's weight files where model.name is a folder here, else 4 bytes a parameter as fp32) at an assumed 100 MB/s,
+every evaluation of train.eval_every_steps, a stage-1 model trained in the same session, and predicting.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ EVAL_SPEEDUP = 3.0  # a forward pass is about a third of a training step
 WRITE_BYTES_PER_SECOND = 100e6  # an assumed write (and copy) rate of Kaggle's disks, until the notebook measures it
 LOAD_SECONDS = 60.0  # starting predict and loading a fold's weights, assumed
 SAMPLE_BYTES = 1_000_000  # read from an extra file to estimate its row count from its size
+# the least training a session must leave (its length less what it keeps free at its end): a session starts with
+# minutes of data, tokens and loading the model, so one that trains less moves a run next to nothing
+MIN_TRAINING_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class TimePlan:
     stage1_seconds: float = 0.0  # a stage-1 model trained first, in the same session
     uncounted: tuple[str, ...] = ()  # extra files whose rows are not known here (not in the counts)
     load_bytes: float = 0.0  # a LoRA fold's frozen base, read from the model input when it trains and predicts
+    load_source: str = ""  # where load_bytes comes from, in words (disk.source_bytes)
 
     @property
     def epoch_seconds(self) -> float:
@@ -233,9 +237,10 @@ def plan_time(cfg: Config, folds: int) -> TimePlan:
         _, first_writes = fold_writes(first, rows["stage1"], stage1=True)
         stage1 = first.train.epochs * rows["stage1"] * per_row * PADDING / rate + first_writes / WRITE_BYTES_PER_SECOND
     arch = disk.model_architecture(cfg)
+    read, read_source = disk.source_bytes(cfg, arch) if arch else (0.0, "")  # as the source stores it, not the GPU
     return TimePlan(
         rate, source, rows["train"] * per_row * PADDING, rows["valid"] * per_row, rows["test"] * per_row, folds,
-        cfg.train.epochs, evals, writes, stage1, missing, disk.frozen_bytes(cfg, arch) if arch else 0.0,
+        cfg.train.epochs, evals, writes, stage1, missing, read, read_source,
     )  # fmt: skip
 
 
@@ -251,6 +256,21 @@ def session_words(cfg: Config) -> str:
     limit = session_seconds(cfg)
     shorter = f" (kaggle.timeout={cfg.kaggle.timeout})" if limit < cfg.kaggle.time_limit_h * 3600 else ""
     return f"{limit / 3600:.3g} h{shorter}"
+
+
+def training_refusal(cfg: Config, reserve: float) -> str:
+    """The one line that refuses a session whose training time (its length less the `reserve` kept free at its end)
+    is under MIN_TRAINING_S: the first epoch always starts, so each session would train a few steps, for ever; ""
+    otherwise."""
+    usable = session_seconds(cfg) - reserve
+    if usable >= MIN_TRAINING_S:
+        return ""
+    return (
+        f"a {session_words(cfg)} session keeps {hours(reserve)} free at its end (kaggle.margin_minutes, saving, "
+        f"copying and predicting), which leaves {hours(usable)} to train, under the {hours(MIN_TRAINING_S)} a session "
+        "must train to be worth its start: each would train a few steps, for ever; raise kaggle.time_limit_h (or "
+        "kaggle.timeout), or lower kaggle.margin_minutes"
+    )
 
 
 def must_resume(plan: TimePlan, cfg: Config, reserve: float) -> bool:
@@ -289,8 +309,8 @@ def format_time(plan: TimePlan, cfg: Config, reserve: float | None = None) -> st
     ]
     if plan.load_bytes:
         lines.insert(-1, f"    {hours(plan.load_bytes / WRITE_BYTES_PER_SECOND):>11}  reading the frozen LoRA base "
-                         f"({plan.load_bytes / disk.GB:.1f} GB as the GPU holds it) when a fold starts, and again when "
-                         "it predicts")  # fmt: skip
+                         f"({plan.load_bytes / disk.GB:.1f} GB, {plan.load_source}) when a fold starts, and again "
+                         "when it predicts")  # fmt: skip
     if plan.stage1_seconds:
         lines.append(f"    {hours(plan.stage1_seconds):>11}  the stage-1 model {cfg.model.init_from}, first")
     lines += [

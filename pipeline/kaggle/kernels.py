@@ -27,14 +27,20 @@ if TYPE_CHECKING:  # only for type checkers: importing kaggle at run time authen
     from pipeline.kaggle.client import KaggleApi
 
 
-def _kernel_access(exc: BaseException, what: str) -> KaggleError:
-    """kernels_status / kernels_output / kernels_logs replace a 401 or 403 by a ValueError that blames the slug.
-
-    The ValueError is raised inside `except HTTPError`, so its __context__ still holds the real status.
-    """
+def access_status(exc: BaseException) -> int | None:
+    """The HTTP status behind a kernel call's failure. kernels_status / kernels_output / kernels_logs replace a 401
+    or 403 by a ValueError that blames the slug, raised inside `except HTTPError`: its __context__ still holds the
+    real status (403 when it is gone)."""
     if isinstance(exc, ValueError) and "was denied" in str(exc):
         status = http_status(exc.__context__) if exc.__context__ is not None else None
-        if status == 401:
+        return 401 if status == 401 else 403
+    return http_status(exc)
+
+
+def _kernel_access(exc: BaseException, what: str) -> KaggleError:
+    """A kernel call's failure in plain words; kaggle's 401/403 ValueError read for the status it stands for."""
+    if isinstance(exc, ValueError) and "was denied" in str(exc):
+        if access_status(exc) == 401:
             return explain(exc.__context__, what)  # credentials rejected: the slug is not the problem
         return KaggleError(
             f"{what}: access denied (403): no such kernel visible to this account; check kaggle.user / "
@@ -102,20 +108,24 @@ def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: s
     return files
 
 
-def kernel_version(ref: str, api: KaggleApi) -> int | None:
-    """The newest version number of kernel `ref` (owner/slug): kernels_list's current_version_number (kaggle 2.2.5
-    has no call that lists a kernel's versions); None when the listing does not show it."""
+def listed_kernel(ref: str, api: KaggleApi, mine: bool | None = None):
+    """Kernel `ref` (owner/slug) as kernels_list shows it, searched by its slug among its owner's (the user's own
+    list, private ones included, when `mine` or when the owner is the authenticated user); None when not there."""
     owner, _, slug = ref.partition("/")
-    mine = owner == authenticated_username(api)
+    mine = owner == authenticated_username(api) if mine is None else mine
     try:
         found = api.kernels_list(search=slug, user=owner, mine=mine, page_size=100) or []
     except Exception as exc:
         raise _kernel_access(exc, f"kernel {ref}") from exc
-    for kernel in found:
-        if str(getattr(kernel, "ref", "")).lower() in (ref.lower(), f"/code/{ref.lower()}"):
-            number = getattr(kernel, "current_version_number", None)
-            return int(number) if isinstance(number, int) and number > 0 else None
-    return None
+    wanted = (ref.lower(), f"/code/{ref.lower()}")
+    return next((k for k in found if str(getattr(k, "ref", "")).lower() in wanted), None)
+
+
+def kernel_version(ref: str, api: KaggleApi) -> int | None:
+    """The newest version number of kernel `ref` (owner/slug): kernels_list's current_version_number (kaggle 2.2.5
+    has no call that lists a kernel's versions); None when the listing does not show it."""
+    number = getattr(listed_kernel(ref, api), "current_version_number", None)
+    return int(number) if isinstance(number, int) and number > 0 else None
 
 
 def download_output_files(ref: str, dest: Path, pattern: str, api: KaggleApi) -> list[Path]:

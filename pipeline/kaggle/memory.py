@@ -19,6 +19,11 @@ not fit fails at its first step, after the session has started. Computed, not me
   them.
 The total is raised by a tenth for the allocator's fragmentation, and compared with what torch can allocate on a
 16 GB T4, about 15 GB. Auto-fit (train.max_memory_gb) and `make bench-gpu` measure what this estimates.
+
+Host memory too: each train (and predict) process reads the model on the CPU before it moves to its GPU, all of
+them at once, so the notebook's memory (about 29 GB, assumed) holds that many copies: a LoRA base in half precision
+(read straight into it: pipeline.core.modeling), every weight in fp32 without LoRA; a quantized base is loaded onto
+its GPU directly (device_map) and is not counted. Each process adds Python, torch and CUDA (2.5 GB, assumed).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from pipeline.schema import Config
 T4_USABLE = 15.0e9  # of a T4's 16 GB, what allocations get: the CUDA context and the driver keep the rest (assumed)
 FRAGMENTATION = 1.10  # the caching allocator's blocks hold more than the tensors in them (assumed)
 ADAPTER_INPUT_VALUES = {"qv": (2, 0), "attention": (4, 0), "all": (5, 1)}  # (x hidden, x intermediate) a layer
+KAGGLE_HOST_BYTES = 29e9  # a Kaggle GPU notebook's memory (assumed)
+PROCESS_HOST_BYTES = 2.5e9  # a process's Python, torch, CUDA context and data besides the model (assumed)
 
 
 @dataclass
@@ -127,4 +134,41 @@ def over_memory(plan: MemoryPlan, cfg: Config, gpu: str = "T4", usable: float = 
     return (
         f"kernel: warning: a GPU would need about {disk.human(plan.total)}, more than the {usable / 1e9:g} GB a "
         f"{gpu} gives: the first step would run out of memory; try {fixes}"
+    )
+
+
+def loaded_bytes(cfg: Config, arch: dict) -> float:
+    """What one process holds of the model on the CPU while it loads, before it moves to its GPU."""
+    trained = 4.0 * disk.trained_parameters(cfg, arch)
+    if cfg.model.lora.r <= 0:
+        return trained  # every weight in fp32
+    # a quantized base goes to its GPU as it loads (device_map); a half-precision one is read on the CPU first
+    return trained + (disk.frozen_bytes(cfg, arch) if cfg.model.lora.quantize == "none" else 0.0)
+
+
+def host_memory(cfg: Config, processes: int) -> tuple[str, float] | None:
+    """(the plan in a line, the bytes) of the notebook's memory while its `processes` load the model at once (when a
+    fold starts, and again at predict); None where the model's size is not known offline."""
+    arch = disk.model_architecture(cfg)
+    if not arch:
+        return None
+    model = loaded_bytes(cfg, arch)
+    total = processes * (model + PROCESS_HOST_BYTES)
+    line = (f"kernel: host memory while the model loads, an estimate: {processes} process(es) x ({disk.human(model)} "
+            f"of the model on the CPU before its GPU + {disk.human(PROCESS_HOST_BYTES)} Python, torch and CUDA, "
+            f"assumed) = {disk.human(total)}, of the notebook's about {KAGGLE_HOST_BYTES / 1e9:g} GB "
+            "(assumed)")  # fmt: skip
+    return line, total
+
+
+def over_host(total: float, cfg: Config) -> str:
+    """The warning to print when the processes' host memory passes the notebook's; "" when it fits."""
+    if total <= KAGGLE_HOST_BYTES:
+        return ""
+    fixes = "kaggle.gpus=1 (one process, one copy)"
+    if cfg.model.lora.r > 0 and cfg.model.lora.quantize == "none":
+        fixes += ", or a quantized base (model.lora.quantize=8bit or 4bit: loaded straight onto each GPU)"
+    return (
+        f"kernel: warning: the processes would hold about {disk.human(total)} of host memory at once while the model "
+        f"loads, more than the notebook's {KAGGLE_HOST_BYTES / 1e9:g} GB: the session would be killed; try {fixes}"
     )

@@ -5,7 +5,9 @@ Writes  kernel/<slug>/output/       the kernel's output as downloaded (models, O
                                     kept between runs: kaggle fetches a file again only when the kernel's
                                     copy is larger or newer
         models/<name>/...           the kernel's models/<name>/ installed unchanged (fold folders, cv.json ...),
-                                    and models/<init_from>/ when the kernel trained that stage-1 model
+                                    and models/<init_from>/ when the kernel trained that stage-1 model; a file an
+                                    earlier download installed that the latest output no longer holds is removed
+                                    (unless changed here since), as it is from output/
         submissions/<name>.csv, submissions/submission.csv
 
 A kernel that failed gives back its log: the last lines, with Kaggle's failure message, are printed.
@@ -28,6 +30,10 @@ from pipeline.kaggle.session import RUN_CONFIG
 from pipeline.schema import Config
 
 FINAL = {"complete", "error", "cancel_acknowledged"}  # kernel states that do not change any more
+# a version saved without running (pushed with no_run, or a Quick Save on the website): no session runs it, it has
+# no output, and a push does not start a second session beside it
+SAVED = "new_script"
+IDLE = FINAL | {SAVED}  # no session runs: a push may start one
 TAIL = 20  # log lines shown
 
 
@@ -38,23 +44,36 @@ def folders(cfg: Config, kernel_slug: str) -> tuple[Path, Path, Path]:
 
 
 def ended_state(ref: str, api, why: str = "", also: str = "") -> str | None:
-    """The state of kernel `ref`'s latest version once it has ended (one of FINAL); None when it was never pushed
-    (404). Refused in one line while it is queued or runs: a push then starts a second GPU session beside it, on the
-    same weekly quota. `why` opens the line, `also` adds to what the push would do."""
+    """The state of kernel `ref`'s latest version once no session runs it (one of IDLE: ended, or saved without
+    running); None when it was never pushed. Refused in one line while it is queued or runs: a push then starts a
+    second GPU session beside it, on the same weekly quota. `why` opens the line, `also` adds to what the push
+    would do."""
     from pipeline.kaggle import client, kernels
 
     try:
         status, _ = kernels.kernel_status(ref, api)
     except client.KaggleError as exc:
-        if client.http_status(exc.__cause__) != 404:
+        if not never_pushed(ref, api, exc.__cause__):
             raise
         return None
-    if status not in FINAL:
+    if status not in IDLE:
         raise KernelError(
             f"{why}kernel {ref} is {status}: a push now would start a second GPU session beside it{also}; wait for "
             "it to end (make kernel-status), then push again"
         )
     return status
+
+
+def never_pushed(ref: str, api, exc: BaseException | None) -> bool:
+    """kernels_status failed with `exc` because kernel `ref` does not exist: a 404, or a 403 (Kaggle answers one for
+    a kernel that does not exist as well: kaggle 2.2.5 blames "a wrong kernel slug") when the user's own kernel list,
+    searched by its slug, does not hold it either."""
+    from pipeline.kaggle import kernels
+
+    status = kernels.access_status(exc) if exc is not None else None
+    if status == 404:
+        return True
+    return status == 403 and kernels.listed_kernel(ref, api, mine=True) is None
 
 
 def experiments(cfg: Config) -> list[str]:
@@ -114,30 +133,45 @@ def same_file(a: Path, b: Path) -> bool:
     return sa.st_size == sb.st_size and int(sa.st_mtime) == int(sb.st_mtime)
 
 
-def drop_stale(out: Path, listed: list[Path], pattern: str) -> list[Path]:
+def drop_stale(cfg: Config, out: Path, listed: list[Path]) -> list[str]:
     """Files of an earlier download in `out` that the latest output no longer holds (a fold's resume.pt from the
     session that cut it, beside the fold a later session completed): removed, so that `out` is the latest output and
-    nothing older is installed or counted. Only names `pattern` matches: the rest is not an output's."""
+    nothing older is installed or counted; and their installed copies with them, where models/ or submissions/
+    still hold them unchanged (a local `make train` would otherwise resume a fold Kaggle completed from that state,
+    and retrain it over the Kaggle fold's done.json and predictions). Only names output_pattern matches: the rest
+    is not an output's. Returns what was done, a line a file."""
     keep = {p.resolve() for p in listed}
     stale = [p for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".log" and p.resolve() not in keep
-             and re.search(pattern, p.relative_to(out).as_posix())]  # fmt: skip
+             and re.search(output_pattern(cfg), p.relative_to(out).as_posix())]  # fmt: skip
+    said = []
     for path in stale:
+        copy = installed_path(cfg, out, path)
+        line = f"kernel: {path.relative_to(out)}: of an earlier output, not in the latest: removed, not installed"
+        if copy is not None and same_file(path, copy):  # the copy an earlier kernel-output installed, untouched
+            copy.unlink()
+            line += f"; its installed copy {copy} removed too"
+        elif copy is not None and copy.is_file():
+            line += f"; {copy} was changed here since it was installed: left as it is"
         path.unlink()
-    return stale
+        said.append(line)
+    return said
+
+
+def installed_path(cfg: Config, out: Path, path: Path) -> Path | None:
+    """Where install_output puts the output file `path` (under `out`): models/<name>/... or submissions/...; None
+    for a file it does not install."""
+    parts = path.relative_to(out).parts
+    if len(parts) > 2 and parts[0] == "models" and parts[1] in experiments(cfg):
+        return layout.experiment_dir(cfg, parts[1]).joinpath(*parts[2:])
+    targets = {dest.name: dest for dest in (layout.submission_csv(cfg), layout.submission_path(cfg))}
+    return targets.get(parts[0]) if len(parts) == 1 else None
 
 
 def install_output(cfg: Config, out: Path) -> tuple[list[Path], int]:
-    """Copy the output into models/<name>/ and submissions/ unchanged; files already there with the same
-    size and time are skipped. Returns (files copied, files skipped)."""
-    pairs = []
-    for name in experiments(cfg):
-        exp = out / "models" / name
-        if exp.is_dir():
-            dest = layout.experiment_dir(cfg, name)
-            pairs += [(p, dest / p.relative_to(exp)) for p in sorted(exp.rglob("*")) if p.is_file()]
-    for dest in (layout.submission_csv(cfg), layout.submission_path(cfg)):
-        if (out / dest.name).is_file():  # the notebook's submissions folder is /kaggle/working itself
-            pairs.append((out / dest.name, dest))
+    """Copy the output into models/<name>/ and submissions/ unchanged (where installed_path says); files already
+    there with the same size and time are skipped. Returns (files copied, files skipped)."""
+    pairs = [(p, installed_path(cfg, out, p)) for p in sorted(out.rglob("*")) if p.is_file()]
+    pairs = [(src, dest) for src, dest in pairs if dest is not None]
     if not pairs:
         raise KernelError(f"{out}: the kernel's output holds neither models/{cfg.name}/ nor submission.csv")
     copied = []
@@ -180,6 +214,11 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     plan = make_plan(cfg, resolve_user(cfg, api))
     out = folders(cfg, plan.kernel_slug)[2]
     status, failure = kernels.kernel_status(plan.kernel_ref, api)
+    if status == SAVED:
+        raise KernelError(
+            f"kernel {plan.kernel_ref}'s latest version was saved without running ({SAVED}: pushed with no_run, or a "
+            f"Quick Save): it has no output; run it (make kernel CONFIG={cfg.name}), then run this again when it ends"
+        )
     if status not in FINAL:
         raise KernelError(
             f"kernel {plan.kernel_ref} is {status}, not finished; follow it with "
@@ -201,8 +240,8 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
     finally:
         if status != "complete":
             keep_log(plan.kernel_ref, out, log)
-    for path in drop_stale(out, files, output_pattern(cfg)):
-        print(f"kernel: {path.relative_to(out)}: of an earlier output, not in the latest: removed, not installed")
+    for line in drop_stale(cfg, out, files):
+        print(line)
     print(f"kernel: {len(files)} output files in {out}")
     copied, skipped = install_output(cfg, out)
     for p in copied:
@@ -251,12 +290,12 @@ def kernel_status(
     status, failure = kernels.kernel_status(plan.kernel_ref, api)
     lines = show_log(plan.kernel_ref, out, api)
     print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
-    if follow and status not in FINAL and kernels.can_stream_logs(api):
+    if follow and status not in IDLE and kernels.can_stream_logs(api):
         for line in follow_log(plan.kernel_ref, api, list(lines), sleep):
             print(f"  | {line}", flush=True)
             lines.append(line)
         status, failure = kernels.kernel_status(plan.kernel_ref, api)
-    while follow and status not in FINAL:  # no stream: poll the stored log
+    while follow and status not in IDLE:  # no stream: poll the stored log (a saved version never ends)
         sleep(poll_s)
         status, failure = kernels.kernel_status(plan.kernel_ref, api)
         new = show_log(plan.kernel_ref, out, api)

@@ -4,7 +4,8 @@ kaggle 2.2.5: `competition_submit(file_name, message, competition, quiet=False, 
 and returns an ApiCreateSubmissionResponse (`ref`, `message`; ref 0 and message "Could not submit to
 competition" when the upload failed). `get_submission(submission_ref)` returns an ApiSubmission:
 `status` (SubmissionStatus PENDING / COMPLETE / ERROR), `public_score`, `private_score` (strings,
-"" until published), `error_description`. Right after submitting, get_submission may answer 404.
+"" until published), `error_description`. Right after submitting, get_submission may answer 404; like any call
+it may meet a 5xx or a dropped connection, which a wait asks again through (`transient`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.kaggle.client import KaggleError, clean, explain, http_status
+from pipeline.kaggle.client import KaggleError, clean, explain, http_status, is_network_error
 
 if TYPE_CHECKING:  # only for type checkers: importing kaggle at run time authenticates
     from pipeline.kaggle.client import KaggleApi
@@ -41,6 +42,14 @@ def _submit_refused(exc: BaseException, what: str) -> KaggleError:
     if http_status(exc) in (400, 429) and any(w in text.lower() for w in LIMIT_WORDS):
         return KaggleError(f"{what}: daily submission limit reached; submit again tomorrow (UTC)")
     return explain(exc, what)  # 403: the competition's rules are not accepted
+
+
+def transient(exc: BaseException | None) -> bool:
+    """A failure that asking again may cure: Kaggle answered 5xx or 429, or the connection dropped or timed out."""
+    if exc is None:
+        return False
+    status = http_status(exc)
+    return (status is not None and (status >= 500 or status == 429)) or (status is None and is_network_error(exc))
 
 
 def submission_state(ref: int, api: KaggleApi) -> dict:

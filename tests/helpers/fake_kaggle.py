@@ -31,6 +31,22 @@ def http_error(status: int, reason: str = "", url: str = "https://api.kaggle.com
     raise AssertionError(f"status {status} did not raise")
 
 
+def kernel_denied(kernel: str, status: int = 403) -> ValueError:
+    """The ValueError kaggle 2.2.5's kernels_status raises for a 401 or 403 (inside `except HTTPError`: the HTTP
+    error is its __context__)."""
+    try:
+        raise http_error(status, "Forbidden")
+    except requests.HTTPError:
+        try:
+            raise ValueError(
+                f"Cannot access kernel '{kernel}' (Permission 'kernels.get' was denied). "
+                "The most likely cause is a wrong kernel slug."
+            )  # noqa: B904 (as kaggle raises it: the HTTP error stays its __context__)
+        except ValueError as exc:
+            return exc
+    raise AssertionError("unreachable")
+
+
 class FakeKaggleApi:
     """Records calls; serves `archive` where the real KaggleApi writes its download.
 
@@ -71,6 +87,8 @@ class FakeKaggleApi:
         # unversioned kernel is the latest, kernel_state and outputs above
         self.kernel_versions: dict[int, dict] = {}
         self.current_version: int | None = None  # kernels_list's current_version_number (None: not listed)
+        self.exists = True  # the kernel was pushed; else kernels_status answers missing_status, kernels_list nothing
+        self.missing_status = 404  # what Kaggle answers for a kernel that does not exist: 404, or 403 (kernel_denied)
 
     def _serve(self, path: str | None, name: str) -> None:
         if self.error is not None:
@@ -226,12 +244,14 @@ class FakeKaggleApi:
         sort_by=None,
     ):
         self._record("kernels_list", search=search, user=user, mine=mine)
-        if self.current_version is None:
+        if self.current_version is None or not self.exists:
             return []
         return [types.SimpleNamespace(ref=f"{user}/{search}", current_version_number=self.current_version)]
 
     def kernels_status(self, kernel):
         self._record("kernels_status", kernel=kernel)
+        if not self.exists:
+            raise kernel_denied(kernel, 403) if self.missing_status == 403 else http_error(self.missing_status)
         version = self._version(kernel)
         return types.SimpleNamespace(
             status=types.SimpleNamespace(name=version["state"]), failure_message=version["failure"]
