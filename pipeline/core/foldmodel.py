@@ -42,8 +42,17 @@ def banner(
 
 def check_settings(cfg: Config, device) -> None:
     """The settings that only building a fold's model or optimizer would refuse (an 8-bit optimizer or a quantized
-    base on a CPU, a quantized tiny model), refused in one line before any fold
-    starts: nothing is touched then."""
+    base on a CPU, a quantized tiny model, a stage-2 pooling other than its stage-1 model's), refused in one line
+    before any fold starts: nothing is touched then."""
+    init = validity.init_dir(cfg)
+    if init is not None:  # a stage-2 model is the stage-1 model's, head and pooling included (modeling.build_model)
+        pooling = modeling.read_head(init)["pooling"]
+        if pooling != cfg.model.pooling:
+            raise PipelineError(
+                f"model.init_from={cfg.model.init_from}: its model pools by {pooling} and a stage-2 fold pools as "
+                f"the model it starts from, not by model.pooling={cfg.model.pooling}; set model.pooling={pooling}, "
+                f"or train the stage-1 model with model.pooling={cfg.model.pooling}"
+            )
     if lora.on(cfg.model.lora):
         lora.check_quantize(cfg.model.lora.quantize, modeling.base_from(cfg), device)
     optim.check_optimizer(cfg.train, device)
