@@ -279,7 +279,13 @@ def stage1_config(cfg: Config, device: bool = True) -> Config | None:
         return None
     fixed = [f"name={name}", "train.folds=[-1]", "model.init_from=", "model.init_args=[]", "data.pseudo_from="]
     fixed.append("train.training_only_rows=true")  # the default, though fold -1 reads only those rows anyway
-    return with_overrides(cfg, [*cfg.model.init_args, *fixed], device=device)
+    s1 = with_overrides(cfg, [*cfg.model.init_args, *fixed], device=device)
+    if s1.model.pooling != cfg.model.pooling:  # stage 2 pools as its stage-1 model does (foldmodel.check_settings)
+        raise ConfigError(
+            f"model.init_args: model.pooling={s1.model.pooling} for the stage-1 model {name}, "
+            f"{cfg.model.pooling} for stage 2: a stage-2 fold pools as the model it starts from; give both one pooling"
+        )
+    return s1
 
 
 def from_dict(d: dict) -> Config:

@@ -4,7 +4,8 @@ Reads   models/<name>/fold<k>/ of the complete folds made from the current input
         config.json, head.json, the tokenizer and a trimmed model's vocab_map.npy
 Writes  models/<name>/export/fold<k>/  the encoder's save_pretrained folder (config.json, model.safetensors) with
                                        the fold's tokenizer beside it; head.pt, the head's weight and bias (a dict of
-                                       tensors); export.json: pooling, max_length, and the scale of a prediction
+                                       tensors); export.json: pooling, max_length, and the scale of a prediction.
+                                       export/ holds exactly the folds exported: an earlier export's others go
 
 A trimmed model's embedding is given back the tokenizer's whole vocabulary (trim.untrim), so the exported tokenizer
 is the fold's own and every id reads the row it read in training. A LoRA fold is exported with its adapters merged
@@ -18,13 +19,14 @@ their probabilities.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import torch
 
 from pipeline import config as config_mod
-from pipeline import experiments, layout, validity
+from pipeline import experiments, files, layout, validity
 from pipeline.core import lora, modeling, trim
 from pipeline.errors import run_stage
 from pipeline.files import atomic_dir
@@ -67,8 +69,21 @@ def run(cfg: Config) -> list[Path]:
         export_fold(cfg, fold_dir, dest)
         out.append(dest)
         print(f"export: {fold_dir.name} -> {dest}")
+    for stale in remove_others(out[0].parent, out):
+        print(f"export: removed {stale} (its fold is not among the ones exported now)")
     print("load one with the function in docs/export.md; several folds ensemble as the mean of their probabilities")
     return out
+
+
+def remove_others(root: Path, kept: list[Path]) -> list[Path]:
+    """Every fold folder under export/ but `kept`, removed (an earlier export's, of a fold retrained, removed or no
+    longer current, would sit beside the new ones and be ensembled with them), and a killed export's temporaries;
+    returns the fold folders removed."""
+    files.remove_dead_temporaries(root)
+    stale = [p for p in layout.fold_dirs(root).values() if p not in kept]
+    for p in stale:
+        shutil.rmtree(p)
+    return stale
 
 
 def main(argv=None) -> int:

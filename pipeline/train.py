@@ -31,6 +31,7 @@ from pipeline import config as config_mod
 from pipeline import experiments, fingerprint, layout, validity
 from pipeline.core import distributed, eta, resume, steplog, trim
 from pipeline.core.fold import FoldInputs, FoldRun
+from pipeline.core.foldmodel import check_settings
 from pipeline.core.resume import StopFlag
 from pipeline.errors import PipelineError, run_stage
 from pipeline.inputs import tables, tokens
@@ -182,15 +183,15 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
     """The train stage inside the process group: every fold to do, then (rank 0) the CV report."""
     if d.device.type == "cpu" and d.enabled:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world))  # processes share the cores
+    check_settings(cfg, d.device)  # what building a fold's model or optimizer would refuse: before any fold starts
     table, data, tokenizer, keep, meta = load_inputs(cfg, d)
     folds = requested_folds(cfg)
     check_init_tokenizer(cfg, tokenizer)
     made = validity.current_made_from(cfg, meta)
     digest = fingerprint.fold_fingerprint(made)
     exp = layout.experiment_dir(cfg)
-    if d.is_main:
+    if d.is_main:  # its pipeline.yaml is written when a fold's training begins (FoldRun.begin), not by a refused run
         exp.mkdir(parents=True, exist_ok=True)
-        config_mod.save(cfg, exp / layout.RUN_CONFIG)
     todo = folds_to_train(cfg, folds, made, d)
     problem = distributed.broadcast_object(d, world_problem(cfg, digest, todo, d.world) if d.is_main else "")
     if problem:  # every rank stops, before any fold starts

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,19 @@ def test_an_exported_fold_loads_without_the_pipeline_and_predicts_as_the_fold(
     assert expected["id"].tolist() == test["id"].tolist()
     got = score_outside(folder, test["text"].tolist(), tmp_path)
     np.testing.assert_allclose(got, expected["toxic"].to_numpy(), rtol=0, atol=1e-5)
+
+
+def test_the_export_folder_holds_exactly_the_folds_exported(tmp_path: Path, capsys) -> None:
+    """A re-export after a fold is gone (removed, retrained away, no longer current) leaves no older export of it
+    beside the new ones, nor a killed export's temporary."""
+    cfg = prepare_tiny(tmp_path, "train.device=cpu", "train.max_steps=2")
+    train.run(cfg)
+    assert [p.name for p in export.run(cfg)] == ["fold0", "fold1"]
+    root = layout.export_dir(cfg, 0).parent
+    shutil.rmtree(layout.fold_dir(cfg, 1))
+    dead = root / f".fold1.tmp-{2**22 + 12345}"  # no such process
+    dead.mkdir()
+    capsys.readouterr()
+    assert export.run(cfg) == [layout.export_dir(cfg, 0)]
+    assert sorted(p.name for p in root.iterdir()) == ["fold0"]
+    assert f"export: removed {root / 'fold1'} (its fold is not among the ones exported now)" in capsys.readouterr().out

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from pipeline import config as config_mod
 from pipeline import data as data_mod
 from pipeline import layout, train, validity
+from pipeline.core import modeling
 from pipeline.errors import PipelineError
 from pipeline.inputs import tables
 from tests.helpers import prepare_tokens
@@ -135,3 +136,33 @@ def test_make_stage1_then_stage_two(tmp_path, capsys) -> None:
     for fold in (0, 1):
         fold_cfg = config_mod.load_file(tmp_path / "models" / "sample" / f"fold{fold}" / "pipeline.yaml")
         assert fold_cfg.model.init_from == "warm" and fold_cfg.train.lr != 5e-3
+
+
+def test_a_stage_two_pooling_other_than_its_stage_one_models_is_refused_before_any_work(tmp_path, capsys) -> None:
+    """A stage-2 fold is the stage-1 model with its head: it pools as that model does. Another model.pooling is
+    refused in one line by `make train` (nothing trained) and, set through model.init_args, by `make stage1`."""
+    from pipeline import stage1
+    from tests.helpers import stage_args
+
+    args = stage_args(tmp_path, "data.folds=2", "train.epochs=1", "train.precision=fp32", "model.tiny.hidden=32",
+                      "model.tiny.intermediate=64", "model.max_length=32", "train.max_steps=2")  # fmt: skip
+    warm = [*args, "name=warm", "train.folds=[-1]", "model.pooling=cls"]
+    assert data_mod.main(warm) == 0 and train.main(warm) == 0  # a stage-1 model that pools by its first token
+    stage2 = [*args, "model.init_from=warm"]
+    assert data_mod.main(stage2) == 0
+    capsys.readouterr()
+    assert train.main(stage2) == 2
+    assert capsys.readouterr().err == (
+        "error: model.init_from=warm: its model pools by cls and a stage-2 fold pools as the model it starts from, "
+        "not by model.pooling=mean; set model.pooling=cls, or train the stage-1 model with model.pooling=mean\n"
+    )
+    assert not (tmp_path / "models" / "sample").exists()
+    assert train.main([*stage2, "model.pooling=cls"]) == 0
+    assert modeling.read_head(tmp_path / "models" / "sample" / "fold0")["pooling"] == "cls"
+
+    capsys.readouterr()
+    assert stage1.main([*args, "model.init_from=cold", "model.init_args=[model.pooling=cls]"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: model.init_args: model.pooling=cls for the stage-1 model cold, mean for stage 2: a stage-2 fold pools"
+    )
+    assert not (tmp_path / "input" / "prepared" / "cold").exists()

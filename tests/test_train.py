@@ -1,12 +1,15 @@
-"""`make train` (pipeline.train): a models folder in the way stops it in one line. One fold's training is tested in
-tests/core/test_fold.py, whole runs in test_e2e.py, resumes in tests/core/test_resume.py."""
+"""`make train` (pipeline.train): a models folder in the way, or a setting no fold can be built with, stops it in one
+line and touches nothing. One fold's training is tested in tests/core/test_fold.py, whole runs in test_e2e.py,
+resumes in tests/core/test_resume.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import train
-from tests.helpers import one_line_error, stage_args
+import pytest
+
+from pipeline import data, predict, train
+from tests.helpers import digests, one_line_error, stage_args
 
 
 def test_models_being_a_file_stops_train_in_one_line(tmp_path: Path, capsys) -> None:
@@ -16,3 +19,34 @@ def test_models_being_a_file_stops_train_in_one_line(tmp_path: Path, capsys) -> 
     assert one_line_error(capsys) == (
         f"error: {models}: is a file, but the models folder (models_dir) must be a folder there; move the file away"
     )
+
+
+# a tiny smoke run of fold 0 (pipeline.data then pipeline.train), seconds on a CPU
+SMOKE = ["data.folds=2", "train.epochs=1", "train.precision=fp32", "model.tiny.hidden=32", "model.tiny.intermediate=64",
+         "model.max_length=32", "train.folds=[0]", "train.max_steps=2"]  # fmt: skip
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+@pytest.mark.parametrize(
+    "refused, why",
+    [
+        (["model.lora.r=4", "model.lora.quantize=8bit"], "model.lora.quantize=8bit: only a pretrained model.name"),
+        (["train.optimizer=adamw8bit"], "train.optimizer=adamw8bit runs only on a CUDA GPU"),
+    ],
+)
+def test_a_setting_a_fold_cannot_be_built_with_is_refused_before_anything_is_touched(
+    tmp_path: Path, capsys, refused: list[str], why: str
+) -> None:
+    """A complete fold and the experiment's pipeline.yaml stay as they were when a retrain under other settings is
+    refused: the one line comes before any fold is named as replaced, and `make predict` still has its fold."""
+    args = stage_args(tmp_path, *SMOKE)
+    assert data.main(args) == 0 and train.main(args) == 0 and predict.main(args) == 0
+    exp = tmp_path / "models" / "sample"
+    before = digests(exp)
+    assert {"pipeline.yaml", "fold0/done.json", "fold0/test.csv"} <= set(before)
+    capsys.readouterr()
+    assert train.main([*args, *refused]) == 2
+    err = capsys.readouterr().err
+    assert digests(exp) == before
+    assert err.startswith(f"error: {why}") and err.count("\n") == 1  # no warning of a fold to be replaced
+    assert predict.main(args) == 0

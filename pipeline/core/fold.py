@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from pipeline import config as config_mod
 from pipeline import files, fingerprint, layout, validity
 from pipeline.core import (
     batching,
@@ -29,6 +30,7 @@ from pipeline.core import (
     precision,
     resume,
     steplog,
+    trim,
 )
 from pipeline.core.foldmodel import (
     auto_fit,
@@ -82,15 +84,14 @@ class FoldRun:
         self.fold_dir = layout.fold_dir(inputs.cfg, inputs.fold)
         if d.is_main:
             self.fold_dir.mkdir(parents=True, exist_ok=True)
-            # an old result goes first: an interrupted retrain must never leave new weights behind an old
-            # done.json, nor old test predictions beside new weights
-            for name in (layout.DONE, layout.TEST_PREDS, layout.TEST_KEY):
-                (self.fold_dir / name).unlink(missing_ok=True)
             files.remove_dead_temporaries(self.fold_dir)  # of a run killed while it wrote one
         resume.set_seed(inputs.cfg.train.seed + inputs.fold)
         self.precision = precision.resolve_precision(inputs.cfg.train.precision, d.device)
         self.choose_rows()
+        # nothing of the fold's folder is replaced before this: a setting that building refuses leaves it as it was
         self.build(resume.load_resume_everywhere(self.fold_dir / layout.RESUME, self.digest, d, inputs.made_from))
+        if not self.fresh:  # a saved state continued: its run began before this one (a fresh fold: at its 1st step)
+            self.begin()
 
     def choose_rows(self) -> None:
         """Which rows train this fold and which score it (none for a stage-1 model)."""
@@ -249,7 +250,7 @@ class FoldRun:
                 self.ask_stop(ends)
                 if ends.stopped and not ends.expired:
                     return True
-                self.drop_old_state()
+                self.begin()
             self.log_window(epoch, window)
             self.evaluate_when_due(epoch, state.window, first)
             if not opening:
@@ -312,11 +313,20 @@ class FoldRun:
         ends.expired = self.deadline_passed()
         ends.stopped = ends.expired or self.stop_requested()
 
-    def drop_old_state(self) -> None:
-        """A fold started afresh writes its first record or evaluation: a resume state it could not continue (`make
-        train` said it would be dropped) goes now, since the weights and records beside it are no longer its own."""
-        if self.d.is_main:
-            (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
+    def begin(self) -> None:
+        """The fold's run has begun (a fresh fold's first step trained, or a saved state continued): what an earlier
+        run left goes now, never before, so that a run refused or stopped before it leaves the folder as it was.
+        A complete fold's done.json and test predictions go (new weights never sit behind an old done.json, nor old
+        test predictions beside new weights); a fresh fold's resume state it could not continue (`make train` said
+        it would be dropped); then the vocabulary map and the experiment's pipeline.yaml are this run's."""
+        if not self.d.is_main:
+            return
+        for name in (layout.DONE, layout.TEST_PREDS, layout.TEST_KEY) + ((layout.RESUME,) if self.fresh else ()):
+            (self.fold_dir / name).unlink(missing_ok=True)
+        keep, tokenizer = self.inputs.keep, self.tokenizer
+        vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
+        trim.save_map(self.fold_dir, vmap)  # beside the weights: predict remaps test ids; untrimmed, a stale one goes
+        config_mod.save(self.inputs.cfg, layout.experiment_dir(self.inputs.cfg) / layout.RUN_CONFIG)
 
     def stop_requested(self) -> bool:
         """A stop request (Ctrl-C, SIGTERM) on any rank."""

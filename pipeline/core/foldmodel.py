@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline import config as config_mod
 from pipeline import files, layout, validity
-from pipeline.core import distributed, lora, memory, modeling, trim
+from pipeline.core import distributed, lora, memory, modeling, optim, trim
 from pipeline.errors import PipelineError
 from pipeline.files import check_free_space
 from pipeline.inputs.tokens import Ragged
@@ -38,6 +38,24 @@ def banner(
         f"examples {n_train:,} train / {n_valid:,} valid | micro-batch {t.micro_batch} x accumulation "
         f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {steps:,} optimizer steps"
     )
+
+
+def check_settings(cfg: Config, device) -> None:
+    """The settings that only building a fold's model or optimizer would refuse (an 8-bit optimizer or a quantized
+    base on a CPU, a quantized tiny model, a stage-2 pooling other than its stage-1 model's), refused in one line
+    before any fold starts: nothing is touched then."""
+    init = validity.init_dir(cfg)
+    if init is not None:  # a stage-2 model is the stage-1 model's, head and pooling included (modeling.build_model)
+        pooling = modeling.read_head(init)["pooling"]
+        if pooling != cfg.model.pooling:
+            raise PipelineError(
+                f"model.init_from={cfg.model.init_from}: its model pools by {pooling} and a stage-2 fold pools as "
+                f"the model it starts from, not by model.pooling={cfg.model.pooling}; set model.pooling={pooling}, "
+                f"or train the stage-1 model with model.pooling={cfg.model.pooling}"
+            )
+    if lora.on(cfg.model.lora):
+        lora.check_quantize(cfg.model.lora.quantize, modeling.base_from(cfg), device)
+    optim.check_optimizer(cfg.train, device)
 
 
 def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
@@ -86,9 +104,6 @@ def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distrib
     # the weights 4 more (a LoRA fold's: its adapters and head); every rank checks, so all of them stop together
     need = modeling.count_parameters(model) * (16 + 4)
     check_free_space(fold_dir.parent, need, f"fold {layout.fold_index(fold_dir)}'s resume state and weights")
-    if d.is_main:  # the map beside the weights lets predict remap test ids; an untrimmed run removes a stale one
-        vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
-        trim.save_map(fold_dir, vmap)
     if not d.enabled and model.lora is None:  # a LoRA base's embedding is frozen: no gradient to keep sparse
         modeling.sparse_embedding_grad(model)
     if cfg.train.checkpointing is True:  # `auto` is decided once the model is on its device (checkpointing)

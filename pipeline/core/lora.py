@@ -92,15 +92,28 @@ def spec(lora_cfg, encoder: torch.nn.Module, base: dict) -> dict:
             "quantize": lora_cfg.quantize, "modules": names, "base": base}  # fmt: skip
 
 
-def quantization(quantize: str, dtype: torch.dtype, device: torch.device):
-    """transformers' BitsAndBytesConfig for model.lora.quantize (None for `none`), or one line where it cannot run."""
+def check_quantize(quantize: str, base_from: str, device: torch.device) -> None:
+    """Refuse, in one line, a model.lora.quantize this run cannot read its base with (`base_from`: base_record's
+    `from`): called before any fold starts (pipeline.train) as well as where the base is read."""
     if quantize == "none":
-        return None
+        return
+    if base_from != "model":
+        raise LoraError(
+            f"model.lora.quantize={quantize}: only a pretrained model.name is read quantized, not the "
+            f"{'tiny model' if base_from == 'tiny' else 'stage-1 model'}; use model.lora.quantize=none"
+        )
     if device.type != "cuda":
         raise LoraError(f"model.lora.quantize={quantize} runs only on a CUDA GPU (bitsandbytes); use "
                         f"model.lora.quantize=none here")  # fmt: skip
     if importlib.util.find_spec("bitsandbytes") is None:  # else transformers' ImportError, mid-load, as a traceback
         raise LoraError(f"model.lora.quantize={quantize} needs bitsandbytes, which is not installed here")
+
+
+def quantization(quantize: str, dtype: torch.dtype, device: torch.device):
+    """transformers' BitsAndBytesConfig for model.lora.quantize (None for `none`), or one line where it cannot run."""
+    if quantize == "none":
+        return None
+    check_quantize(quantize, "model", device)
     from transformers import BitsAndBytesConfig
 
     if quantize == "8bit":

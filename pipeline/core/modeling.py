@@ -262,14 +262,18 @@ def load_lora_fold(folder: Path, head: dict, cfg: Config, tokenizer, precision: 
     return model
 
 
+def base_from(cfg: Config) -> str:
+    """Which base a LoRA fold of this config goes over: `init_from`, `tiny` or `model` (base_record's `from`)."""
+    return "init_from" if cfg.model.init_from else "tiny" if cfg.model.name == "tiny" else "model"
+
+
 def base_record(cfg: Config, tokenizer) -> dict | None:
     """Where a LoRA fold's base comes from, as head.json keeps it; None without LoRA (model.lora.r=0)."""
     if not lora.on(cfg.model.lora):
         return None
-    init = validity.init_digest(cfg)
-    if init is not None:
-        return {"from": "init_from", "digest": init}
-    if cfg.model.name == "tiny":  # random weights: the seed and the config draw them again
+    if base_from(cfg) == "init_from":
+        return {"from": "init_from", "digest": validity.init_digest(cfg)}
+    if base_from(cfg) == "tiny":  # random weights: the seed and the config draw them again
         config = tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id)
         return {"from": "tiny", "seed": cfg.train.seed, "config": config.to_dict()}
     return {"from": "model", "name": cfg.model.name}
@@ -279,11 +283,7 @@ def lora_base(cfg: Config, tokenizer, base: dict, dropout: float, precision: str
     """The frozen base a LoRA fold trains over, under a new head: `base` (base_record's) built again, in the dtype
     lora.attach casts it to (a pretrained one read straight into it) or quantized."""
     dtype = lora.base_dtype(precision)
-    if quantize != "none" and base["from"] != "model":
-        raise ModelError(
-            f"model.lora.quantize={quantize}: only a pretrained model.name is read quantized, not the "
-            f"{'tiny model' if base['from'] == 'tiny' else 'stage-1 model'}; use model.lora.quantize=none"
-        )
+    lora.check_quantize(quantize, base["from"], device or torch.device("cpu"))
     if base["from"] == "init_from":
         init = validity.init_dir(cfg)
         if init is None or validity.read_done(init)["digest"] != base["digest"]:

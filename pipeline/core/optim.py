@@ -11,6 +11,7 @@ is skipped (the GradScaler skips it by itself in fp16) and the caller counts it.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 
 import torch
@@ -88,9 +89,8 @@ def learning_rates(optimizer: torch.optim.Optimizer) -> dict[str, float]:
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     """AdamW over param_groups; fused where the device has it, or 8-bit."""
     groups = param_groups(model, cfg)
+    check_optimizer(cfg, device)
     if cfg.optimizer == "adamw8bit":
-        if device.type != "cuda":
-            raise PipelineError("train.optimizer=adamw8bit runs only on a CUDA GPU (bitsandbytes); use adamw here")
         try:
             import bitsandbytes as bnb
         except ImportError as e:
@@ -99,6 +99,17 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     # fused: one kernel per step, with no parameter-sized temporaries (the for-loop version makes two the
     # size of the 250k-row embedding at once); torch has it for CUDA and CPU
     return torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type in ("cuda", "cpu"))
+
+
+def check_optimizer(cfg: TrainConfig, device: torch.device) -> None:
+    """Refuse, in one line, a train.optimizer this device cannot run: before any fold starts (pipeline.train) as
+    well as where the optimizer is made."""
+    if cfg.optimizer != "adamw8bit":
+        return
+    if device.type != "cuda":
+        raise PipelineError("train.optimizer=adamw8bit runs only on a CUDA GPU (bitsandbytes); use adamw here")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise PipelineError("train.optimizer=adamw8bit needs bitsandbytes, which is not installed here; use adamw")
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, warmup: float, total_steps: int):

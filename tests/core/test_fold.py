@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline import files, fingerprint, layout, train, validity
+from pipeline import config, files, fingerprint, layout, train, validity
 from pipeline.core import distributed, resume
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import Interrupted
@@ -368,3 +368,26 @@ def test_each_step_runs_its_jobs_in_one_fixed_order(prepared, monkeypatch) -> No
     first = ["time_window", "deadline_passed", "stop_requested", "log_window", "evaluate_when_due",
              "checkpoint_when_due"]  # fmt: skip
     assert calls == first + order * (run.windows - 1)
+
+
+def test_a_retrain_refused_while_its_fold_is_built_or_stopped_at_once_leaves_the_complete_fold(prepared) -> None:
+    """A complete fold trained again under settings that building its model or optimizer refuses (an 8-bit optimizer
+    on a CPU), or stopped at its first step, keeps its done.json, its test predictions and its vocabulary map
+    (none here: a trimmed retrain would write one): the folder is replaced only once the new run has begun."""
+    fold_run(prepared, StopAt(10**9)).run()
+    exp, folder = layout.experiment_dir(prepared), layout.fold_dir(prepared, 0)
+    (folder / layout.TEST_PREDS).write_text("id,toxic\n1,0.5\n")  # as `make predict` leaves them
+    write_json(folder / layout.TEST_KEY, {"key": "k"})
+    before = digests(exp)
+    assert {"fold0/done.json", "pipeline.yaml"} <= set(before)
+    trimmed = dataclasses.replace(prepared, model=dataclasses.replace(prepared.model, trim_vocab=True))
+    with pytest.raises(PipelineError, match="^train.optimizer=adamw8bit runs only on a CUDA GPU"):
+        fold_run(with_train(trimmed, optimizer="adamw8bit"), StopAt(10**9))
+    assert digests(exp) == before
+    with pytest.raises(Interrupted, match="fold 0 stopped at its first step; nothing was saved or replaced"):
+        fold_run(with_train(trimmed, lr=2e-3), StopAt(1)).run()
+    assert digests(exp) == before
+    assert validity.is_complete(folder, validity.current_fingerprint(prepared))
+    fold_run(with_train(trimmed, lr=2e-3), StopAt(10**9)).run()  # a retrain that begins replaces it
+    assert not (folder / layout.TEST_PREDS).exists() and (folder / layout.VOCAB_MAP).exists()
+    assert config.load_file(exp / layout.RUN_CONFIG).train.lr == 2e-3
