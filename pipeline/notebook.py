@@ -17,7 +17,8 @@ session's deadline pipeline/kaggle/clock.py's, an earlier session's output pipel
 Each fold is copied into working as soon as it is complete and predicted with at once: a session that runs
 out of time keeps the folds it finished and a submission from all of them. The train stage runs once per
 fold, under torchrun with one process per GPU when there are several (`kaggle.gpus`, default every visible
-GPU): the same DDP code path as `make train GPUS=N`.
+GPU): the same DDP code path as `make train GPUS=N`, stopped with every worker when it runs past the session's
+deadline by more than saving its state takes (a hang: SessionClock.train_timeout).
 """
 
 from __future__ import annotations

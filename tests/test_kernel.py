@@ -178,6 +178,11 @@ def test_a_first_push_answered_403_is_a_first_push(tmp_path: Path) -> None:
         kernel.build_and_push(make_cfg(tmp_path), api=api)
     assert [name for name, _ in api.calls] == ["kernels_status", "kernels_list"]  # listed: nothing sent
     api = FakeKaggleApi()
+    api.exists, api.missing_status = False, 403
+    with pytest.raises(KaggleError, match=r"kernel someone/jigsaw-sample: access denied \(403\)"):  # not the user's
+        kernel.build_and_push(make_cfg(tmp_path, "kaggle.user=someone"), api=api)
+    assert "kernels_push" not in [name for name, _ in api.calls]
+    api = FakeKaggleApi()
     api.fail["kernels_status"] = fake_kaggle.kernel_denied("tester/jigsaw-sample", 401)  # credentials: no listing
     with pytest.raises(KaggleError, match=r"rejected the credentials \(401\)"):
         kernel.build_and_push(make_cfg(tmp_path), api=api)

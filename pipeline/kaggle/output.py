@@ -66,14 +66,15 @@ def ended_state(ref: str, api, why: str = "", also: str = "") -> str | None:
 
 def never_pushed(ref: str, api, exc: BaseException | None) -> bool:
     """kernels_status failed with `exc` because kernel `ref` does not exist: a 404, or a 403 (Kaggle answers one for
-    a kernel that does not exist as well: kaggle 2.2.5 blames "a wrong kernel slug") when the user's own kernel list,
-    searched by its slug, does not hold it either."""
-    from pipeline.kaggle import kernels
+    a kernel that does not exist as well: kaggle 2.2.5 blames "a wrong kernel slug") for a kernel of the user's own
+    that their kernel list, searched by its slug, does not hold either (another owner's is denied access)."""
+    from pipeline.kaggle import client, kernels
 
     status = kernels.access_status(exc) if exc is not None else None
     if status == 404:
         return True
-    return status == 403 and kernels.listed_kernel(ref, api, mine=True) is None
+    own = client.authenticated_username(api) in ("", ref.partition("/")[0])  # "": credentials without a name
+    return status == 403 and own and kernels.listed_kernel(ref, api, mine=True) is None
 
 
 def experiments(cfg: Config) -> list[str]:
