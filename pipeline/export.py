@@ -60,7 +60,7 @@ def run(cfg: Config) -> list[Path]:
     experiments.preflight(cfg, "export")
     _, _, meta = tables.load_table(cfg)
     digest = validity.current_fingerprint(cfg, meta)
-    dirs = validity.usable_folds(cfg, digest, what="export", needs=(layout.WEIGHTS,))
+    dirs = validity.usable_folds(cfg, digest, "export")
     out = []
     for fold_dir in dirs:
         dest = layout.export_dir(cfg, layout.fold_index(fold_dir))
