@@ -119,7 +119,7 @@ def preflight(cfg: Config, stage: str, name: str | None = None) -> None:
     """Every path `stage` reads or writes (its record's `checks`, pipeline/stages.py), checked before any work is
     done; `name` is the experiment folder a stage writes when it is not the config's own (a blend's, the
     baseline's)."""
-    for check in stages.by_name(stage).checks:
+    for check in stages.of(stage).checks:
         CHECKS[check](cfg, name)
 
 

@@ -127,6 +127,14 @@ def by_name(name: str) -> Stage | None:
     return next((s for s in STAGES if s.name == name), None)
 
 
+def of(name: str) -> Stage:
+    """The record of a stage the code names (its own, in experiments.preflight and validity.usable_folds)."""
+    stage = by_name(name)
+    if stage is None:
+        raise KeyError(f"no stage {name!r} in pipeline/stages.py")
+    return stage
+
+
 def help_lines() -> str:
     """The stage lines of `make help` (the Makefile's own targets follow them)."""
     return "".join(f"  make {s.name:<14} {s.doc.replace('`', '')}\n" for s in STAGES)

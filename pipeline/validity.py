@@ -275,7 +275,7 @@ def usable_folds(cfg: Config, digest: str, stage: str) -> list[Path]:
     """The complete folds made from the current inputs and settings, with the files `stage` reads of a fold (its
     record's `reads`, pipeline/stages.py); says which others it leaves out."""
     exp = layout.experiment_dir(cfg)
-    needs = tuple(layout.FOLD_NEEDS[r] for r in stages.by_name(stage).reads)
+    needs = tuple(layout.FOLD_NEEDS[r] for r in stages.of(stage).reads)
     dirs, left_out = select_folds(exp, digest, cfg.data.folds, needs)
     why = describe(left_out)
     if not dirs:

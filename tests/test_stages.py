@@ -83,6 +83,8 @@ def test_a_record_names_its_module_so_a_stage_may_share_a_name_with_a_module() -
     assert (named.module, named.path) == ("pipeline.checks.errors", "pipeline/checks/errors.py")
     with pytest.raises(ValueError, match="unknown checks or reads"):
         stages.Stage("probe", "x", checks=("no such check",))
+    with pytest.raises(KeyError, match="no stage 'probe'"):
+        stages.of("probe")
 
 
 def test_every_check_and_read_a_record_may_name_is_made_somewhere() -> None:
