@@ -1,12 +1,13 @@
 """Every stage, declared once: its name (the make target, `python -m pipeline <name>`), its module, its doc, the
 paths it checks before any work and the files of its own experiment's folds it reads.
 
-A stage is a module with a `main(argv=None)`: `pipeline/<name>.py` unless its record names another (a stage may
-be named as a module that is not one, `errors` beside pipeline/errors.py). Made from STAGES: the choices of
-`python -m pipeline`, the stage lines of `make help`, the Makefile targets of the stages without a recipe of their
-own, what `experiments.preflight` checks and what `validity.usable_folds` needs of a fold, and three generated
-parts that `python3 -m pipeline.stages write` rewrites and tests/test_stages.py checks: the README's commands
-table, docs/stages.md's module table and the stage layer of the import contract in pyproject.toml.
+A stage is a module with a `main(argv=None)`: `pipeline/<name>.py` unless its record names another, so a stage
+may share its name with a module that is not a stage (a stage `errors` beside pipeline/errors.py). Made from
+STAGES: the choices of `python -m pipeline`, the stage lines of `make help`, the Makefile targets of the stages
+without a recipe of their own, what `experiments.preflight` checks and what `validity.usable_folds` needs of a
+fold, and three generated parts that `python3 -m pipeline.stages write` rewrites and tests/test_stages.py checks:
+the README's commands table, docs/stages.md's module table and the stage layer of the import contract in
+pyproject.toml.
 
 Standard library only, and nothing at import: the Makefile reads it with the system python, before .venv exists.
 """
