@@ -137,7 +137,7 @@ def fit_folds(cfg, base) -> dict:
 def write_submission(base, digest: str, test: pd.DataFrame, raw: Path, profile: dict) -> Path:
     """The folds' test predictions ensembled into submissions/<name>-tfidf.csv, as `make predict` writes an
     experiment's (on one scale across languages with predict.calibration), with its test AUC."""
-    dirs = validity.usable_folds(base, digest, what="baseline", needs=(layout.OOF, layout.TEST_PREDS))
+    dirs = validity.usable_folds(base, digest, "baseline")
     frames = [pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for d in dirs]
     return publish(base, raw, base.name, frames[0]["id"], align(frames), test, dirs, profile)[0]
 

@@ -1,5 +1,6 @@
-"""docs/configs.md's "Every key" tables, made from pipeline.schema's fields: `python -m pipeline.configdoc
-docs/configs.md` rewrites them, and tests/test_schema.py checks that the page holds what the fields say."""
+"""docs/configs.md's "Every key" tables and its list of the keys with a fixed set of values, made from
+pipeline.schema's fields: `python -m pipeline.configdoc docs/configs.md` rewrites them, and tests/test_schema.py
+checks that the page holds what the fields say."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.schema import LATER, NEVER, Above, Config, is_section, roles
+from pipeline.schema import CHOICES, LATER, NEVER, Above, Config, is_section, roles
 
 BEGIN, END = "<!-- keys: from pipeline/schema.py -->", "<!-- /keys -->"
+FIXED_BEGIN, FIXED_END = "<!-- fixed: from pipeline/schema.py -->", "<!-- /fixed -->"  # inside a sentence
 
 
 def shown(value) -> str:
@@ -84,10 +86,28 @@ def with_key_tables(text: str) -> str:
     return f"{head}{BEGIN}\n\n{key_tables()}\n{END}{rest.split(END, 1)[1]}"
 
 
+def fixed_keys() -> str:
+    """Every key with a fixed set of values (its choices), as the rules paragraph lists them."""
+    return ", ".join(f"`{key}`" for key in CHOICES)
+
+
+def with_fixed_keys(text: str) -> str:
+    """A docs page's text with the list between FIXED_BEGIN and FIXED_END (where it has one) made fixed_keys()."""
+    if FIXED_BEGIN not in text:
+        return text
+    head, rest = text.split(FIXED_BEGIN, 1)
+    return f"{head}{FIXED_BEGIN}{fixed_keys()}{FIXED_END}{rest.split(FIXED_END, 1)[1]}"
+
+
+def generated(text: str) -> str:
+    """A docs page's text with every part made from the fields rewritten."""
+    return with_fixed_keys(with_key_tables(text))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Rewrite the key tables of a docs page (docs/configs.md) from the fields above."""
+    """Rewrite the parts of a docs page (docs/configs.md) made from the fields above."""
     page = Path((sys.argv[1:] if argv is None else argv)[0])
-    page.write_text(with_key_tables(page.read_text(encoding="utf-8")), encoding="utf-8")
+    page.write_text(generated(page.read_text(encoding="utf-8")), encoding="utf-8")
     return 0
 
 

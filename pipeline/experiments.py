@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from pipeline import files, fingerprint, layout, validity
+from pipeline import files, fingerprint, layout, stages, validity
 from pipeline.errors import PipelineError
 from pipeline.schema import Config
 
@@ -91,32 +91,36 @@ def refusal(cfg: Config, name: str, left_out: dict[str, str]) -> PipelineError:
     )
 
 
+def check_raw(cfg: Config, name: str | None) -> None:
+    if cfg.data.source == "dir" and cfg.data.dir:
+        files.check_readable(Path(cfg.data.dir).expanduser(), "the competition folder (data.dir)")
+
+
+def check_submission(cfg: Config, name: str | None) -> None:
+    files.check_writable_dir(Path(cfg.submissions_dir), "the submissions folder (submissions_dir)")
+    files.check_file_target(layout.submission_path(cfg, name), "the submission")
+
+
+# how each of stages.CHECKS is made: f(cfg, the experiment folder a stage writes when not the config's own)
+CHECKS = {
+    "raw": check_raw,
+    "input": lambda cfg, name: files.check_writable_dir(layout.input_dir(cfg), "the input folder (input_dir)"),
+    "prepared": lambda cfg, name: files.check_readable(layout.prepared_dir(cfg), "the prepared data"),
+    "models": lambda cfg, name: files.check_writable_dir(
+        layout.experiment_dir(cfg, name), "the models folder (models_dir)"
+    ),
+    "submission": check_submission,
+    "submission.csv": lambda cfg, name: files.check_file_target(layout.submission_csv(cfg), "the submission"),
+    "board": lambda cfg, name: files.check_file_target(layout.board_path(cfg), "the board (models/board.md)"),
+}
+
+
 def preflight(cfg: Config, stage: str, name: str | None = None) -> None:
-    """Every path `stage` reads or writes, checked before any work is done; `name` is the experiment folder a
-    stage writes when it is not the config's own (a blend's, the baseline's)."""
-    models = layout.experiment_dir(cfg, name)
-    if stage == "data":
-        if cfg.data.source == "dir" and cfg.data.dir:
-            files.check_readable(Path(cfg.data.dir).expanduser(), "the competition folder (data.dir)")
-        files.check_writable_dir(layout.input_dir(cfg), "the input folder (input_dir)")
-    if stage in ("train", "predict", "baseline"):
-        files.check_readable(layout.prepared_dir(cfg), "the prepared data")
-    if stage in ("train", "cv", "baseline", "blend", "export"):
-        files.check_writable_dir(models, "the models folder (models_dir)")
-    if stage in ("predict", "blend", "baseline"):
-        files.check_writable_dir(Path(cfg.submissions_dir), "the submissions folder (submissions_dir)")
-        targets = (
-            (layout.submission_path(cfg), layout.submission_csv(cfg))
-            if stage == "predict"
-            else (layout.submission_path(cfg, name),)
-        )
-        for path in targets:
-            files.check_file_target(path, "the submission")
-    if stage == "predict":
-        # fold<k>/test.csv caches the test predictions
-        files.check_writable_dir(models, "the models folder (models_dir)")
-    if stage == "board":
-        files.check_file_target(layout.board_path(cfg), "the board (models/board.md)")
+    """Every path `stage` reads or writes (its record's `checks`, pipeline/stages.py), checked before any work is
+    done; `name` is the experiment folder a stage writes when it is not the config's own (a blend's, the
+    baseline's)."""
+    for check in stages.of(stage).checks:
+        CHECKS[check](cfg, name)
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ def export_fold(cfg: Config, fold_dir: Path, dest: Path) -> None:
     if vmap is not None:  # the tokenizer's ids index the whole vocabulary, the trimmed embedding only the kept rows
         trim.untrim(model, vmap)
     spec = {
-        "pooling": model.pooling,  # mean: over the attention mask; cls: the first token
+        "pooling": model.pooling,  # a name of pipeline.pooling's: docs/export.md's loader has each one (POOL)
         "max_length": cfg.model.max_length,  # texts are cut to it, special tokens included, as in training
         "scale": "probability",  # sigmoid(head(pooled)): the probability the fold's test.csv holds
         "fold": layout.fold_index(fold_dir),
@@ -62,7 +62,7 @@ def run(cfg: Config) -> list[Path]:
     experiments.preflight(cfg, "export")
     _, _, meta = tables.load_table(cfg)
     digest = validity.current_fingerprint(cfg, meta)
-    dirs = validity.usable_folds(cfg, digest, what="export", needs=(layout.WEIGHTS,))
+    dirs = validity.usable_folds(cfg, digest, "export")
     out = []
     for fold_dir in dirs:
         dest = layout.export_dir(cfg, layout.fold_index(fold_dir))

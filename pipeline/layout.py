@@ -74,6 +74,8 @@ ALL = "*"  # in `needs`: every file done.json records
 # in `needs`: the weights, or, for a fold kept without them (kaggle.keep_weights=false), test predictions made with
 # the weights done.json records (a fold that predicted before its weights were left behind)
 TESTED = "weights or their test predictions"
+# the files a stage's record says it reads of a fold (pipeline/stages.py, READS), as `needs` names them
+FOLD_NEEDS = {"weights": WEIGHTS, "oof": OOF, "test": TEST_PREDS, "tested": TESTED, "all": ALL}
 # the files of an experiment folder
 CV_JSON, CV_PNG = "cv.json", "cv.png"
 CURVES_PNG = "curves.png"  # each fold's training loss, validation AUC and learning rate against steps

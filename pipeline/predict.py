@@ -115,9 +115,7 @@ def run(cfg: Config) -> Path | None:
     digest = validity.current_fingerprint(cfg, meta)
     d = distributed.setup(cfg.train.device)
     try:
-        dirs = (
-            validity.usable_folds(cfg, digest, what="predict", needs=(layout.TESTED, layout.ALL)) if d.is_main else []
-        )
+        dirs = validity.usable_folds(cfg, digest, "predict") if d.is_main else []
         dirs = distributed.broadcast_object(d, dirs)
         splits, _ = tokens.load_cache(cfg, meta)
         mine = dirs[d.rank :: d.world]  # each process its folds, cached in fold<k>/test.csv

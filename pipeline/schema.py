@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline import pooling as poolings
+
 WEIGHTS, NEVER, LATER = "weights", "never", "later"  # a setting's role in what a result is made from
 
 
@@ -171,13 +173,7 @@ class ModelConfig:
                         "copy counts wherever the same name is used", role=NEVER)  # fmt: skip
     max_length: int = setting(128, "tokens per comment, no longer than a local model folder's position embeddings "
                               "(512 for XLM-R)", within=at_least(8))  # fmt: skip
-    pooling: str = setting(
-        "mean",
-        "what the head reads of the encoder's last hidden states: `mean` (over the "
-        "attention mask) or `cls` (the first token)",
-        choices=("mean", "cls"),
-        role=LATER,
-    )
+    pooling: str = setting("mean", poolings.setting_doc(), choices=tuple(poolings.POOLINGS), role=LATER)
     dropout: float = setting(0.1, "the model's hidden and attention dropout", within=FRACTION)
     trim_vocab: bool = setting(
         False,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline import files, fingerprint, layout, schema
+from pipeline import files, fingerprint, layout, schema, stages
 from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.files import file_digest, read_json
 from pipeline.schema import Config
@@ -271,9 +271,11 @@ def trained_settings_differ(cfg: Config, name: str | None = None) -> str:
         return ""
 
 
-def usable_folds(cfg: Config, digest: str, what: str = "cv", needs: tuple[str, ...] = ()) -> list[Path]:
-    """The complete folds made from the current inputs and settings; says which others it leaves out."""
+def usable_folds(cfg: Config, digest: str, stage: str) -> list[Path]:
+    """The complete folds made from the current inputs and settings, with the files `stage` reads of a fold (its
+    record's `reads`, pipeline/stages.py); says which others it leaves out."""
     exp = layout.experiment_dir(cfg)
+    needs = tuple(layout.FOLD_NEEDS[r] for r in stages.of(stage).reads)
     dirs, left_out = select_folds(exp, digest, cfg.data.folds, needs)
     why = describe(left_out)
     if not dirs:
@@ -283,7 +285,7 @@ def usable_folds(cfg: Config, digest: str, what: str = "cv", needs: tuple[str, .
             hint += f"; the settings differ from {exp}/{layout.RUN_CONFIG} in {differ}: give the same CONFIG and ARGS"
         raise PipelineError(f"no trained folds for these inputs and settings in {exp}{hint}; run `make train` first")
     if left_out:
-        print(f"{what}: using {', '.join(d.name for d in dirs)}; left out {why}", file=sys.stderr)
+        print(f"{stage}: using {', '.join(d.name for d in dirs)}; left out {why}", file=sys.stderr)
     return dirs
 
 

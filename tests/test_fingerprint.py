@@ -109,7 +109,7 @@ def test_fewer_folds_leave_the_old_ones_out(trained, tmp_path, capsys) -> None:
     assert left_out == {"fold0": "not complete", "fold2": "not a fold of data.folds=2"}
     cfg = cfg_of(stage_argv(tmp_path, trained.raw))
     cfg = config.from_dict({**cfg.to_dict(), "input_dir": str(trained.root / "input")})
-    validity.usable_folds(cfg, digest, what="predict")
+    validity.usable_folds(cfg, digest, "predict")
     err = capsys.readouterr().err
     assert "predict: using fold1; left out fold0: not complete; fold2: not a fold of data.folds=2" in err
 

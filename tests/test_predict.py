@@ -34,7 +34,7 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
     good = frame(["a", "b", "c", "d"], [0.1, 0.2, 0.3, 0.4])
 
-    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, what, needs: folds)
+    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, stage: folds)
     monkeypatch.setattr(predict.validity, "current_fingerprint", lambda cfg, meta: "x")
     monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
     monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))
@@ -72,7 +72,7 @@ def test_a_good_submission_is_never_replaced_by_a_failing_one(tmp_path: Path, mo
     raw.mkdir()
     SAMPLE.to_csv(raw / "sample_submission.csv", index=False)
     test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
-    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, what, needs: [tmp_path / "fold0"])
+    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, stage: [tmp_path / "fold0"])
     monkeypatch.setattr(predict.validity, "current_fingerprint", lambda cfg, meta: "x")
     monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
     monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))

@@ -23,7 +23,14 @@ def test_every_key_is_in_the_docs() -> None:
 
 def test_the_docs_key_tables_are_the_schema_s() -> None:
     text = CONFIGS_MD.read_text(encoding="utf-8")
-    assert text == configdoc.with_key_tables(text), "run `.venv/bin/python -m pipeline.configdoc docs/configs.md`"
+    assert text == configdoc.generated(text), "run `.venv/bin/python -m pipeline.configdoc docs/configs.md`"
+
+
+def test_the_rules_name_every_key_with_a_fixed_set_of_values() -> None:
+    text = CONFIGS_MD.read_text(encoding="utf-8")
+    listed = text.split(configdoc.FIXED_BEGIN, 1)[1].split(configdoc.FIXED_END, 1)[0]
+    assert listed.replace("`", "").split(", ") == list(schema.CHOICES)
+    assert "model.pooling" in schema.CHOICES and "predict.calibration" in schema.CHOICES
 
 
 def test_the_guarantees_name_every_setting_left_out_of_a_fingerprint() -> None:
@@ -106,7 +113,11 @@ def test_choices_and_ranges_come_from_the_fields() -> None:
 
 def test_the_writer_rewrites_only_the_key_tables(tmp_path: Path) -> None:
     page = tmp_path / "configs.md"
-    page.write_text(f"# Head\n\n{configdoc.BEGIN}\nold\n{configdoc.END}\n\nTail\n")
+    fixed = f"({configdoc.FIXED_BEGIN}`old.key`{configdoc.FIXED_END})"
+    page.write_text(f"# Head\n\n{configdoc.BEGIN}\nold\n{configdoc.END}\n\nTail {fixed}\n")
     assert configdoc.main([str(page)]) == 0
     text = page.read_text()
-    assert text.startswith("# Head\n\n") and text.endswith(f"{configdoc.END}\n\nTail\n") and "| `train.lr` |" in text
+    assert text.startswith("# Head\n\n") and "| `train.lr` |" in text
+    assert text.endswith(
+        f"{configdoc.END}\n\nTail ({configdoc.FIXED_BEGIN}{configdoc.fixed_keys()}{configdoc.FIXED_END})\n"
+    )

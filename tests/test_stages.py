@@ -1,23 +1,25 @@
 """The stage table (pipeline/stages.py): every place that names the stages is made from it or checked against it,
-so that a new stage is its module, its line in the table and its test."""
+so that a new stage is its module, its record in the table and its test."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from pipeline import stages
-from tests.helpers import ROOT
-
-pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
+from pipeline import experiments, layout, stages, validity
+from pipeline.errors import PipelineError
+from tests.helpers import ROOT, make_cfg
 
 
 def test_every_stage_is_a_module_with_a_main_and_a_docstring_of_what_it_reads_and_writes() -> None:
     for s in stages.STAGES:
-        path = ROOT / "pipeline" / f"{s.name}.py"
+        path = ROOT / s.path
         assert path.is_file() and importlib.util.find_spec(s.module) is not None, s.name
         text = path.read_text()
         assert "def main(argv" in text, f"{path}: no main(argv=None)"
@@ -43,6 +45,7 @@ def test_the_import_contract_has_every_stage_in_its_layer() -> None:
     assert ordinary == {s.module for s in stages.STAGES if not s.driver}
 
 
+@pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
 def test_make_help_and_python_m_pipeline_name_every_stage() -> None:
     # make -n (-o: the venv taken as made): nothing runs; the Makefile reads the table with the system python
     made = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -67,3 +70,61 @@ def test_write_rewrites_only_the_generated_parts(tmp_path) -> None:
     assert stages.main(["write", str(tmp_path)]) == 0
     for name in stages.GENERATED:
         assert (tmp_path / name).read_text(encoding="utf-8") == (ROOT / name).read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------- a stage declared by its record
+
+
+def test_a_record_names_its_module_so_a_stage_may_share_a_name_with_a_module() -> None:
+    plain = stages.Stage("cv", "x")
+    assert (plain.module, plain.path) == ("pipeline.cv", "pipeline/cv.py")
+    # `errors` as a stage: pipeline/errors.py is the one-line-errors module, so the stage lives elsewhere
+    named = stages.Stage("errors", "x", module="pipeline.checks.errors")
+    assert (named.module, named.path) == ("pipeline.checks.errors", "pipeline/checks/errors.py")
+    with pytest.raises(ValueError, match="unknown checks or reads"):
+        stages.Stage("probe", "x", checks=("no such check",))
+    with pytest.raises(KeyError, match="no stage 'probe'"):
+        stages.of("probe")
+
+
+def test_every_check_and_read_a_record_may_name_is_made_somewhere() -> None:
+    assert set(experiments.CHECKS) == set(stages.CHECKS)
+    assert set(layout.FOLD_NEEDS) == set(stages.READS)
+
+
+def test_each_stage_preflights_under_its_own_name_and_only_a_stage_with_checks_does() -> None:
+    for s in stages.STAGES:
+        named = re.findall(r"preflight\(\w+, \"(\w+)\"", (ROOT / s.path).read_text())
+        assert named == ([s.name] if s.checks else []), s.name
+
+
+def with_stage(monkeypatch, stage: stages.Stage) -> None:
+    monkeypatch.setattr(stages, "STAGES", (*stages.STAGES, stage))
+
+
+def test_preflight_checks_what_the_record_names_and_nothing_else(tmp_path: Path, monkeypatch) -> None:
+    cfg = make_cfg(tmp_path)
+    layout.board_path(cfg).mkdir(parents=True)  # models/board.md a folder: the board check refuses it
+    with_stage(monkeypatch, stages.Stage("probe", "x", checks=("models",)))
+    experiments.preflight(cfg, "probe")  # the models folder is writable: nothing to say
+    with_stage(monkeypatch, stages.Stage("probe2", "x", checks=("models", "board")))
+    with pytest.raises(PipelineError, match="board.md: is a folder"):
+        experiments.preflight(cfg, "probe2")
+
+
+def test_usable_folds_needs_what_the_record_reads_and_says_the_stage(tmp_path: Path, monkeypatch, capsys) -> None:
+    cfg, seen = make_cfg(tmp_path), []
+    fold0 = layout.fold_dir(cfg, 0)
+
+    def select(exp, digest, k, needs):  # what validity.fold_status is asked of each fold
+        seen.append(needs)
+        return [fold0], {"fold1": "why"}
+
+    monkeypatch.setattr(validity, "select_folds", select)
+    with_stage(monkeypatch, stages.Stage("probe", "x", reads=("weights",)))
+    assert validity.usable_folds(cfg, "d", "probe") == [fold0]
+    assert seen == [(layout.WEIGHTS,)]
+    assert "probe: using fold0; left out fold1: why" in capsys.readouterr().err
+    with_stage(monkeypatch, dataclasses.replace(stages.by_name("probe"), name="probe3", reads=("oof", "all")))
+    validity.usable_folds(cfg, "d", "probe3")
+    assert seen[-1] == (layout.OOF, layout.ALL)

@@ -249,6 +249,7 @@ def run_row(cfg: Config, spec: dict) -> dict:
         accumulation=b.effective_batch // micro,
         checkpointing=spec["checkpointing"],
         optimizer=spec["optimizer"],
+        warmup=0.0,  # both runners: every timed step at a learning rate above zero
     )
     timed = np.arange(1, len(ids))
     profiler = Profiler(device) if b.profile else contextlib.nullcontext()
@@ -300,8 +301,7 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
     if spec["sparse"] and not spec["lora"]:  # a LoRA row's embedding is frozen: no gradient to keep sparse
         modeling.sparse_embedding_grad(model)  # as make train does in one process
     steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
-    # as training builds them; no warm-up, so that every timed step runs at a learning rate above zero
-    optimizer, scheduler = optim.make_training(model, dataclasses.replace(tcfg, warmup=0.0), device, steps)
+    optimizer, scheduler = optim.make_training(model, tcfg, device, steps)  # as training builds them
     scaler = make_scaler(precision, device)
     rows, width = ids.shape
     data = Ragged(ids.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width)

@@ -1,13 +1,31 @@
 """The Trainer side of `make bench`: the TrainingArguments a user would write for a row's job, read back.
 
 Trainer gets the job's settings (precision, micro-batch, accumulation, checkpointing, lr, weight
-decay, clipping, schedule) and its own defaults for everything else, its default optimizer included;
-`trainer_settings` reads back what it actually ran with, for the table's notes and the tests.
+decay, clipping, schedule, warm-up, seed), each read from the row's config where Trainer has a counterpart
+(`from_config`), and its own defaults for everything else, its default optimizer included; `trainer_settings`
+reads back what it actually ran with, for the table's notes and the tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+
+def from_config(tcfg, max_steps: int) -> dict:
+    """Every TrainingArguments field with a counterpart among the train settings, read from them: a new setting
+    (a schedule's choice) reaches Trainer here, or the two rows would train unlike jobs."""
+    from pipeline.core import optim  # torch: where a row runs, not in `make bench`'s own process
+
+    return {
+        "per_device_train_batch_size": tcfg.micro_batch,
+        "gradient_accumulation_steps": tcfg.accumulation,
+        "learning_rate": tcfg.lr,
+        "weight_decay": tcfg.weight_decay,
+        "max_grad_norm": tcfg.max_grad_norm,
+        "lr_scheduler_type": optim.trainer_schedule(tcfg),
+        "warmup_steps": optim.warmup_steps(tcfg.warmup, max_steps),  # as make_scheduler counts them
+        "seed": tcfg.seed,
+    }
 
 
 def trainer_arguments(tcfg, precision: str, device, max_steps: int, output_dir: str):
@@ -24,17 +42,11 @@ def trainer_arguments(tcfg, precision: str, device, max_steps: int, output_dir: 
     optim = {"optim": "adamw_bnb_8bit"} if tcfg.optimizer == "adamw8bit" else {}
     return TrainingArguments(
         output_dir=output_dir,
-        per_device_train_batch_size=tcfg.micro_batch,
-        gradient_accumulation_steps=tcfg.accumulation,
+        **from_config(tcfg, max_steps),
         bf16=precision == "bf16",
         fp16=precision == "fp16",
         **{ckpt: tcfg.checkpointing, f"{ckpt}_kwargs": {"use_reentrant": False}},
         **optim,
-        learning_rate=tcfg.lr,
-        weight_decay=tcfg.weight_decay,
-        max_grad_norm=tcfg.max_grad_norm,
-        lr_scheduler_type="linear",
-        warmup_steps=0,
         max_steps=max_steps,
         eval_strategy="no",
         save_strategy="no",
@@ -42,7 +54,6 @@ def trainer_arguments(tcfg, precision: str, device, max_steps: int, output_dir: 
         report_to="none",
         dataloader_num_workers=0,
         disable_tqdm=True,
-        seed=tcfg.seed,
         use_cpu=device.type == "cpu",
         label_names=["labels"],  # the pipeline's head takes no labels: Trainer must keep them for the loss
     )

@@ -33,6 +33,7 @@ from torch import nn
 from pipeline import fingerprint, layout, validity
 from pipeline.core import lora, trim
 from pipeline.errors import PipelineError
+from pipeline.pooling import POOLINGS
 from pipeline.schema import Config
 
 HEAD = fingerprint.HEAD  # the head's version: in every fold's fingerprint and head.json
@@ -50,11 +51,8 @@ class ModelError(PipelineError):
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
-    """[batch, hidden] from [batch, seq, hidden]: the first token (`cls`) or the mean over the mask (`mean`)."""
-    if how == "cls":
-        return hidden[:, 0]
-    weights = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+    """[batch, width x hidden] from [batch, seq, hidden]: the pooling `how` names (pipeline.pooling)."""
+    return POOLINGS[how].pool(hidden, mask)
 
 
 class Classifier(nn.Module):
@@ -65,7 +63,7 @@ class Classifier(nn.Module):
         self.encoder, self.pooling = encoder, pooling
         self.lora: dict | None = None  # head.json's `lora` block once adapters are on (lora.attach)
         self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(encoder.config.hidden_size, 1)
+        self.head = nn.Linear(POOLINGS[pooling].width * encoder.config.hidden_size, 1)  # as wide as it pools
         std = getattr(encoder.config, "initializer_range", 0.02)
         nn.init.normal_(self.head.weight, std=std)  # as transformers starts its heads
         nn.init.zeros_(self.head.bias)
@@ -247,8 +245,8 @@ def load_lora_fold(folder: Path, head: dict, cfg: Config, tokenizer, precision: 
     from safetensors.torch import load_file
 
     block, p = head["lora"], head["dropout"] if dropout is None else dropout
-    model = lora_base(cfg, tokenizer, block["base"], p, precision, device, block["quantize"])
-    model.pooling = head["pooling"]
+    # the head as the fold trained it (head.json's pooling), whatever the config's: its width is the pooling's
+    model = lora_base(cfg, tokenizer, block["base"], p, precision, device, block["quantize"], head["pooling"])
     vmap = trim.load_map(folder)
     # a base with the tokenizer's whole vocabulary is trimmed as the fold was; a trimmed stage-1 model already is
     if vmap is not None and model.get_input_embeddings().num_embeddings == len(vmap):
@@ -279,9 +277,12 @@ def base_record(cfg: Config, tokenizer) -> dict | None:
     return {"from": "model", "name": cfg.model.name}
 
 
-def lora_base(cfg: Config, tokenizer, base: dict, dropout: float, precision: str, device, quantize: str) -> Classifier:
+def lora_base(
+    cfg: Config, tokenizer, base: dict, dropout: float, precision: str, device, quantize: str, pooling: str = ""
+) -> Classifier:
     """The frozen base a LoRA fold trains over, under a new head: `base` (base_record's) built again, in the dtype
-    lora.attach casts it to (a pretrained one read straight into it) or quantized."""
+    lora.attach casts it to (a pretrained one read straight into it) or quantized. `pooling`: a trained fold's
+    (head.json's), whose head is as wide as it pools; else the config's."""
     dtype = lora.base_dtype(precision)
     lora.check_quantize(quantize, base["from"], device or torch.device("cpu"))
     if base["from"] == "init_from":
@@ -291,6 +292,9 @@ def lora_base(cfg: Config, tokenizer, base: dict, dropout: float, precision: str
                              f"were trained over; retrain the fold")  # fmt: skip
         model = load_fold_model(init, dropout, cfg, tokenizer, precision, device)
         lora.merge(model)  # a LoRA stage-1 model: its adapters become part of the frozen base
+        if pooling and pooling != model.pooling:  # a fold's own pooling over its stage-1 base: a head of its width
+            width = POOLINGS[pooling].width * model.config.hidden_size
+            model.pooling, model.head = pooling, nn.Linear(width, 1).to(model.head.weight.device)
         return model
     if base["from"] == "tiny":
         from transformers import AutoConfig
@@ -304,7 +308,7 @@ def lora_base(cfg: Config, tokenizer, base: dict, dropout: float, precision: str
         name = (cfg.model.path or cfg.model.name) if base["name"] == cfg.model.name else base["name"]
         quantized = lora.quantization(quantize, dtype, device or torch.device("cpu"))
         encoder = pretrained_encoder(str(name), dropout, dtype, quantized, device)
-    return Classifier(encoder, cfg.model.pooling, dropout)
+    return Classifier(encoder, pooling or cfg.model.pooling, dropout)
 
 
 def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precision: str = "fp32",

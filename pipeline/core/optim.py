@@ -112,9 +112,20 @@ def check_optimizer(cfg: TrainConfig, device: torch.device) -> None:
         raise PipelineError("train.optimizer=adamw8bit needs bitsandbytes, which is not installed here; use adamw")
 
 
+def warmup_steps(warmup: float, total_steps: int) -> int:
+    """The optimizer steps of the warm-up: train.warmup's fraction of them, at least one when it is above 0."""
+    return max(1, int(round(warmup * total_steps))) if warmup > 0 else 0
+
+
+def trainer_schedule(cfg: TrainConfig) -> str:
+    """make_scheduler's schedule as transformers' Trainer names it (`lr_scheduler_type`): the bench's Trainer row
+    runs the same one (linear warm-up, then linear decay to zero at the last step)."""
+    return "linear"
+
+
 def make_scheduler(optimizer: torch.optim.Optimizer, warmup: float, total_steps: int):
     """Linear warm-up then linear decay to zero, counted in optimizer steps (not micro-batches)."""
-    warm = max(1, int(round(warmup * total_steps))) if warmup > 0 else 0
+    warm = warmup_steps(warmup, total_steps)
 
     def factor(step: int) -> float:
         if step < warm:

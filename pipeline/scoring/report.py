@@ -304,7 +304,7 @@ def cv_report(cfg: Config, digest: str | None = None) -> dict:
     """Gather the usable folds' OOF predictions; write oof.csv, cv.json and cv.png."""
     exp = layout.experiment_dir(cfg)
     digest = digest or validity.current_fingerprint(cfg)
-    dirs = validity.usable_folds(cfg, digest, needs=(layout.OOF,))
+    dirs = validity.usable_folds(cfg, digest, "cv")  # the cv stage's table, which train and baseline print too
     oof = read_oof(dirs)
     done = {layout.fold_index(d): validity.read_done(d) for d in dirs}
     summary = cv_summary(oof, done, profile_of(done) or read_profile(cfg))

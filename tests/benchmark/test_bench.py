@@ -157,6 +157,44 @@ def test_trainer_8bit_row_names_trainers_bitsandbytes_optimizer(tmp_path) -> Non
     assert bench_trainer.trainer_settings(args)["optim"] == "adamw_bnb_8bit"
 
 
+def test_trainer_s_arguments_follow_the_config_where_trainer_has_a_counterpart(tmp_path, monkeypatch) -> None:
+    """Each train setting Trainer has a counterpart of reaches its TrainingArguments: change one, and the row's
+    Trainer changes with it (a schedule named by optim.trainer_schedule, the warm-up counted as ours counts it)."""
+    from pipeline.core import optim
+
+    tcfg = dataclasses.replace(schema.TrainConfig(), micro_batch=3, accumulation=5, lr=3e-4, weight_decay=0.05,
+                               max_grad_norm=0.5, warmup=0.1, seed=7)  # fmt: skip
+    monkeypatch.setattr(optim, "trainer_schedule", lambda cfg: "cosine")  # as a schedule option would name it
+    args = bench_trainer.trainer_arguments(tcfg, "fp32", torch.device("cpu"), max_steps=20, output_dir=str(tmp_path))
+    got = {**bench_trainer.trainer_settings(args), "seed": args.seed}
+    assert got["per_device_train_batch_size"] == 3 and got["gradient_accumulation_steps"] == 5
+    assert (got["learning_rate"], got["weight_decay"], got["max_grad_norm"]) == (3e-4, 0.05, 0.5)
+    assert got["lr_scheduler_type"] == "cosine" and got["seed"] == 7
+    assert got["warmup_steps"] == optim.warmup_steps(0.1, 20) == 2
+
+
+def test_the_schedule_trainer_is_named_is_the_one_ours_runs() -> None:
+    """Without warm-up (the bench's rows), Trainer's schedule of that name gives every step the rate ours gives."""
+    from transformers import get_scheduler
+
+    from pipeline.core import optim
+
+    tcfg, total = dataclasses.replace(schema.TrainConfig(), warmup=0.0), 12
+    rates = []
+    for make in (
+        lambda o: optim.make_scheduler(o, tcfg.warmup, total),
+        lambda o: get_scheduler(optim.trainer_schedule(tcfg), o, optim.warmup_steps(tcfg.warmup, total), total),
+    ):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched, seen = make(opt), []
+        for _ in range(total):
+            seen.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        rates.append(seen)
+    assert rates[0] == pytest.approx(rates[1])
+
+
 def test_trainer_row_drops_the_switches_trainer_lacks() -> None:
     spec = next(s for s in bench_rows.plan(config.load("sample", TINY)) if s["key"] == "trim")
     t = bench_rows.trainer_spec(spec, {"micro": 4, "halvings": 1})

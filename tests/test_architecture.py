@@ -1,0 +1,52 @@
+"""docs/architecture.md's hand-written tables checked against what they describe: the table of where a module
+without its own test file is tested (against the tree) and the layers table (against the import contract in
+pyproject.toml), so that neither goes stale when a module or a test file comes or goes."""
+
+from __future__ import annotations
+
+import re
+
+import tomllib
+
+from pipeline import stages
+from tests.helpers import ROOT
+
+PAGE = ROOT / "docs" / "architecture.md"
+
+
+def section(title: str) -> str:
+    return PAGE.read_text(encoding="utf-8").split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def table_rows(text: str) -> list[list[list[str]]]:
+    """The body rows of the first table in `text`, each cell as the backticked names in it."""
+    rows = [line for line in text.splitlines() if line.startswith("|")][2:]
+    return [[re.findall(r"`([^`]+)`", cell) for cell in row.strip("|").split("|")] for row in rows]
+
+
+def own_test(module: str):
+    """tests/<package>/test_<name>.py of pipeline/<package>/<name>.py."""
+    path = ROOT / "tests" / module
+    return path.with_name(f"test_{path.name}")
+
+
+def test_the_modules_tested_elsewhere_are_those_without_their_own_test_file() -> None:
+    listed: dict[str, list[str]] = {}
+    for modules, tests in table_rows(section("Where a module without its own test file is tested")):
+        listed.update(dict.fromkeys(modules, tests))
+    for module, tests in listed.items():
+        assert (ROOT / "pipeline" / module).is_file(), f"{module}: no such module"
+        assert not own_test(module).is_file(), f"{module} has {own_test(module).relative_to(ROOT)}: drop its row"
+        assert tests and all((ROOT / "tests" / t).is_file() for t in tests), f"{module}: {tests}"
+    modules = [str(p.relative_to(ROOT / "pipeline")) for p in (ROOT / "pipeline").rglob("*.py")]
+    untested = {m for m in modules if not m.split("/")[-1].startswith("__") and not own_test(m).is_file()}
+    assert untested == set(listed), f"not in the table: {sorted(untested - set(listed))}"
+
+
+def test_the_layers_table_is_the_import_contract_s_order() -> None:
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    ordinary = {s.module for s in stages.STAGES if not s.driver}
+    layers = [m.strip() for line in contract["layers"] for m in line.split("|")]
+    wanted = [m.removeprefix("pipeline.") for m in layers if m not in ordinary]
+    shown = [name.rstrip("/") for row in table_rows(section("Layers")) for name in row[0]]
+    assert shown == wanted
