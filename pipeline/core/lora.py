@@ -186,12 +186,14 @@ def check_mergeable(block: dict | None) -> None:
 
 
 def merge(model) -> None:
-    """The adapters added into the base's weights (W + alpha / r B A) and peft taken away: a plain encoder that
-    gives what base and adapters gave, for a stage-2 fold or an export."""
+    """The adapters added into the base's weights (W + alpha / r B A) and peft taken away: a plain encoder, every
+    weight trainable, that gives what base and adapters gave, for a stage-2 fold or an export."""
     if model.lora is None:
         return
     check_mergeable(model.lora)
     model.encoder = model.encoder.merge_and_unload()
+    # attach froze the base: a plain encoder trains whole again (a full stage-2 fold), or is frozen anew (attach)
+    model.encoder.requires_grad_(True)
     model.lora = None
 
 

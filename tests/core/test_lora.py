@@ -373,3 +373,20 @@ def test_the_base_sample_reads_inside_a_tensor_of_more_than_2_24_values() -> Non
         big.weight.copy_(torch.arange(big.weight.numel(), dtype=torch.float64).reshape(2560, 10240))
     sample = lora.base_sample(big)
     assert sample[0] == 0.0 and sample[-1] == float(big.weight.numel() - 1)
+
+
+@pytest.mark.slow  # trains a fold
+def test_a_full_stage_two_over_a_lora_stage_one_trains_every_weight(prepared) -> None:
+    """Stage 2 without LoRA over a LoRA stage-1 model: the adapters merged, every weight of the plain encoder is
+    trained (not the head alone, which the stage-1 base's freezing would leave), from the stage-1 model's scores."""
+    s1 = named(config.with_overrides(prepared, [*LORA, "model.dropout=0.0"], device=False), "s1")
+    fold_run(s1, StopAt(10**9), fold=-1).run()
+    s2 = named(config.with_overrides(prepared, ["model.dropout=0.0"], device=False), "s2", init="s1")
+    run = fold_run(s2, StopAt(10**9))
+    assert run.model.lora is None
+    assert modeling.count_parameters(run.model) == sum(p.numel() for p in run.model.parameters())
+    before = {n: p.detach().clone() for n, p in run.model.named_parameters()}
+    run.run()
+    after = modeling.build_model(s2, load_tokenizer(layout.fold_dir(s2, 0)), source=layout.fold_dir(s2, 0))
+    moved = [n for n, p in after.named_parameters() if not torch.equal(p, before[n])]
+    assert any(n.startswith("encoder.") for n in moved)
