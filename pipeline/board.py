@@ -56,15 +56,15 @@ def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str, str]:
     return counted, stale, incomplete, ""
 
 
-def experiment_profile(cfg: Config, exp: Path, depth: int = 0) -> dict | None:
-    """The test profile of an experiment whose folds do not record one (made by an older version): its own
-    prepared tables', a blend's first member's; None where they cannot be read."""
+def experiment_prepared(cfg: Config, exp: Path, depth: int = 0) -> Path | None:
+    """The prepared folder of the tables an experiment was made from (a blend's: its first member's); None
+    where it cannot be read."""
     try:
         if experiments.experiment_kind(exp) != "blend":
-            return metrics.read_profile(validity.experiment_as_prepared(cfg, exp.name))
+            return layout.prepared_dir(validity.experiment_as_prepared(cfg, exp.name))
         members = next((d.get("members") for d in map(validity.read_done, layout.done_dirs(exp).values()) if d), None)
         return (
-            experiment_profile(cfg, layout.experiment_dir(cfg, members[0]), depth + 1)
+            experiment_prepared(cfg, layout.experiment_dir(cfg, members[0]), depth + 1)
             if members and depth < 8
             else None
         )
@@ -72,20 +72,30 @@ def experiment_profile(cfg: Config, exp: Path, depth: int = 0) -> dict | None:
         return None
 
 
-def summary_of(exp: Path, counted: set[int], profile=None) -> dict:
+def experiment_profile(cfg: Config, exp: Path) -> dict | None:
+    """The test profile of an experiment whose folds do not record one (made by an older version): its own
+    prepared tables', a blend's first member's; None where they cannot be read."""
+    prepared = experiment_prepared(cfg, exp)
+    return metrics.folder_profile(prepared) if prepared is not None else None
+
+
+def summary_of(exp: Path, counted: set[int], profile=None, prepared: Path | None = None) -> dict:
     """The CV summary of the folds that count, computed from their OOF files (never copied from a cv.json
     that may describe other folds) and scored by the test profile their done.json records (`profile`: a
     function giving one for folds made before it was recorded). cv.json adds the test score and a blend's
     weights only while it describes these very folds. Folds without OOF rows (a stage-1 model, fold -1)
-    count as done, without AUC."""
+    count as done, without AUC. `prepared`: the folder of the tables they were made from, whose lengths.csv
+    the estimate weights by length with."""
     dirs = {k: d for k, d in layout.done_dirs(exp).items() if k in counted}
     done = {k: validity.read_done(d) for k, d in dirs.items()}
     scored = [dirs[k] for k in done if k >= 0]
     if not scored:
         nothing = {m.key: math.nan for m in metrics.METRICS}
         return {"metrics": nothing, "per_lang": {}, "folds": {}, "fold_details": done}
-    recorded = report.profile_of(done)
-    summary = report.cv_summary(report.read_oof(scored), done, recorded or (profile() if profile else None))
+    recorded = report.profile_of(done) or (profile() if profile else None)
+    if prepared is not None:
+        recorded = metrics.with_test_lengths(recorded, prepared)
+    summary = report.cv_summary(report.read_oof(scored, prepared), done, recorded)
     saved = report.read_cv(exp / layout.CV_JSON)
     details = saved.get("fold_details") if isinstance(saved.get("fold_details"), dict) else {}
     if {str(k): d["digest"] for k, d in done.items()} == {k: (v or {}).get("digest") for k, v in details.items()}:
@@ -166,7 +176,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
     if not layout.done_dirs(exp):
         return None
     counted, stale, incomplete, newer = counted_folds(cfg, exp)
-    summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp))
+    summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp), experiment_prepared(cfg, exp))
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
     figures = dict(summary["metrics"])

@@ -247,8 +247,9 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, test
 
 
-def drop_validation_copies(valid: pd.DataFrame, parts: list[pd.DataFrame], extras: list[pd.DataFrame],
-                           notes: list[str]) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+def drop_validation_copies(
+    valid: pd.DataFrame, parts: list[pd.DataFrame], extras: list[pd.DataFrame], notes: list[str]
+) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
     """`parts` (English) and `extras` (translated files) without the rows whose text is a validation row's (case,
     spaces and punctuation set aside), dropped before any is held out: a held-out copy sits in a fold of its
     own, so it would train the fold that scores its twin, and a training-only copy trains every fold on it."""
@@ -326,6 +327,27 @@ def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         test, out / layout.TEST_TABLE, "the competition's test.csv had none; put them back and rerun `make data`"
     )
     return table, test, meta
+
+
+def read_lengths(folder: Path) -> pd.DataFrame | None:
+    """A prepared folder's lengths.csv (split, id, source, lang, tokens: pipeline.inputs.tokens.write_lengths);
+    None where it is missing or unreadable (tables prepared before it existed: the estimate without length)."""
+    try:
+        frame = pd.read_csv(Path(folder) / layout.LENGTHS, dtype={"split": str, "id": str, "source": str, "lang": str},
+                            keep_default_na=False)  # fmt: skip
+    except (OSError, ValueError):
+        return None
+    need = {"split", "id", "source", "lang", "tokens"}
+    return frame if need <= set(frame.columns) else None
+
+
+def with_tokens(oof: pd.DataFrame, lengths: pd.DataFrame | None) -> pd.DataFrame:
+    """The OOF rows with `tokens`, each row's untruncated token count (NaN for a row lengths.csv lacks); the
+    rows as they are without lengths."""
+    if lengths is None or "source" not in oof:
+        return oof
+    counts = lengths.loc[lengths["split"] == "train", ["source", "id", "tokens"]].drop_duplicates(["source", "id"])
+    return oof.drop(columns="tokens", errors="ignore").merge(counts, on=["source", "id"], how="left")
 
 
 def check_rows(test: pd.DataFrame, path: Path, fix: str) -> None:

@@ -335,8 +335,7 @@ def test_training_rows_holding_a_validation_text_are_dropped_and_said(tmp_path: 
             "held out, so that no fold trains on a comment it scores") in said  # fmt: skip
 
 
-def test_held_out_rows_holding_a_validation_text_are_dropped_before_the_split(tmp_path: Path,
-                                                                              raw_sample: Path) -> None:
+def test_held_out_rows_holding_a_validation_text_are_dropped_before_the_split(tmp_path: Path, raw_sample: Path) -> None:
     """A copy of validation.csv under another name, with most of its rows held out: none of them stays, held out
     or not, so no fold trains on (or scores) the twin of a row another fold scores."""
     valid = pd.read_csv(raw_sample / layout.VALID, dtype={"id": str}, keep_default_na=False)
