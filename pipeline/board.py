@@ -29,7 +29,7 @@ from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
 from pipeline.schema import Config
-from pipeline.scoring import metrics, report
+from pipeline.scoring import calibration, metrics, report
 from pipeline.scoring.metrics import shown as cell
 
 NOT_YET = ("not trained", "not made", "not complete")  # why a fold does not count yet, not why it no longer does
@@ -95,7 +95,8 @@ def summary_of(exp: Path, counted: set[int], profile=None, prepared: Path | None
     recorded = report.profile_of(done) or (profile() if profile else None)
     if prepared is not None:
         recorded = metrics.with_test_lengths(recorded, prepared)
-    summary = report.cv_summary(report.read_oof(scored, prepared), done, recorded)
+    oof = report.read_oof(scored, prepared)
+    summary = report.cv_summary(oof, done, recorded)
     saved = report.read_cv(exp / layout.CV_JSON)
     details = saved.get("fold_details") if isinstance(saved.get("fold_details"), dict) else {}
     if {str(k): d["digest"] for k, d in done.items()} == {k: (v or {}).get("digest") for k, v in details.items()}:
@@ -105,7 +106,18 @@ def summary_of(exp: Path, counted: set[int], profile=None, prepared: Path | None
     calibrated = saved.get("calibration")
     if "six" in summary and of_these_folds(calibrated, done):  # the submission is calibrated: so is its OOF
         summary["six"]["calibrated"] = {k: calibrated.get(k) for k in ("how", "oof_before", "oof_after", "c_by_fold")}
+        summary["six"]["calibrated"]["corners"] = calibrated_corners(oof, summary["six"], calibrated)
     return summary
+
+
+def calibrated_corners(oof, six: dict, calibrated: dict) -> list[float] | None:
+    """The range's corners of the figure a calibrated experiment is ranked by: its OOF scaled with each fold's
+    recorded C (calibration.with_recorded_c) at every corner of its uncalibrated range, so that ties with it are
+    marked as with any other row; None without each fold's C or a range."""
+    if not calibrated.get("c_by_fold") or not six.get("corners"):
+        return None
+    scaled = calibration.with_recorded_c(oof, six["profile"], calibrated["c_by_fold"])
+    return metrics.six_corners(scaled, six["profile"])
 
 
 def of_these_folds(record, done: dict[int, dict]) -> bool:
@@ -192,9 +204,9 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "per_lang": summary["per_lang"],
         "folds": folds_done(summary, s.pop("folds_total")),
         "scored_folds": scored_folds(summary),  # the rows its figures are of: compared only with the same
-        # the estimate at each plausible toxic rate of the languages validation.csv lacks (metrics.six_corners);
-        # a calibrated experiment is ranked by another figure, which has none
-        "corners": None if calibrated and calibrated.get("ranked") else six.get("corners"),
+        # the estimate at each plausible toxic rate (metrics.six_corners); a calibrated experiment's of the figure
+        # it is ranked by, the calibrated OOF's
+        "corners": calibrated.get("corners") if calibrated and calibrated.get("ranked") else six.get("corners"),
         "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
         "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
@@ -238,13 +250,16 @@ def comparable(r: dict, q: dict) -> bool:
 
 
 def mark_ties(board: list[dict]) -> list[dict]:
-    """`tie`: for an experiment ranked by the six-language AUC just above a comparable one, that one's name where
-    their order flips at some plausible toxic rate of the languages validation.csv lacks (both rows' corners:
-    metrics.six_corners): the estimate cannot tell them apart."""
-    for r, q in zip(board, board[1:]):
-        a, b = r.get("corners"), q.get("corners")
-        if comparable(r, q) and a and b and len(a) == len(b) and compared_by(r, q) is metrics.SIX:
-            r["tie"] = q["name"] if any(y > x for x, y in zip(a, b)) else ""
+    """`tie`: for an experiment ranked by the six-language AUC, the comparable ones ranked below it (every one,
+    not only the next: a over c may flip at a corner where b, between them, flips with neither) whose order
+    with it flips at some corner of the range (both rows' corners: metrics.six_corners), by name: the estimate
+    cannot tell them apart."""
+    for i, r in enumerate(board):
+        a = r.get("corners")
+        below = [q for q in board[i + 1 :] if comparable(r, q) and a and q.get("corners")
+                 and len(a) == len(q["corners"]) and compared_by(r, q) is metrics.SIX]  # fmt: skip
+        if below:
+            r["tie"] = ", ".join(q["name"] for q in below if any(y > x for x, y in zip(a, q["corners"])))
     return board
 
 
@@ -308,8 +323,8 @@ def stale_notes(board: list[dict]) -> str:
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
     notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]
     notes += [calibrated_note(r) for r in board if r.get("calibrated")]
-    notes += [f"- {r['name']} (~): a tie with {r['tie']}: their order flips as the test languages validation.csv "
-              "lacks take other plausible toxic rates (`make cv` shows the estimate's range)" for r in board
+    notes += [f"- {r['name']} (~): a tie with {r['tie']}: their order flips as the test's toxic rates move within "
+              "the range under the validation-rate assumption (`make cv` shows it)" for r in board
               if r.get("tie")]  # fmt: skip
     sets = {tuple(r.get("scored_folds") or []) for r in board if r.get("scored_folds")}
     if len(sets) > 1:
