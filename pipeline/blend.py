@@ -203,10 +203,11 @@ def digest(members: list[Member], weights, step: float) -> str:
     return json_digest(blob)
 
 
-def members_table(rows: list[tuple[str, str, pd.Series, str]], oof: pd.DataFrame, profile: dict) -> str:
+def members_table(rows: list[tuple[str, str, pd.DataFrame, str]], oof: pd.DataFrame, profile: dict) -> str:
     """Name, weight, every metric (metrics.METRICS; the six-language AUC is what the weights maximise) and
-    the AUC per test language, for each (name, weight, predictions, their scale)."""
-    figures = [(name, weight, metrics.figures(oof.assign(pred=np.asarray(p)), profile, scale))
+    the AUC per test language, for each (name, weight, predictions: `pred` and, of a trained member, `best`,
+    the kept weights' that its Brier is of, their scale)."""
+    figures = [(name, weight, metrics.figures(oof.assign(**{c: p[c].to_numpy() for c in p}), profile, scale))
                for name, weight, p, scale in rows]  # fmt: skip
     langs = list(figures[0][2]["per_lang"]) if figures else []
     head = report.figures_head(f"{'':<28} {'weight':>6}", langs, minutes=False)
@@ -281,10 +282,11 @@ def member_scale(m: Member) -> str:
 
 def print_report(name: str, members: list[Member], f: Fit, summary: dict, seconds: float, paths: str,
                  profile: dict) -> None:  # fmt: skip
-    rows = [(m.name, f"{w:.2f}", m.oof["pred"], member_scale(m)) for m, w in zip(members, f.weights)]
+    rows = [(m.name, f"{w:.2f}", m.oof[[c for c in ("pred", "best") if c in m.oof]], member_scale(m))
+            for m, w in zip(members, f.weights)]  # fmt: skip
     rows += [
-        ("blend, nested (honest)", "", f.oof["pred"], layout.RANK),
-        ("blend, all-OOF weights", "", pd.Series(mix(f.ranks, f.weights)), layout.RANK),
+        ("blend, nested (honest)", "", f.oof[["pred"]], layout.RANK),
+        ("blend, all-OOF weights", "", pd.DataFrame({"pred": mix(f.ranks, f.weights)}), layout.RANK),
     ]
     print(members_table(rows, f.oof, profile))
     per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in f.fold_weights.items())

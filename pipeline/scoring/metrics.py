@@ -339,10 +339,14 @@ def valid_auc(rows: pd.DataFrame, profile: dict | None = None) -> float:
 
 
 def valid_brier(rows: pd.DataFrame, profile: dict | None = None) -> float:
+    """The Brier score of a model's probabilities: a trained fold's kept weights' (`best`), since `pred` takes
+    each half of a fold at another step, two models' probabilities side by side; `pred` where the rows have no
+    `best` (the baseline's, whose one model is `pred`)."""
     at = on_validation(rows)
     if not at.any():
         return math.nan
-    return float(np.mean((rows["pred"][at].to_numpy(np.float64) - rows["toxic"][at].to_numpy(np.float64)) ** 2))
+    p = rows["best"] if "best" in rows else rows["pred"]
+    return float(np.mean((p[at].to_numpy(np.float64) - rows["toxic"][at].to_numpy(np.float64)) ** 2))
 
 
 SIX = Metric("six", "6-lang AUC", "the estimate of the test's pooled AUC: every test language's stand-in rows "
@@ -351,8 +355,8 @@ SIX = Metric("six", "6-lang AUC", "the estimate of the test's pooled AUC: every 
 METRICS = (
     SIX,
     Metric("valid_auc", "valid AUC", "ROC AUC on validation.csv's rows (es, it, tr)", valid_auc),
-    Metric("brier", "Brier", "mean squared error of the probabilities on validation.csv's rows (lower is "
-           "better; calibration shows here, not in an AUC)", valid_brier, probabilities=True),
+    Metric("brier", "Brier", "mean squared error of the kept model's probabilities on validation.csv's rows "
+           "(lower is better; calibration shows here, not in an AUC)", valid_brier, probabilities=True),
 )  # fmt: skip
 BY_KEY = {m.key: m for m in METRICS}
 RANKED_BY = (SIX, BY_KEY["valid_auc"])  # an experiment is ranked by the first of these it has

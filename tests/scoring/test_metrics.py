@@ -225,3 +225,10 @@ def test_cv_json_and_the_fold_table_show_what_length_did() -> None:
     ess = got["ess"]["ru"]
     assert f"    ru {' '.join(f'{v:.3f}' for v in got['test']['ru'])} / " in table
     assert f"; {ess['toxic']:.0f}, {ess['clean']:.0f} (" in table
+
+
+def test_the_brier_score_is_of_the_kept_models_probabilities_not_the_halves_of_two_steps() -> None:
+    rows = pd.DataFrame({"toxic": [0, 1, 0, 1], "source": "validation", "pred": [0.9, 0.1, 0.2, 0.8],
+                         "best": [0.1, 0.9, 0.2, 0.8]})  # fmt: skip
+    assert metrics.valid_brier(rows) == pytest.approx(np.mean([0.01, 0.01, 0.04, 0.04]))
+    assert metrics.valid_brier(rows.drop(columns="best")) == pytest.approx(np.mean([0.81, 0.81, 0.04, 0.04]))
