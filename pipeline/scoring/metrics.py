@@ -350,8 +350,8 @@ def valid_brier(rows: pd.DataFrame, profile: dict | None = None) -> float:
 
 
 SIX = Metric("six", "6-lang AUC", "the estimate of the test's pooled AUC: every test language's stand-in rows "
-             "weighted to its share of the test and its toxic rate there (what best steps, blends and the board "
-             "choose by)", six_auc)  # fmt: skip
+             "weighted to its share of the test, its toxic rate there and, where the rows carry token counts, its "
+             "length mix (what best steps, blends and the board choose by)", six_auc)  # fmt: skip
 METRICS = (
     SIX,
     Metric("valid_auc", "valid AUC", "ROC AUC on validation.csv's rows (es, it, tr)", valid_auc),
