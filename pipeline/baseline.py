@@ -114,7 +114,9 @@ def fit_folds(cfg, base) -> dict:
     if bad:
         raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k})")
     digest = fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
-    profile = metrics.test_profile(table[metrics.on_validation(table)], test["lang"])
+    prepared = layout.prepared_dir(cfg)  # the tables it is fit on: cfg's, not base's
+    profile = metrics.with_test_lengths(metrics.test_profile(table[metrics.on_validation(table)], test["lang"]),
+                                        prepared)  # fmt: skip
     exp.mkdir(parents=True, exist_ok=True)
     config_mod.save(cfg, exp / layout.RUN_CONFIG)  # the prepared tables it was fit on: those of cfg.name
     for fold in folds:
@@ -126,7 +128,7 @@ def fit_folds(cfg, base) -> dict:
             continue
         result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed, profile)
         print(f"tfidf fold {fold}: {metrics.judged_by(result)} {result['auc']:.4f} ({result['minutes']:.1f} min)")
-    summary = report.cv_report(base, digest)
+    summary = report.cv_report(base, digest, prepared)
     print(report.fold_table(summary))
     path = write_submission(base, digest, test, Path(meta["raw"]), profile)
     print(f"wrote {exp}/cv.json, cv.png, oof.csv, fold<k>/test.csv and {path}")

@@ -113,10 +113,19 @@ def load_member(cfg: Config, name: str) -> Member:
     dirs = {layout.fold_index(d): d for d in use}
     done = {k: validity.read_done(d) for k, d in dirs.items()}
     tests = {k: pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for k, d in dirs.items()}
-    oof = report.read_oof(list(dirs.values()))
+    oof = report.read_oof(list(dirs.values()), member_prepared(cfg, name))
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
         raise BlendError(f"blend member {name!r}: its OOF rows in {exp}/fold*/oof.csv repeat an id or hold NaN")
     return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done, left_out)
+
+
+def member_prepared(cfg: Config, name: str) -> Path | None:
+    """The prepared folder of a member's tables, whose lengths.csv the estimate weights by length with; None
+    where its config cannot be read (the estimate then without length)."""
+    try:
+        return layout.prepared_dir(validity.experiment_as_prepared(cfg, name))
+    except (PipelineError, OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def shared_folds(members: list[Member]) -> list[Member]:
@@ -194,10 +203,11 @@ def digest(members: list[Member], weights, step: float) -> str:
     return json_digest(blob)
 
 
-def members_table(rows: list[tuple[str, str, pd.Series, str]], oof: pd.DataFrame, profile: dict) -> str:
+def members_table(rows: list[tuple[str, str, pd.DataFrame, str]], oof: pd.DataFrame, profile: dict) -> str:
     """Name, weight, every metric (metrics.METRICS; the six-language AUC is what the weights maximise) and
-    the AUC per test language, for each (name, weight, predictions, their scale)."""
-    figures = [(name, weight, metrics.figures(oof.assign(pred=np.asarray(p)), profile, scale))
+    the AUC per test language, for each (name, weight, predictions: `pred` and, of a trained member, `best`,
+    the kept weights' that its Brier is of, their scale)."""
+    figures = [(name, weight, metrics.figures(oof.assign(**{c: p[c].to_numpy() for c in p}), profile, scale))
                for name, weight, p, scale in rows]  # fmt: skip
     langs = list(figures[0][2]["per_lang"]) if figures else []
     head = report.figures_head(f"{'':<28} {'weight':>6}", langs, minutes=False)
@@ -219,7 +229,8 @@ class Fit:
 def fit(members: list[Member], step: float, profile: dict) -> Fit:
     """The weights that maximise the estimate of the test AUC (metrics.six_language, a weighted AUC) on the
     OOF, each fold's fit without its rows."""
-    oof = members[0].oof[layout.OOF_COLUMNS].copy()
+    # with each row's token count where the member has them: the estimate weights by length
+    oof = members[0].oof[[c for c in (*layout.OOF_COLUMNS, "tokens") if c in members[0].oof]].copy()
     y, folds = oof["toxic"].to_numpy(), oof["fold"].to_numpy()
     ranks = np.column_stack([rank01(m.oof["pred"]) for m in members])
     fold_weights = nested_weights(ranks, y, folds, step, lambda rows: metrics.row_weights(oof[rows], profile))
@@ -227,12 +238,14 @@ def fit(members: list[Member], step: float, profile: dict) -> Fit:
     return Fit(oof, ranks, fit_weights(ranks, y, step, metrics.row_weights(oof, profile)), fold_weights)
 
 
-def blend_profile(members: list[Member], test: pd.DataFrame) -> dict:
+def blend_profile(members: list[Member], test: pd.DataFrame, prepared: Path | None = None) -> dict:
     """The test profile the members' folds were scored by (their done.json), else the one of their OOF's
-    validation rows and the test's languages (every fold is there: every validation row)."""
+    validation rows and the test's languages (every fold is there: every validation row); with the test's
+    length mix of `prepared` (the first member's tables) where it has none."""
     recorded = report.profile_of(members[0].done)
     oof = members[0].oof
-    return recorded or metrics.test_profile(oof[metrics.on_validation(oof)], test["lang"])
+    profile = recorded or metrics.test_profile(oof[metrics.on_validation(oof)], test["lang"])
+    return metrics.with_test_lengths(profile, prepared) if prepared is not None else profile
 
 
 def read_sample_submission(cfg: Config) -> pd.DataFrame:
@@ -269,10 +282,11 @@ def member_scale(m: Member) -> str:
 
 def print_report(name: str, members: list[Member], f: Fit, summary: dict, seconds: float, paths: str,
                  profile: dict) -> None:  # fmt: skip
-    rows = [(m.name, f"{w:.2f}", m.oof["pred"], member_scale(m)) for m, w in zip(members, f.weights)]
+    rows = [(m.name, f"{w:.2f}", m.oof[[c for c in ("pred", "best") if c in m.oof]], member_scale(m))
+            for m, w in zip(members, f.weights)]  # fmt: skip
     rows += [
-        ("blend, nested (honest)", "", f.oof["pred"], layout.RANK),
-        ("blend, all-OOF weights", "", pd.Series(mix(f.ranks, f.weights)), layout.RANK),
+        ("blend, nested (honest)", "", f.oof[["pred"]], layout.RANK),
+        ("blend, all-OOF weights", "", pd.DataFrame({"pred": mix(f.ranks, f.weights)}), layout.RANK),
     ]
     print(members_table(rows, f.oof, profile))
     per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in f.fold_weights.items())
@@ -306,7 +320,7 @@ def run(cfg: Config) -> dict:
     sample = read_sample_submission(cfg)
     raw = layout.raw_dir(cfg)
     test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
-    profile = blend_profile(members, test)
+    profile = blend_profile(members, test, member_prepared(cfg, members[0].name))
     f = fit(members, cfg.blend.step, profile)
     on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
     preds = mix(on_test, f.weights)
@@ -314,7 +328,7 @@ def run(cfg: Config) -> dict:
     with atomic_dir(exp) as tmp:
         done = write_folds(tmp, members, f, ids, cfg.blend.step, profile)
         summary = blend_summary(cfg, members, f, done, profile)
-        write_csv(tmp / layout.OOF, f.oof)
+        write_csv(tmp / layout.OOF, f.oof.drop(columns="tokens", errors="ignore"))
         write_json(tmp / layout.CV_JSON, summary)
         report.plot_cv(f.oof, summary, tmp / layout.CV_PNG)
     dirs = [layout.fold_dir(cfg, k, name) for k in sorted(done)]
@@ -342,7 +356,8 @@ def write_folds(
     """Each fold's blended OOF rows, blended test predictions (the fold-k weights) and done.json."""
     done = {}
     for k, w in f.fold_weights.items():
-        rows = f.oof[f.oof["fold"] == k]
+        # an oof.csv's columns; a fold's own figure weighted as a trained fold's is, without length
+        rows = f.oof[f.oof["fold"] == k].drop(columns="tokens", errors="ignore")
         folder = out / layout.fold_name(k)
         write_csv(folder / layout.OOF, rows)
         write_csv(folder / layout.TEST_PREDS, fold_files(members, k, w, ids))

@@ -29,7 +29,7 @@ from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
 from pipeline.schema import Config
-from pipeline.scoring import metrics, report
+from pipeline.scoring import calibration, metrics, report
 from pipeline.scoring.metrics import shown as cell
 
 NOT_YET = ("not trained", "not made", "not complete")  # why a fold does not count yet, not why it no longer does
@@ -56,15 +56,15 @@ def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str, str]:
     return counted, stale, incomplete, ""
 
 
-def experiment_profile(cfg: Config, exp: Path, depth: int = 0) -> dict | None:
-    """The test profile of an experiment whose folds do not record one (made by an older version): its own
-    prepared tables', a blend's first member's; None where they cannot be read."""
+def experiment_prepared(cfg: Config, exp: Path, depth: int = 0) -> Path | None:
+    """The prepared folder of the tables an experiment was made from (a blend's: its first member's); None
+    where it cannot be read."""
     try:
         if experiments.experiment_kind(exp) != "blend":
-            return metrics.read_profile(validity.experiment_as_prepared(cfg, exp.name))
+            return layout.prepared_dir(validity.experiment_as_prepared(cfg, exp.name))
         members = next((d.get("members") for d in map(validity.read_done, layout.done_dirs(exp).values()) if d), None)
         return (
-            experiment_profile(cfg, layout.experiment_dir(cfg, members[0]), depth + 1)
+            experiment_prepared(cfg, layout.experiment_dir(cfg, members[0]), depth + 1)
             if members and depth < 8
             else None
         )
@@ -72,20 +72,31 @@ def experiment_profile(cfg: Config, exp: Path, depth: int = 0) -> dict | None:
         return None
 
 
-def summary_of(exp: Path, counted: set[int], profile=None) -> dict:
+def experiment_profile(cfg: Config, exp: Path) -> dict | None:
+    """The test profile of an experiment whose folds do not record one (made by an older version): its own
+    prepared tables', a blend's first member's; None where they cannot be read."""
+    prepared = experiment_prepared(cfg, exp)
+    return metrics.folder_profile(prepared) if prepared is not None else None
+
+
+def summary_of(exp: Path, counted: set[int], profile=None, prepared: Path | None = None) -> dict:
     """The CV summary of the folds that count, computed from their OOF files (never copied from a cv.json
     that may describe other folds) and scored by the test profile their done.json records (`profile`: a
     function giving one for folds made before it was recorded). cv.json adds the test score and a blend's
     weights only while it describes these very folds. Folds without OOF rows (a stage-1 model, fold -1)
-    count as done, without AUC."""
+    count as done, without AUC. `prepared`: the folder of the tables they were made from, whose lengths.csv
+    the estimate weights by length with."""
     dirs = {k: d for k, d in layout.done_dirs(exp).items() if k in counted}
     done = {k: validity.read_done(d) for k, d in dirs.items()}
     scored = [dirs[k] for k in done if k >= 0]
     if not scored:
         nothing = {m.key: math.nan for m in metrics.METRICS}
         return {"metrics": nothing, "per_lang": {}, "folds": {}, "fold_details": done}
-    recorded = report.profile_of(done)
-    summary = report.cv_summary(report.read_oof(scored), done, recorded or (profile() if profile else None))
+    recorded = report.profile_of(done) or (profile() if profile else None)
+    if prepared is not None:
+        recorded = metrics.with_test_lengths(recorded, prepared)
+    oof = report.read_oof(scored, prepared)
+    summary = report.cv_summary(oof, done, recorded)
     saved = report.read_cv(exp / layout.CV_JSON)
     details = saved.get("fold_details") if isinstance(saved.get("fold_details"), dict) else {}
     if {str(k): d["digest"] for k, d in done.items()} == {k: (v or {}).get("digest") for k, v in details.items()}:
@@ -95,7 +106,18 @@ def summary_of(exp: Path, counted: set[int], profile=None) -> dict:
     calibrated = saved.get("calibration")
     if "six" in summary and of_these_folds(calibrated, done):  # the submission is calibrated: so is its OOF
         summary["six"]["calibrated"] = {k: calibrated.get(k) for k in ("how", "oof_before", "oof_after", "c_by_fold")}
+        summary["six"]["calibrated"]["corners"] = calibrated_corners(oof, summary["six"], calibrated)
     return summary
+
+
+def calibrated_corners(oof, six: dict, calibrated: dict) -> list[float] | None:
+    """The range's corners of the figure a calibrated experiment is ranked by: its OOF scaled with each fold's
+    recorded C (calibration.with_recorded_c) at every corner of its uncalibrated range, so that ties with it are
+    marked as with any other row; None without each fold's C or a range."""
+    if not calibrated.get("c_by_fold") or not six.get("corners"):
+        return None
+    scaled = calibration.with_recorded_c(oof, six["profile"], calibrated["c_by_fold"])
+    return metrics.six_corners(scaled, six["profile"])
 
 
 def of_these_folds(record, done: dict[int, dict]) -> bool:
@@ -166,7 +188,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
     if not layout.done_dirs(exp):
         return None
     counted, stale, incomplete, newer = counted_folds(cfg, exp)
-    summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp))
+    summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp), experiment_prepared(cfg, exp))
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
     figures = dict(summary["metrics"])
@@ -182,9 +204,9 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "per_lang": summary["per_lang"],
         "folds": folds_done(summary, s.pop("folds_total")),
         "scored_folds": scored_folds(summary),  # the rows its figures are of: compared only with the same
-        # the estimate at each plausible toxic rate of the languages validation.csv lacks (metrics.six_corners);
-        # a calibrated experiment is ranked by another figure, which has none
-        "corners": None if calibrated and calibrated.get("ranked") else six.get("corners"),
+        # the estimate at each plausible toxic rate (metrics.six_corners); a calibrated experiment's of the figure
+        # it is ranked by, the calibrated OOF's
+        "corners": calibrated.get("corners") if calibrated and calibrated.get("ranked") else six.get("corners"),
         "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
         "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
@@ -228,13 +250,16 @@ def comparable(r: dict, q: dict) -> bool:
 
 
 def mark_ties(board: list[dict]) -> list[dict]:
-    """`tie`: for an experiment ranked by the six-language AUC just above a comparable one, that one's name where
-    their order flips at some plausible toxic rate of the languages validation.csv lacks (both rows' corners:
-    metrics.six_corners): the estimate cannot tell them apart."""
-    for r, q in zip(board, board[1:]):
-        a, b = r.get("corners"), q.get("corners")
-        if comparable(r, q) and a and b and len(a) == len(b) and compared_by(r, q) is metrics.SIX:
-            r["tie"] = q["name"] if any(y > x for x, y in zip(a, b)) else ""
+    """`tie`: for an experiment ranked by the six-language AUC, the comparable ones ranked below it (every one,
+    not only the next: a over c may flip at a corner where b, between them, flips with neither) whose order
+    with it flips at some corner of the range (both rows' corners: metrics.six_corners), by name: the estimate
+    cannot tell them apart."""
+    for i, r in enumerate(board):
+        a = r.get("corners")
+        below = [q for q in board[i + 1 :] if comparable(r, q) and a and q.get("corners")
+                 and len(a) == len(q["corners"]) and compared_by(r, q) is metrics.SIX]  # fmt: skip
+        if below:
+            r["tie"] = ", ".join(q["name"] for q in below if any(y > x for x, y in zip(a, q["corners"])))
     return board
 
 
@@ -298,8 +323,8 @@ def stale_notes(board: list[dict]) -> str:
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
     notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]
     notes += [calibrated_note(r) for r in board if r.get("calibrated")]
-    notes += [f"- {r['name']} (~): a tie with {r['tie']}: their order flips as the test languages validation.csv "
-              "lacks take other plausible toxic rates (`make cv` shows the estimate's range)" for r in board
+    notes += [f"- {r['name']} (~): a tie with {r['tie']}: their order flips as the test's toxic rates move within "
+              "the range under the validation-rate assumption (`make cv` shows it)" for r in board
               if r.get("tie")]  # fmt: skip
     sets = {tuple(r.get("scored_folds") or []) for r in board if r.get("scored_folds")}
     if len(sets) > 1:

@@ -47,6 +47,9 @@ PREPARED_CONFIG = "config.yaml"
 TOKENIZER = "tokenizer"  # the tiny model's tokenizer folder
 TOKENS_POINTER = "tokens.json"  # {"key": ...}: the token cache input/cache/<key>/ these tables use
 CACHE_META = "meta.json"  # in a token cache: key, sizes and digests of its arrays
+# split, id, source, lang, tokens: the untruncated token count of every scored and every test row (the
+# estimate's length buckets), and what they were counted from
+LENGTHS, LENGTHS_KEY = "lengths.csv", "lengths.json"
 # how data.held_out groups translated rows (pipeline.inputs.groups); a new way rebuilds the tables held out before
 HELD_OUT_GROUPING = 2
 # how validation.csv's near-copies are grouped into one fold (pipeline.inputs.groups.copy_groups); a new way

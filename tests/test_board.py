@@ -218,6 +218,35 @@ def calibrated(exp: Path, older: bool = False) -> dict:
     return record
 
 
+def test_a_tie_is_marked_with_every_row_below_whose_order_flips_not_only_the_next() -> None:
+    def row(name: str, corners) -> dict:
+        return {"name": name, "metrics": {metrics.SIX.key: corners[0], "valid_auc": 0.9}, "test": None,
+                "test_of": "t", "scored_folds": [0, 1], "corners": corners}  # fmt: skip
+
+    # a over b and b over c at every corner; a under c at the third
+    a, b, c = row("a", [0.910, 0.905, 0.880]), row("b", [0.905, 0.900, 0.870]), row("c", [0.900, 0.895, 0.890])
+    marked = board.mark_ties([a, b, c])
+    assert marked[0]["tie"] == "c" and marked[1]["tie"] == "c"
+
+
+def test_a_calibrated_rows_corners_are_its_calibrated_oofs() -> None:
+    """The figure a calibrated experiment is ranked by has a range too (each fold at its recorded C), so ties with
+    it are marked; without each fold's C or a range, none."""
+    from pipeline.scoring import calibration
+    from tests.scoring.test_metrics import six_language_oof
+
+    oof = six_language_oof(seed=3)
+    oof["fold"] = np.arange(len(oof)) % 3
+    profile = metrics.test_profile(oof[oof["source"] == "validation"], oof["lang"])
+    six = {"profile": profile, "corners": metrics.six_corners(oof, profile)}
+    scaled, by_fold = calibration.nested_choice(oof, profile)
+    record = {"c_by_fold": {str(k): c for k, c in by_fold.items()}}  # as cv.json reads back
+    got = board.calibrated_corners(oof, six, record)
+    assert got == pytest.approx(metrics.six_corners(scaled, profile)) and len(got) == len(six["corners"])
+    assert board.calibrated_corners(oof, six, {}) is None
+    assert board.calibrated_corners(oof, {**six, "corners": None}, record) is None
+
+
 def test_a_calibrated_submission_is_ranked_by_its_calibrated_estimate_and_says_so(tmp_path: Path) -> None:
     comp = Competition(tmp_path, 600)
     y = comp.rows["toxic"].to_numpy()

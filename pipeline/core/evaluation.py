@@ -11,9 +11,9 @@ The best evaluation is chosen on the very rows it is then scored on: of several 
 one whose noise happens to favour these rows wins, so its figure reads high, the more so the more evaluations
 there are. The fold's OOF (`pred` of oof.csv: what cv, blends, calibration and the board score) is therefore
 held out from that choice: the fold's rows are split in two halves (groups whole, each language and label
-evenly), and each half gets its predictions at the evaluation that scores best on the other half, in that
-evaluation's order and on the kept weights' scale (on_kept_scale). `best` beside it holds the best
-evaluation's predictions, those of the weights kept.
+evenly, a group that spans languages counted in each), and each half gets its predictions at the evaluation
+that scores best on the other half, in that evaluation's order and on the kept weights' scale (on_kept_scale).
+`best` beside it holds the best evaluation's predictions, those of the weights kept.
 """
 
 from __future__ import annotations
@@ -67,13 +67,22 @@ def exhausted(best: dict, last_step: int, patience: int, interval: int, stage1: 
 
 def halves(keys: np.ndarray, strata: np.ndarray, seed: int) -> np.ndarray:
     """True for the rows of a fold's first half, False for the second: each group (`keys`: versions and copies
-    of one comment) whole on one side, the groups of each stratum (language x label of their first row) dealt
-    to the two sides in turn, in a seeded order."""
+    of one comment) whole on one side, every stratum (language x label) split as evenly as whole groups allow.
+    A group may span strata (an English comment held out with its fr, pt and ru translations), so it goes to
+    the side that leaves the rows of every stratum least apart, the largest groups first, in a seeded order."""
     frame = pd.DataFrame({"key": keys, "stratum": strata})
-    first = frame.groupby("key", sort=True)["stratum"].first()
-    dealt = first.iloc[np.random.default_rng(seed).permutation(len(first))]
-    side = dealt.groupby(dealt).cumcount() % 2 == 0  # the stratum's 1st, 3rd, ... group: the first half
-    return frame["key"].map(side).to_numpy(dtype=bool)
+    counts = frame.groupby(["key", "stratum"]).size().unstack(fill_value=0)
+    rows = counts.to_numpy(np.float64)
+    order = np.random.default_rng(seed).permutation(len(rows))
+    order = order[np.argsort(-rows[order].sum(axis=1), kind="stable")]  # large groups first, small ones even out
+    held, first = np.zeros((2, rows.shape[1])), np.zeros(len(rows), dtype=bool)
+    for i in order:
+        apart = [np.abs(held[0] + rows[i] - held[1]).sum(), np.abs(held[0] - held[1] - rows[i]).sum()]
+        # equally apart either way: the side with fewer rows, then the first
+        side = 0 if (apart[0], held[0].sum()) <= (apart[1], held[1].sum()) else 1
+        held[side] += rows[i]
+        first[i] = side == 0
+    return frame["key"].map(pd.Series(first, index=counts.index)).to_numpy(dtype=bool)
 
 
 def fold_halves(valid: pd.DataFrame, seed: int) -> np.ndarray:

@@ -224,14 +224,16 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     if cfg.data.bias_rows > 0:
         parts.append(bias_part(cfg, raw / layout.BIAS, notes))
     extras = [extra_part(path, lang, notes) for path, lang in layout.extra_files(cfg, raw)]
+    valid = validation_part(cfg, raw / layout.VALID, notes)
+    # before the held-out split: a held-out copy of a validation text in another fold would train the fold
+    # that scores its twin, so every non-validation row holding one goes, held out or not
+    parts, extras = drop_validation_copies(valid, parts, extras, notes)
     if extras:
         extra, parts, held = hold_out(cfg, pd.concat(extras, ignore_index=True), parts)
         parts = [*parts, extra]
         notes += [held] if held else []
-    parts.append(validation_part(cfg, raw / layout.VALID, notes))
-    table = pd.concat(parts, ignore_index=True)
+    table = pd.concat([*parts, valid], ignore_index=True)
     table["group"] = table["group"].fillna("") if "group" in table else ""
-    table = drop_validation_copies(table, notes)
     # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
     table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
     table["fold"] = table["fold"].astype(np.int64)
@@ -245,18 +247,29 @@ def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, test
 
 
-def drop_validation_copies(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    """The table without the training-only rows whose text is a validation row's (case, spaces and punctuation
-    set aside): every fold would train on the very comment one of them scores."""
-    valid = (table["source"] == layout.VALID_SOURCE).to_numpy()
-    seen = {t for t in map(groups.normalised, table.loc[valid, "text"]) if len(t) >= groups.MIN_DUPLICATE}
-    texts = table["text"].astype(str)
-    copy = (table["fold"].to_numpy() == layout.STAGE1) & texts.map(lambda t: groups.normalised(t) in seen).to_numpy()
-    if copy.any():
-        by = ", ".join(f"{n:,} of {s}" for s, n in table[copy].groupby("source").size().items())
-        notes.append(f"{int(copy.sum()):,} training rows hold the text of a validation row ({by}): dropped, so that "
-                     f"no fold trains on a comment it scores")  # fmt: skip
-    return table[~copy].reset_index(drop=True)
+def drop_validation_copies(
+    valid: pd.DataFrame, parts: list[pd.DataFrame], extras: list[pd.DataFrame], notes: list[str]
+) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+    """`parts` (English) and `extras` (translated files) without the rows whose text is a validation row's (case,
+    spaces and punctuation set aside), dropped before any is held out: a held-out copy sits in a fold of its
+    own, so it would train the fold that scores its twin, and a training-only copy trains every fold on it."""
+    seen = {t for t in map(groups.normalised, valid["text"]) if len(t) >= groups.MIN_DUPLICATE}
+    dropped: dict[str, int] = {}
+
+    def without(part: pd.DataFrame) -> pd.DataFrame:
+        copy = part["text"].astype(str).map(lambda t: groups.normalised(t) in seen).to_numpy(bool)
+        if not copy.any():  # an empty file's frame cannot be grouped
+            return part
+        for source, n in part[copy].groupby("source").size().items():
+            dropped[source] = dropped.get(source, 0) + int(n)
+        return part[~copy].reset_index(drop=True)
+
+    parts, extras = [without(p) for p in parts], [without(p) for p in extras]
+    if dropped:
+        by = ", ".join(f"{n:,} of {s}" for s, n in sorted(dropped.items()))
+        notes.append(f"{sum(dropped.values()):,} training rows hold the text of a validation row ({by}): dropped "
+                     f"before any row is held out, so that no fold trains on a comment it scores")  # fmt: skip
+    return parts, extras
 
 
 def nothing_held_out(cfg: Config, table: pd.DataFrame, test: pd.DataFrame) -> str:
@@ -314,6 +327,27 @@ def load_table(cfg: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         test, out / layout.TEST_TABLE, "the competition's test.csv had none; put them back and rerun `make data`"
     )
     return table, test, meta
+
+
+def read_lengths(folder: Path) -> pd.DataFrame | None:
+    """A prepared folder's lengths.csv (split, id, source, lang, tokens: pipeline.inputs.tokens.write_lengths);
+    None where it is missing or unreadable (tables prepared before it existed: the estimate without length)."""
+    try:
+        frame = pd.read_csv(Path(folder) / layout.LENGTHS, dtype={"split": str, "id": str, "source": str, "lang": str},
+                            keep_default_na=False)  # fmt: skip
+    except (OSError, ValueError):
+        return None
+    need = {"split", "id", "source", "lang", "tokens"}
+    return frame if need <= set(frame.columns) else None
+
+
+def with_tokens(oof: pd.DataFrame, lengths: pd.DataFrame | None) -> pd.DataFrame:
+    """The OOF rows with `tokens`, each row's untruncated token count (NaN for a row lengths.csv lacks); the
+    rows as they are without lengths."""
+    if lengths is None or "source" not in oof:
+        return oof
+    counts = lengths.loc[lengths["split"] == "train", ["source", "id", "tokens"]].drop_duplicates(["source", "id"])
+    return oof.drop(columns="tokens", errors="ignore").merge(counts, on=["source", "id"], how="left")
 
 
 def check_rows(test: pd.DataFrame, path: Path, fix: str) -> None:

@@ -4,6 +4,9 @@ Writes  input/prepared/<name>/tokenizer/    the tiny model's tokenizer, trained 
         input/cache/<key>/{train,test}_ids.npy      every row's token ids, concatenated (int32)
         input/cache/<key>/{train,test}_offsets.npy  row i is ids[offsets[i]:offsets[i+1]] (int64)
         input/cache/<key>/meta.json                 key, sizes, digests, throughput
+        input/prepared/<name>/lengths.csv           the untruncated token count of every validation,
+                                                    held-out and test row (the six-language estimate's
+                                                    length buckets), lengths.json: what it was counted from
 
 Ids are stored unpadded; batches are padded at collate time to their own longest row. The key covers
 the tokenizer's files, max length and the tables' content: a changed input rebuilds, an unchanged one
@@ -19,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from pipeline import layout, progress
 from pipeline.errors import PipelineError
-from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, tree_digest, write_json
+from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, tree_digest, write_csv, write_json
 from pipeline.inputs import tokenizer as tokenizer_mod
 from pipeline.schema import Config
 
@@ -147,6 +151,37 @@ def tokenize(tokenizer, texts: list[str], max_length: int, desc: str = "tokenize
     return Ragged.from_lists(rows)
 
 
+def token_counts(tokenizer, texts: list[str]) -> np.ndarray:
+    """Each text's token count with special tokens and without truncation (what max_length would cut)."""
+    out = []
+    for start in range(0, len(texts), CHUNK):
+        enc = tokenizer(texts[start : start + CHUNK], truncation=False, add_special_tokens=True,
+                        return_attention_mask=False, verbose=False)  # fmt: skip
+        out.extend(len(ids) for ids in enc["input_ids"])
+    return np.asarray(out, dtype=np.int64)
+
+
+def write_lengths(prepared: Path, tokenizer, tok_digest: str, table, test, meta: dict) -> None:
+    """`prepared`/lengths.csv: the untruncated token count of every row the estimate scores (fold >= 0) and of
+    every test row, by this tokenizer; counted again only when the tokenizer or the tables changed."""
+    stamp = {"tokenizer_digest": tok_digest, "table_digest": meta["table_digest"], "test_digest": meta["test_digest"]}
+    key = Path(prepared) / layout.LENGTHS_KEY
+    try:
+        if read_json(key) == stamp and (Path(prepared) / layout.LENGTHS).is_file():
+            return
+    except (OSError, ValueError):
+        pass
+    scored = table[table["fold"] >= 0]
+    frame = pd.concat([
+        pd.DataFrame({"split": "train", "id": scored["id"].astype(str), "source": scored["source"],
+                      "lang": scored["lang"], "tokens": token_counts(tokenizer, list(scored["text"].astype(str)))}),
+        pd.DataFrame({"split": "test", "id": test["id"].astype(str), "source": "test", "lang": test["lang"],
+                      "tokens": token_counts(tokenizer, list(test["text"].astype(str)))}),
+    ], ignore_index=True)  # fmt: skip
+    write_csv(Path(prepared) / layout.LENGTHS, frame)
+    write_json(key, stamp)
+
+
 def check_cache(folder: Path, deep: bool = True) -> dict | None:
     """meta.json if every array is present with the size (and, if deep, the digest) it records; else None."""
     try:
@@ -170,6 +205,7 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
     key = cache_key(tok_digest, cfg.model.max_length, meta["table_digest"], meta["test_digest"])
     folder = layout.cache_root(cfg) / key
     pointer = Path(prepared) / layout.TOKENS_POINTER
+    write_lengths(prepared, tokenizer, tok_digest, table, test, meta)
     if folder.exists():
         cached = check_cache(folder)
         if cached is not None:

@@ -123,7 +123,7 @@ def apply(preds: np.ndarray, langs: np.ndarray, fitted: dict[str, dict], prior: 
 
 def nested(oof: pd.DataFrame, profile: dict, c: float) -> pd.DataFrame:
     """The OOF with each fold's rows scaled by the fit on the other folds' rows (what the OOF says of it)."""
-    return by_the_other_folds(oof, profile, lambda rest: c)[0]
+    return by_the_other_folds(oof, profile, lambda k, rest: c)[0]
 
 
 def nested_choice(oof: pd.DataFrame, profile: dict) -> tuple[pd.DataFrame, dict[int, float]]:
@@ -131,16 +131,22 @@ def nested_choice(oof: pd.DataFrame, profile: dict) -> tuple[pd.DataFrame, dict[
     chose (choose_c on them alone); and each fold's C. Its estimate is what calibration, its C chosen as the
     submission's is, does to rows that neither fit it nor chose its C. The best of choose_c's estimates is
     not that: it is the one of four that these very rows picked."""
-    return by_the_other_folds(oof, profile, lambda rest: choose_c(rest, profile)[0])
+    return by_the_other_folds(oof, profile, lambda k, rest: choose_c(rest, profile)[0])
+
+
+def with_recorded_c(oof: pd.DataFrame, profile: dict, c_by_fold: dict) -> pd.DataFrame:
+    """The OOF scaled as nested_choice scaled it, each fold by the fit on the others with the C that a record
+    (cv.json's calibration, `c_by_fold`: fold -> C, its keys strings once read back) says it chose."""
+    return by_the_other_folds(oof, profile, lambda k, rest: float(c_by_fold.get(str(k), c_by_fold.get(k))))[0]
 
 
 def by_the_other_folds(oof: pd.DataFrame, profile: dict, pick) -> tuple[pd.DataFrame, dict[int, float]]:
-    """The OOF with each fold's rows scaled by the fit on the other folds' rows with the C `pick(those rows)`
-    gives; and each fold's C."""
+    """The OOF with each fold's rows scaled by the fit on the other folds' rows with the C `pick(the fold, those
+    rows)` gives; and each fold's C."""
     out, chose = oof.copy(), {}
     for k in sorted(oof["fold"].unique()):
         at = (oof["fold"] == k).to_numpy()
-        chose[int(k)] = pick(oof[~at])
+        chose[int(k)] = pick(int(k), oof[~at])
         fitted = fit(oof[~at], profile, chose[int(k)])
         out.loc[at, "pred"], _ = apply(oof.loc[at, "pred"].to_numpy(), oof.loc[at, "lang"].to_numpy(), fitted, False)
     return out, chose

@@ -7,8 +7,11 @@ estimate (`six_language`) pools the out-of-fold rows that stand for each test la
 where the language has them: es, it, tr; else the held-out translated rows: fr, pt, ru with data.held_out)
 and weights each language's toxic and clean rows to what the test is believed to hold of them: its share
 of the test's rows (known: test.csv has a lang column) times its toxic rate in the test (not known:
-`test_profile` estimates it without test labels). The validation AUC is validation.csv's rows only.
-METRICS is the one list of figures every report shows.
+`test_profile` estimates it without test labels). Where the OOF rows carry their untruncated token counts
+(`tokens`) and the profile the test's length mix per language (`lengths`), each language's rows are weighted
+over class x length bucket instead (`language_weights`): the class margins as above, the length margins the
+test's own bucket shares for that language. The validation AUC is validation.csv's rows only. METRICS is the
+one list of figures every report shows.
 """
 
 from __future__ import annotations
@@ -25,12 +28,23 @@ from sklearn.metrics import roc_auc_score
 
 from pipeline import layout
 from pipeline.errors import PipelineError
+from pipeline.inputs import tables
 from pipeline.inputs.csvfile import label_values, read_csv
 from pipeline.layout import TEST_LABELS, VALID_SOURCE
 from pipeline.schema import Config
 
 # where a test language's toxic rate comes from, as cv.json and `make cv` say it
 FROM_VALIDATION, FROM_PRIOR = "validation.csv", "prior"
+# the token counts that end a length bucket (the last holds the longer rows): fixed, never an experiment's own
+# max_length, so that every row of a board is weighted alike
+LENGTH_EDGES = (32, 64, 96, 128)
+# a length bucket with fewer stand-in rows than this of either class merges into a neighbour: a handful of rows
+# carrying a quarter of a language's weight would make the estimate their noise
+MIN_BUCKET_ROWS = 10
+# the toxic rates a language without validation rows is varied over for the estimate's range: wider than
+# validation.csv's languages (0.107-0.195), since nothing says the test's other languages lie between them
+PRIOR_RATES = (0.05, 0.35)
+RATE_SES = 2.0  # a language with validation rows is varied by this many standard errors of its rate
 
 
 def auc(y, p, weight=None) -> float:
@@ -52,9 +66,11 @@ def language_mix(langs) -> dict[str, float]:
     return {str(k): float(v / counts.sum()) for k, v in counts.sort_index().items()}
 
 
-def test_profile(valid: pd.DataFrame, test_langs) -> dict:
+def test_profile(valid: pd.DataFrame, test_langs, test_tokens=None) -> dict:
     """What the test is believed to hold, per language: `mix` (its share of the test's rows, from test.csv's
-    lang column) and `rates` (its toxic rate), with `rate_from` saying where each rate comes from.
+    lang column) and `rates` (its toxic rate), with `rate_from` saying where each rate comes from and `rate_se`
+    its standard error (0 for the prior, which the range moves over PRIOR_RATES instead); with `test_tokens`
+    (each test row's untruncated token count), `lengths`: each language's share of rows per length bucket.
 
     A rate is validation.csv's for a language it has: the competition drew validation.csv and test.csv from
     the same comments and annotation. A language without validation rows gets the prior, validation.csv's
@@ -65,11 +81,40 @@ def test_profile(valid: pd.DataFrame, test_langs) -> dict:
     mix = language_mix(test_langs)
     y = valid["toxic"].to_numpy(np.float64)
     prior = float(y.mean()) if len(y) else float("nan")
-    rates, rate_from = {}, {}
+    rates, rate_from, ses = {}, {}, {}
     for lang in mix:
         own = y[(valid["lang"] == lang).to_numpy()]
         rates[lang], rate_from[lang] = (float(own.mean()), FROM_VALIDATION) if len(own) else (prior, FROM_PRIOR)
-    return {"mix": mix, "rates": rates, "rate_from": rate_from}
+        ses[lang] = math.sqrt(rates[lang] * (1 - rates[lang]) / len(own)) if len(own) else 0.0
+    profile = {"mix": mix, "rates": rates, "rate_from": rate_from, "rate_se": ses}
+    if test_tokens is not None:
+        profile["lengths"] = length_mix(test_langs, test_tokens)
+    return profile
+
+
+def length_buckets(tokens) -> np.ndarray:
+    """Each row's length bucket: 0 for at most LENGTH_EDGES[0] tokens, ..., len(LENGTH_EDGES) for longer."""
+    return np.searchsorted(np.asarray(LENGTH_EDGES), np.asarray(tokens, dtype=np.float64), side="left")
+
+
+def bucket_shares(tokens) -> list[float]:
+    """The share of rows in each length bucket."""
+    counts = np.bincount(length_buckets(tokens), minlength=len(LENGTH_EDGES) + 1).astype(np.float64)
+    return (counts / max(counts.sum(), 1.0)).tolist()
+
+
+def length_mix(langs, tokens) -> dict[str, list[float]]:
+    """Each language's bucket shares (of the test's rows: what the estimate's length margins are)."""
+    langs, tokens = np.asarray(langs), np.asarray(tokens)
+    return {str(g): bucket_shares(tokens[langs == g]) for g in sorted(set(langs))}
+
+
+def bucket_names() -> list[str]:
+    """The buckets as cv.json and `make cv` name them: '<=32', '33-64', ..., '>128'."""
+    lows = [1, *(e + 1 for e in LENGTH_EDGES[:-1])]
+    return [f"<={LENGTH_EDGES[0]}", *(f"{lo}-{hi}" for lo, hi in zip(lows[1:], LENGTH_EDGES[1:]))] + [
+        f">{LENGTH_EDGES[-1]}"
+    ]
 
 
 def on_validation(oof: pd.DataFrame) -> np.ndarray:
@@ -97,17 +142,95 @@ def row_weights(oof: pd.DataFrame, profile: dict) -> np.ndarray:
     stand-ins), a clean one mix[g] * (1 - rate[g]) / (g's clean stand-ins), so that every language brings
     the test's share of toxic and of clean rows whatever its stand-ins' own rate; 0 for a row that stands for
     no test language (an English original held out with its translations, a translation of a language
-    validation.csv has)."""
+    validation.csv has). Where the rows carry `tokens` and the profile `lengths`, each language's mass is
+    spread over class x length bucket as well (language_weights); a language whose stand-ins lack a count
+    keeps the class weights alone."""
     weights = np.zeros(len(oof))
     at = stand_in_mask(oof, profile["mix"])
     langs, y = oof["lang"].to_numpy(), oof["toxic"].to_numpy() >= 0.5
+    tokens = pd.to_numeric(oof["tokens"], errors="coerce").to_numpy(np.float64) if "tokens" in oof else None
+    lengths = profile.get("lengths") or {}
     for lang, share in profile["mix"].items():
-        rate = profile["rates"][lang]
-        for cls, mass in ((True, share * rate), (False, share * (1 - rate))):
-            rows = at & (langs == lang) & (y == cls)
-            if rows.any():
-                weights[rows] = mass / rows.sum()
+        rows = at & (langs == lang)
+        if not rows.any():
+            continue
+        mine = tokens[rows] if tokens is not None and lang in lengths else None
+        buckets = length_buckets(mine) if mine is not None and not np.isnan(mine).any() else None
+        weights[rows] = language_weights(y[rows], buckets, share, profile["rates"][lang], lengths.get(lang))
     return weights
+
+
+def language_weights(toxic: np.ndarray, buckets: np.ndarray | None, share: float, rate: float,
+                     test_shares) -> np.ndarray:  # fmt: skip
+    """One language's stand-in rows' weights: `share` of the whole, `rate` of it on the toxic rows; with
+    `buckets` (each row's length bucket) and `test_shares` (the test's rows per bucket), fit by iterative
+    proportional fitting from the rows' own class x bucket counts, so that the class margins stay as without
+    length and the length margins are the test's, buckets too thin (merged_buckets) merged first."""
+    toxic = np.asarray(toxic, dtype=bool)
+    cls = np.where(toxic, 0, 1)
+    mass = np.array([share * rate, share * (1 - rate)])
+    if buckets is None or toxic.all() or not toxic.any():  # one class: no margin to keep but its own
+        counts = np.bincount(cls, minlength=2).astype(np.float64)
+        return mass[cls] / counts[cls]
+    counts = np.zeros((2, len(LENGTH_EDGES) + 1))
+    np.add.at(counts, (cls, buckets), 1.0)
+    group = merged_buckets(counts)
+    cells = np.stack([np.bincount(group, weights=c, minlength=group.max() + 1) for c in counts])
+    target = share * np.bincount(group, weights=np.asarray(test_shares, np.float64), minlength=group.max() + 1)
+    fitted = fit_cells(cells, mass, target)
+    of_row = group[buckets]
+    return fitted[cls, of_row] / cells[cls, of_row]
+
+
+def merged_buckets(counts: np.ndarray) -> np.ndarray:
+    """Each length bucket's group: neighbours merged (a thin group with the thinner of its neighbours) until
+    every group holds MIN_BUCKET_ROWS rows of each class, or one group is left. `counts`: (2, buckets), the
+    rows of each class per bucket."""
+    groups = [[b] for b in range(counts.shape[1])]
+    while len(groups) > 1:
+        held = [counts[:, g].sum(axis=1).min() for g in groups]
+        thin = next((i for i, n in enumerate(held) if n < MIN_BUCKET_ROWS), None)
+        if thin is None:
+            break
+        near = [j for j in (thin - 1, thin + 1) if 0 <= j < len(groups)]
+        other = min(near, key=lambda j: held[j])
+        lo = min(thin, other)
+        groups[lo : lo + 2] = [groups[lo] + groups[lo + 1]]
+    out = np.zeros(counts.shape[1], dtype=np.int64)
+    for i, g in enumerate(groups):
+        out[g] = i
+    return out
+
+
+def fit_cells(cells: np.ndarray, rows: np.ndarray, columns: np.ndarray, sweeps: int = 500) -> np.ndarray:
+    """Iterative proportional fitting: `cells` (class x bucket counts) scaled until its row sums are `rows` and
+    its column sums `columns` (both summing to the same total), keeping the counts' own odds ratios."""
+    fitted = cells.astype(np.float64).copy()
+    for _ in range(sweeps):
+        fitted *= (rows / np.maximum(fitted.sum(axis=1), 1e-300))[:, None]
+        col = fitted.sum(axis=0)
+        fitted *= np.divide(columns, col, out=np.zeros_like(col), where=col > 0)[None, :]
+        if np.allclose(fitted.sum(axis=1), rows, rtol=1e-9, atol=1e-12):
+            break
+    return fitted
+
+
+def without_lengths(profile: dict | None) -> dict | None:
+    """The profile with no length margins: the estimate weighted over language and class only."""
+    return {k: v for k, v in profile.items() if k != "lengths"} if profile else profile
+
+
+def effective_sizes(oof: pd.DataFrame, profile: dict) -> dict[str, dict[str, float]]:
+    """Each test language's effective sample size per class, (sum w)^2 / sum w^2 of its stand-ins' weights:
+    how many equally weighted rows its figure is worth."""
+    weights, out = row_weights(oof, profile), {}
+    langs, y = oof["lang"].to_numpy(), oof["toxic"].to_numpy() >= 0.5
+    for lang in profile["mix"]:
+        out[lang] = {}
+        for name, cls in (("toxic", True), ("clean", False)):
+            w = weights[(langs == lang) & (y == cls) & (weights > 0)]
+            out[lang][name] = round(float(w.sum() ** 2 / (w**2).sum()), 1) if len(w) else 0.0
+    return out
 
 
 def six_language(oof: pd.DataFrame, profile: dict) -> dict:
@@ -125,28 +248,67 @@ def six_language(oof: pd.DataFrame, profile: dict) -> dict:
 
 
 def prior_span(profile: dict) -> tuple[list[str], float, float] | None:
-    """(the test languages whose toxic rate is the prior, the lowest and the highest rate of a language
-    validation.csv has): the rates a language without validation rows may plausibly have; None where no
-    language takes the prior or none has its own rate."""
+    """(the test languages whose toxic rate is the prior, and PRIOR_RATES, the lowest and the highest rate such
+    a language is varied over); None where no language takes the prior or none has its own rate."""
     frm = profile.get("rate_from") or {}
     guessed = sorted(g for g in profile["mix"] if frm.get(g) == FROM_PRIOR)
-    own = [profile["rates"][g] for g in profile["mix"] if frm.get(g) == FROM_VALIDATION]
-    return (guessed, min(own), max(own)) if guessed and own else None
+    own = [g for g in profile["mix"] if frm.get(g) == FROM_VALIDATION]
+    return (guessed, *PRIOR_RATES) if guessed and own else None
+
+
+def rate_spans(profile: dict) -> dict[str, tuple[float, float]]:
+    """Every rate the estimate's range moves, and its two ends: a prior language's over PRIOR_RATES, a
+    language with validation rows by RATE_SES standard errors of its rate (rate_se; a profile recorded
+    before it had one: none of those)."""
+    span, ses = prior_span(profile), profile.get("rate_se") or {}
+    if span is None:
+        return {}
+    out = {g: (span[1], span[2]) for g in span[0]}
+    for g, se in ses.items():
+        if g in profile["mix"] and g not in out and se > 0:
+            r = profile["rates"][g]
+            out[g] = (max(r - RATE_SES * se, 0.0), min(r + RATE_SES * se, 1.0))
+    return out
 
 
 def six_corners(oof: pd.DataFrame, profile: dict) -> list[float] | None:
-    """The six-language estimate with each prior-rate language's toxic rate at either end of prior_span, every
-    combination in one fixed order (the estimate's assumption, shown: its range is their min to max, and two
-    experiments whose order differs at some corner are a tie); None where no rate is a prior."""
-    span = prior_span(profile)
-    if span is None:
+    """The six-language estimate with each moved rate (rate_spans) at either end of its span, every combination
+    in one fixed order: the range under the validation-rate assumption (its min to max; two experiments whose
+    order differs at some corner are a tie); None where no rate is a prior."""
+    spans = rate_spans(profile)
+    if not spans:
         return None
-    guessed, low, high = span
     out = []
-    for corner in itertools.product((low, high), repeat=len(guessed)):
-        moved = {**profile, "rates": {**profile["rates"], **dict(zip(guessed, corner))}}
+    for corner in itertools.product(*spans.values()):
+        moved = {**profile, "rates": {**profile["rates"], **dict(zip(spans, corner))}}
         out.append(six_language(oof, moved)["auc"])
     return out
+
+
+def length_figures(oof: pd.DataFrame, profile: dict) -> dict | None:
+    """What length does to the estimate (cv.json's six.lengths): the test's and the stand-ins' bucket shares
+    per language, the effective sample sizes with and without length, the estimate without length, and the
+    AUC per length bucket of validation.csv's rows; None where the rows carry no token counts or the profile
+    no test lengths."""
+    if "tokens" not in oof or not profile.get("lengths"):
+        return None
+    at = stand_in_mask(oof, profile["mix"])
+    tokens = pd.to_numeric(oof["tokens"], errors="coerce")
+    rows = {g: bucket_shares(tokens[at & (oof["lang"] == g).to_numpy()].dropna()) for g in profile["mix"]}
+    valid = on_validation(oof) & tokens.notna().to_numpy()
+    buckets = length_buckets(tokens[valid])
+    y, p = oof["toxic"].to_numpy()[valid], oof["pred"].to_numpy()[valid]
+    by_bucket = {name: auc(y[buckets == b], p[buckets == b]) for b, name in enumerate(bucket_names())}
+    return {
+        "edges": list(LENGTH_EDGES),
+        "test": profile["lengths"],
+        "rows": rows,
+        "without": six_language(oof, without_lengths(profile))["auc"],
+        "ess": effective_sizes(oof, profile),
+        "ess_without": effective_sizes(oof, without_lengths(profile)),
+        "valid_by_bucket": by_bucket,
+        "valid_bucket_rows": np.bincount(buckets, minlength=len(LENGTH_EDGES) + 1).tolist(),
+    }
 
 
 @dataclass(frozen=True)
@@ -177,20 +339,24 @@ def valid_auc(rows: pd.DataFrame, profile: dict | None = None) -> float:
 
 
 def valid_brier(rows: pd.DataFrame, profile: dict | None = None) -> float:
+    """The Brier score of a model's probabilities: a trained fold's kept weights' (`best`), since `pred` takes
+    each half of a fold at another step, two models' probabilities side by side; `pred` where the rows have no
+    `best` (the baseline's, whose one model is `pred`)."""
     at = on_validation(rows)
     if not at.any():
         return math.nan
-    return float(np.mean((rows["pred"][at].to_numpy(np.float64) - rows["toxic"][at].to_numpy(np.float64)) ** 2))
+    p = rows["best"] if "best" in rows else rows["pred"]
+    return float(np.mean((p[at].to_numpy(np.float64) - rows["toxic"][at].to_numpy(np.float64)) ** 2))
 
 
 SIX = Metric("six", "6-lang AUC", "the estimate of the test's pooled AUC: every test language's stand-in rows "
-             "weighted to its share of the test and its toxic rate there (what best steps, blends and the board "
-             "choose by)", six_auc)  # fmt: skip
+             "weighted to its share of the test, its toxic rate there and, where the rows carry token counts, its "
+             "length mix (what best steps, blends and the board choose by)", six_auc)  # fmt: skip
 METRICS = (
     SIX,
     Metric("valid_auc", "valid AUC", "ROC AUC on validation.csv's rows (es, it, tr)", valid_auc),
-    Metric("brier", "Brier", "mean squared error of the probabilities on validation.csv's rows (lower is "
-           "better; calibration shows here, not in an AUC)", valid_brier, probabilities=True),
+    Metric("brier", "Brier", "mean squared error of the kept model's probabilities on validation.csv's rows "
+           "(lower is better; calibration shows here, not in an AUC)", valid_brier, probabilities=True),
 )  # fmt: skip
 BY_KEY = {m.key: m for m in METRICS}
 RANKED_BY = (SIX, BY_KEY["valid_auc"])  # an experiment is ranked by the first of these it has
@@ -253,16 +419,30 @@ def shown(value, fmt: str = "") -> str:
 
 
 def read_profile(cfg: Config) -> dict | None:
-    """The test profile of cfg's prepared tables (validation rows of folds.csv, langs of test.csv); None
-    without them."""
-    folder = layout.prepared_dir(cfg)
+    """The test profile of cfg's prepared tables (validation rows of folds.csv, langs of test.csv, and the test
+    rows' token counts where lengths.csv has them); None without them."""
+    return folder_profile(layout.prepared_dir(cfg))
+
+
+def folder_profile(folder: Path) -> dict | None:
+    """The test profile of the prepared tables in `folder` (read_profile); None without them."""
     try:
         table = pd.read_csv(folder / layout.TABLE, usecols=["lang", "toxic", "source"], dtype={"lang": str,
                             "source": str}, keep_default_na=False)  # fmt: skip
         test = pd.read_csv(folder / layout.TEST_TABLE, usecols=["lang"], dtype=str, keep_default_na=False)
     except (OSError, ValueError):
         return None
-    return test_profile(table[table["source"] == VALID_SOURCE], test["lang"])
+    return with_test_lengths(test_profile(table[table["source"] == VALID_SOURCE], test["lang"]), folder)
+
+
+def with_test_lengths(profile: dict | None, folder: Path) -> dict | None:
+    """`profile` with the test's length mix of a prepared folder's lengths.csv where it has none (one recorded by
+    folds made before it was counted: the test's lengths need no labels); as it is without the file."""
+    lengths = tables.read_lengths(folder)
+    if not profile or profile.get("lengths") or lengths is None:
+        return profile
+    test = lengths[lengths["split"] == "test"]
+    return {**profile, "lengths": length_mix(test["lang"], test["tokens"])} if len(test) else profile
 
 
 def fold_score(rows: pd.DataFrame, preds, profile: dict | None) -> tuple[str, float, dict[str, float]]:

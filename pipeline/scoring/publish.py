@@ -42,7 +42,8 @@ def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs:
             f"predict.calibration={how} maps probabilities and these predictions are {scale}s (a blend's are "
             "weighted means of its members' ranks); make them with predict.calibration=none"
         )
-    oof = report.read_oof(dirs) if how != "none" and dirs else None  # read only when it is used
+    # read only when it is used; with the rows' token counts, so that the nested figure weights by length
+    oof = report.read_oof(dirs, layout.prepared_dir(cfg)) if how != "none" and dirs else None
     if oof is None or oof.empty:
         return combine(cfg, preds), None, {}
     c, tried = calibration.choose_c(oof, profile)  # the submission's C, chosen on every OOF row

@@ -19,21 +19,25 @@ from sklearn.metrics import roc_curve
 
 from pipeline import layout, validity
 from pipeline.files import atomic_path, read_json, write_csv, write_json
+from pipeline.inputs import tables
 from pipeline.schema import Config
 from pipeline.scoring import metrics
 from pipeline.scoring.metrics import FROM_PRIOR, auc, on_validation, read_profile, stand_ins
 
 
-def read_oof(dirs: list[Path]) -> pd.DataFrame:
+def read_oof(dirs: list[Path], prepared: Path | None = None) -> pd.DataFrame:
     """The folds' OOF rows (their oof.csv files), with `source`: validation.csv's for files written before
-    the table had held-out translated rows, which recorded none."""
+    the table had held-out translated rows, which recorded none; with `prepared` (the experiment's prepared
+    folder), `tokens`: each row's untruncated token count from its lengths.csv, which the six-language
+    estimate weights by (none without the file)."""
     frames = []
     for d in dirs:
         frame = pd.read_csv(d / layout.OOF, dtype={"id": str, "lang": str, "source": str}, keep_default_na=False)
         if "source" not in frame:
             frame.insert(len(layout.OOF_COLUMNS) - 1, "source", layout.VALID_SOURCE)
         frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    oof = pd.concat(frames, ignore_index=True)
+    return tables.with_tokens(oof, tables.read_lengths(prepared)) if prepared is not None else oof
 
 
 def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = None) -> dict:
@@ -53,8 +57,11 @@ def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = 
         six = {k: v for k, v in metrics.six_language(oof, profile).items() if k != "auc"}
         summary["six"] = {**six, "profile": profile, "held_out_rows": int((~metrics.on_validation(oof)).sum())}
         corners = metrics.six_corners(oof, profile) if not six["missing"] else None
-        if corners:  # the estimate under every plausible toxic rate of the languages validation.csv lacks
+        if corners:  # the estimate under every plausible toxic rate of the languages (the validation-rate assumption)
             summary["six"].update(corners=corners, range=[min(corners), max(corners)])
+        lengths = metrics.length_figures(oof, profile) if not six["missing"] else None
+        if lengths:  # what weighting by length did, and the AUC per length bucket of validation.csv's rows
+            summary["six"]["lengths"] = lengths
     if "best" in oof:  # each fold's best step, chosen on the rows it is scored on: the figure reads high
         summary["best_step"] = metrics.scores(oof.assign(pred=oof["best"]), profile, scale)
     return summary
@@ -141,15 +148,39 @@ def six_line(value: float, six: dict) -> str:
     if six["missing"]:
         return (f"{metrics.SIX.header} -: no OOF rows of both classes stand for {', '.join(six['missing'])} "
                 f"(data.held_out holds translated rows of data.extra_files out for them) ({per})")  # fmt: skip
+    lengths = six.get("lengths")
+    mix = " and its length mix" if lengths else ""
     line = (f"{metrics.SIX.header} {value:.4f} ({per}): the estimate of the test AUC, each language "
-            f"weighted to its share of the test and its toxic rate there{said}")  # fmt: skip
+            f"weighted to its share of the test, its toxic rate there{mix}{said}")  # fmt: skip
     span = metrics.prior_span(profile)
     if six.get("range") and span:
         low, high = six["range"]
-        line += (f"\n  from {low:.4f} to {high:.4f} as {', '.join(span[0])} take any toxic rate from {span[1]:.3f} "
-                 f"to {span[2]:.3f} (validation.csv's lowest and highest language's): the test's own is not "
-                 "known")  # fmt: skip
-    return line
+        known = [g for g in (profile.get("rate_se") or {}) if g in profile["mix"] and g not in span[0]]
+        also = (f", {', '.join(known)} within {metrics.RATE_SES:g} standard errors of their validation.csv rate"
+                if known else "")  # fmt: skip
+        line += (f"\n  from {low:.4f} to {high:.4f}: the range under the validation-rate assumption "
+                 f"({', '.join(span[0])} at any toxic rate from {span[1]:.3f} to {span[2]:.3f}{also}); the test's own "
+                 "rates are not known")  # fmt: skip
+    return "\n".join([line, *length_lines(lengths, value)]) if lengths else line
+
+
+def length_lines(lengths: dict, value: float) -> list[str]:
+    """What weighting by length did, under the six-language line: the figure without it, each language's
+    bucket shares (test and stand-ins) and effective rows, and validation.csv's AUC per bucket."""
+    names = metrics.bucket_names()
+    out = [f"  without length {lengths['without']:.4f} ({value - lengths['without']:+.4f} by length); "
+           f"share of rows per token bucket ({' '.join(names)}), test / stand-ins; effective rows toxic, clean "
+           "with length (without):"]  # fmt: skip
+    for lang, test in lengths["test"].items():
+        rows = lengths["rows"].get(lang) or []
+        ess, was = lengths["ess"].get(lang, {}), lengths["ess_without"].get(lang, {})
+        out.append(f"    {lang} {' '.join(f'{v:.3f}' for v in test)} / {' '.join(f'{v:.3f}' for v in rows)}; "
+                   f"{ess.get('toxic', 0):.0f}, {ess.get('clean', 0):.0f} ({was.get('toxic', 0):.0f}, "
+                   f"{was.get('clean', 0):.0f})")  # fmt: skip
+    by = " ".join(f"{n} {metrics.shown(lengths['valid_by_bucket'].get(n), '.4f')} (n={c})"
+                  for n, c in zip(names, lengths["valid_bucket_rows"]))  # fmt: skip
+    out.append(f"  valid AUC per token bucket (validation.csv's rows): {by}")
+    return out
 
 
 def best_step_line(summary: dict) -> str:
@@ -300,14 +331,16 @@ def profile_of(done: dict[int, dict]) -> dict | None:
     return next((d["profile"] for d in done.values() if isinstance((d or {}).get("profile"), dict)), None)
 
 
-def cv_report(cfg: Config, digest: str | None = None) -> dict:
-    """Gather the usable folds' OOF predictions; write oof.csv, cv.json and cv.png."""
+def cv_report(cfg: Config, digest: str | None = None, prepared: Path | None = None) -> dict:
+    """Gather the usable folds' OOF predictions; write oof.csv, cv.json and cv.png. `prepared`: the folder of
+    the tables the folds were made from (default cfg's)."""
     exp = layout.experiment_dir(cfg)
     digest = digest or validity.current_fingerprint(cfg)
     dirs = validity.usable_folds(cfg, digest, "cv")  # the cv stage's table, which train and baseline print too
-    oof = read_oof(dirs)
+    prepared = prepared or layout.prepared_dir(cfg)
+    oof = read_oof(dirs, prepared)
     done = {layout.fold_index(d): validity.read_done(d) for d in dirs}
-    summary = cv_summary(oof, done, profile_of(done) or read_profile(cfg))
+    summary = cv_summary(oof, done, metrics.with_test_lengths(profile_of(done) or read_profile(cfg), prepared))
     old = exp / layout.CV_JSON
     if old.exists():  # what `make predict` recorded (test score, calibration) stays while of the same folds
         saved = read_cv(old)
@@ -319,7 +352,7 @@ def cv_report(cfg: Config, digest: str | None = None) -> dict:
                 and record.get("digests") == validity.fold_digests(dirs)
             ):
                 summary[key] = record
-    write_csv(exp / layout.OOF, oof)
+    write_csv(exp / layout.OOF, oof.drop(columns="tokens", errors="ignore"))  # an oof.csv's columns, as a fold's
     write_json(exp / layout.CV_JSON, summary)
     plot_cv(oof, summary, exp / layout.CV_PNG)
     if any(read_jsonl(d / layout.STEPS) or read_jsonl(d / layout.METRICS) for d in dirs):  # trained folds

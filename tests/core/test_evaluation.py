@@ -401,6 +401,24 @@ def test_halves_keep_groups_whole_and_split_each_stratum_evenly() -> None:
     assert not np.array_equal(first, evaluation.halves(keys, strata, seed=6))  # seeded
 
 
+def test_halves_split_each_language_evenly_where_a_group_spans_languages() -> None:
+    """Held-out groups: an English comment and its fr, pt and ru translations, labelled alike; each stratum is
+    split within a row or two, not by whichever language each group's first row happens to have."""
+    rng = np.random.default_rng(0)
+    keys, strata = [], []
+    for g in range(300):
+        label = int(rng.random() < 0.4)
+        langs = ["en", *rng.choice(["fr", "pt", "ru"], rng.integers(1, 4), replace=False)]
+        keys += [f"g{g}"] * len(langs)
+        strata += [f"{lang}_{label}" for lang in langs]
+    for seed in range(3):
+        first = evaluation.halves(np.array(keys), np.array(strata), seed)
+        frame = pd.DataFrame({"key": keys, "first": first, "stratum": strata})
+        assert (frame.groupby("key")["first"].nunique() == 1).all()
+        apart = frame.groupby("stratum")["first"].agg(lambda f: abs(2 * int(f.sum()) - len(f)))
+        assert apart.max() <= 4, apart.to_dict()
+
+
 def test_a_half_of_one_class_falls_back_to_the_whole_folds_best() -> None:
     valid = pd.DataFrame({"id": ["a", "b", "c", "d"], "lang": "es", "toxic": [0, 1, 0, 0]})
     preds = {1: np.array([0.1, 0.2, 0.3, 0.4]), 2: np.array([0.1, 0.9, 0.2, 0.3])}

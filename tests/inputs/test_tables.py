@@ -331,8 +331,28 @@ def test_training_rows_holding_a_validation_text_are_dropped_and_said(tmp_path: 
     table, _, _ = tables.load_table(cfg)
     kept = table.loc[table["source"] == "more-es", "text"].tolist()
     assert kept == ["una frase del todo nueva aquí"]
-    assert ("data: 3 training rows hold the text of a validation row (3 of more-es): dropped, so that no fold "
-            "trains on a comment it scores") in said  # fmt: skip
+    assert ("data: 3 training rows hold the text of a validation row (3 of more-es): dropped before any row is "
+            "held out, so that no fold trains on a comment it scores") in said  # fmt: skip
+
+
+def test_held_out_rows_holding_a_validation_text_are_dropped_before_the_split(tmp_path: Path, raw_sample: Path) -> None:
+    """A copy of validation.csv under another name, with most of its rows held out: none of them stays, held out
+    or not, so no fold trains on (or scores) the twin of a row another fold scores."""
+    valid = pd.read_csv(raw_sample / layout.VALID, dtype={"id": str}, keep_default_na=False)
+    texts = [t for t in valid["comment_text"] if len(t) > 20]
+    fresh = [f"una frase del todo nueva número {i}" for i in range(40)]
+    extra = tmp_path / "copy-es.csv"
+    write_translated(extra, texts + fresh, [i % 2 for i in range(len(texts) + len(fresh))])
+    said = []
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", f"data.extra_files=[{extra}]",
+                   "data.held_out=0.9")  # fmt: skip
+    data.prepare(cfg, log=said.append)
+    table, _, _ = tables.load_table(cfg)
+    kept = table[table["source"] == "copy-es"]
+    assert sorted(kept["text"]) == sorted(fresh)
+    assert (kept["fold"] >= 0).any()  # the held-out split still ran, on what is left
+    assert (f"data: {len(texts):,} training rows hold the text of a validation row ({len(texts):,} of copy-es): "
+            "dropped before any row is held out, so that no fold trains on a comment it scores") in said  # fmt: skip
 
 
 def test_a_soft_label_in_validation_csv_is_said(tmp_path: Path, raw_sample: Path) -> None:

@@ -219,3 +219,27 @@ def test_cache_of_an_older_tokenizer_is_refused(tmp_path: Path, capsys) -> None:
     vocab.write_text(vocab.read_text().replace('"<mask>"', '"<MASK>"'))
     with pytest.raises(tokens.PipelineError, match="token cache is for other tables or settings"):
         tokens.load_cache(cfg, meta)
+
+
+def test_lengths_count_every_scored_and_test_row_untruncated(tmp_path: Path) -> None:
+    """lengths.csv: the token count of every validation and test row without max_length's cut (the estimate's
+    length buckets), and the test profile's length mix per language from it."""
+    from pipeline.scoring import metrics
+
+    cfg, _ = prepare(tmp_path, "model.max_length=16")
+    table, test, _ = tables.load_table(cfg)
+    lengths = tables.read_lengths(layout.prepared_dir(cfg))
+    tok = load_tokenizer(tokens.tokenizer_source(cfg))
+    scored = table[table["fold"] >= 0]
+    train = lengths[lengths["split"] == "train"]
+    assert train["id"].tolist() == scored["id"].astype(str).tolist()
+    assert train["tokens"].tolist() == [len(ids) for ids in tok(list(scored["text"]))["input_ids"]]
+    assert train["tokens"].max() > 16  # not cut at max_length
+    on_test = lengths[lengths["split"] == "test"]
+    assert on_test["tokens"].tolist() == [len(ids) for ids in tok(list(test["text"]))["input_ids"]]
+    profile = metrics.read_profile(cfg)
+    assert set(profile["lengths"]) == set(test["lang"])
+    assert all(abs(sum(v) - 1) < 1e-9 for v in profile["lengths"].values())
+    # the OOF rows get their counts by source and id
+    oof = scored[layout.OOF_COLUMNS].iloc[::-1]
+    assert tables.with_tokens(oof, lengths)["tokens"].tolist() == train["tokens"].tolist()[::-1]

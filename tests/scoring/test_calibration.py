@@ -228,7 +228,7 @@ def test_the_calibrated_estimate_is_of_rows_that_chose_neither_the_fit_nor_its_c
     from pipeline import config
 
     oof = oof_rows(3, n=100)
-    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof)
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs, prepared=None: oof)
     cfg = config.load("sample", ["predict.calibration=lang"])
     _, info, _ = publish.on_one_scale(cfg, [oof["pred"].to_numpy()], oof, ["fold0"], PROFILE, layout.PROBABILITY)
     assert info["c"] == 0.1 and max(info["c_tried"].values()) == pytest.approx(0.9210, abs=5e-5)
@@ -245,7 +245,7 @@ def test_calibration_is_applied_to_each_folds_probabilities_before_a_rank_ensemb
 
     oof, test = oof_rows(0), oof_rows(1)
     folds = [test["pred"].to_numpy(), np.clip(test["pred"].to_numpy() * 0.9 + 0.05, 0, 1)]
-    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof)
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs, prepared=None: oof)
     cfg = config.load("sample", ["predict.ensemble=rank", "predict.calibration=lang"])
     out, info, each = publish.on_one_scale(cfg, folds, test, ["fold0"], PROFILE, layout.PROBABILITY)
     fitted = calibration.fit(oof, PROFILE, info["c"])
@@ -270,12 +270,12 @@ def test_the_calibration_line_names_an_estimate_without_every_language_as_what_i
 
     oof = oof_rows(0)
     oof = oof[oof["lang"] != "fr"]
-    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof)
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs, prepared=None: oof)
     cfg = config.load("sample", ["predict.calibration=lang"])
     publish.on_one_scale(cfg, [oof["pred"].to_numpy()], oof, ["fold0"], PROFILE, layout.PROBABILITY)
     line = capsys.readouterr().out.splitlines()[0]
     assert line.startswith("calibration lang: AUC of es, it (no 6-lang AUC) ") and " -> " in line
-    monkeypatch.setattr(publish.report, "read_oof", lambda dirs: oof_rows(0))
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs, prepared=None: oof_rows(0))
     publish.on_one_scale(cfg, [oof_rows(1)["pred"].to_numpy()], oof_rows(1), ["fold0"], PROFILE, layout.PROBABILITY)
     assert capsys.readouterr().out.startswith(f"calibration lang: {metrics.SIX.header} 0.")
 
