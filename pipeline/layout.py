@@ -6,7 +6,8 @@
       <dataset slug>/                   the files of data.datasets
       prepared/<name>/                  folds.csv, test.csv, data.json, config.yaml, tokenizer/, tokens.json
       cache/<key>/                      token ids and meta.json (pipeline.inputs.tokens)
-      locks/<name>.lock                 one run per experiment
+      locks/<name>.lock                 one run per experiment (shared by the trains of its folds)
+      locks/<name>.fold<k>.lock         one train per fold
     models/                             cfg.models_dir
       <name>/                           pipeline.yaml, oof.csv, cv.json, cv.png, submissions.jsonl
       <name>/fold<k>/                   model.safetensors, tokenizer, pipeline.yaml, metrics.jsonl, oof.csv,
@@ -188,6 +189,11 @@ def vectors_cache(cfg: Config, key: str) -> Path:
 
 def lock_path(cfg: Config) -> Path:
     return input_dir(cfg) / "locks" / f"{cfg.name}.lock"
+
+
+def fold_lock_path(cfg: Config, fold: int) -> Path:
+    """The lock of one fold of an experiment: a train of other folds may run beside its holder."""
+    return input_dir(cfg) / "locks" / f"{cfg.name}.{fold_name(fold)}.lock"
 
 
 # ---------------------------------------------------------------- models/ and submissions/
