@@ -45,6 +45,7 @@ STAGES = (
     Stage("baseline", "TF-IDF + logistic regression on the same folds, side by side with the trained model"),
     Stage("blend", '`BLEND="exp1 exp2 ..."`: rank-average with weights fit on OOF (nested); `submissions/<blend>.csv`'),
     Stage("board", "every experiment and blend under `models/`, best test AUC estimate first; `models/board.md`"),
+    Stage("recipe", "a chain of stages (`pipeline/configs/recipes/<CONFIG>.yaml`), side by side, then the board"),
     Stage("leaks", "validation rows checked by content for versions of themselves among their fold's training rows"),
     Stage("bench", "peak memory and speed of each memory technique, side by side with HF Trainer", also=("bench-gpu",)),
     Stage(
