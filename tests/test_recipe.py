@@ -184,3 +184,28 @@ def held(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_folds_of_one_experiment_train_side_by_side_in_one_checkout(tmp_path: Path) -> None:
+    """Data, then the two folds at once (each its own process, the experiment's lock shared), then the report."""
+    path = write_recipe(
+        tmp_path,
+        """
+config: sample
+steps:
+  - {id: data, stage: data}
+  - {id: sample, stage: train, needs: [data]}
+  - {id: cv, stage: cv, needs: [sample]}
+""",
+    )
+    cmd = [*chain(tmp_path)]
+    cmd[cmd.index("sample")] = str(path)
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert finished(out.stdout) in (["data", "sample.fold0", "sample.fold1", "cv"],
+                                    ["data", "sample.fold1", "sample.fold0", "cv"])  # fmt: skip
+    cfg = config.load("sample", [*overrides(tmp_path), *TINY], device=False)
+    logs = [layout.recipe_log(cfg, "chain", f"sample.fold{k}").read_text() for k in range(2)]
+    assert all("=== fold" in log for log in logs)  # each fold's process trained its own fold
