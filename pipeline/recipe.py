@@ -153,6 +153,8 @@ def done_why(step: Step) -> str:
                 layout.fold_dir(cfg, step.fold if step.stage == "train" else layout.STAGE1),
                 validity.current_fingerprint(cfg), needs=(layout.WEIGHTS,))  # fmt: skip
         return report_why(step, cfg)
+    except ConfigError:  # a step that cannot run at all: said before any step starts
+        raise
     except PipelineError as e:  # its inputs are not there yet, or changed: it has to run
         return str(e).split(": ", 1)[-1][:100]
 

@@ -209,3 +209,11 @@ steps:
     cfg = config.load("sample", [*overrides(tmp_path), *TINY], device=False)
     logs = [layout.recipe_log(cfg, "chain", f"sample.fold{k}").read_text() for k in range(2)]
     assert all("=== fold" in log for log in logs)  # each fold's process trained its own fold
+
+
+def test_a_step_whose_settings_cannot_load_stops_the_chain_before_any_step(tmp_path: Path, capsys) -> None:
+    path = write_recipe(tmp_path, "steps:\n  - {id: d, stage: data}\n  - {id: c, stage: cv, args: [train.lr=-1]}\n")
+    assert recipe.main(["--config", str(path), "--args", " ".join(overrides(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: train.lr") and err.count("\n") == 1, err
+    assert not (tmp_path / "input").exists()  # nothing ran
