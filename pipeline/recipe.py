@@ -329,13 +329,25 @@ class Chain:
             if proc.returncode == 0 and not why:
                 self.done[sid] = ""
                 count = sum(not w for w in self.done.values())
-                print(f"done     {sid} ({step.stage}) in {minutes:.1f} min  [{count}/{len(self.steps)}]", flush=True)
+                print(f"done     {sid} ({step.stage}) in {minutes:.1f} min  [{count}/{len(self.steps)}]"
+                      f"{self.eta_left()}", flush=True)  # fmt: skip
             elif self.stopping and proc.returncode in (130, -signal.SIGINT, -signal.SIGTERM):
                 print(f"stopped  {sid} ({step.stage}) after {minutes:.1f} min: {last_line(self.log(step))}")
             else:
                 self.failed.append(sid)
                 what = f"exit {proc.returncode}: {last_line(self.log(step))}" if proc.returncode else f"ran, but {why}"
                 print(f"failed   {sid} ({step.stage}), {what} (log: {self.log(step)})", flush=True)
+
+    def eta_left(self) -> str:
+        """The wall minutes left, from the folds' minutes measured so far (a running step: what it has left)."""
+        if not self.left:
+            return ""
+        now = time.perf_counter()
+        running = [step for _, _, step in self.running.values()]
+        minutes = {s.id: measured_minutes(s, self.steps, self.done) for s in [*running, *self.left]}
+        for _, began, step in self.running.values():
+            minutes[step.id] = max(minutes[step.id] - (now - began) / 60, 0.0)
+        return f"; ETA {wall_minutes([*running, *self.left], self.steps, minutes, self.jobs):.0f} min left"
 
     def stop(self, *_: object) -> None:
         """Ctrl-C or SIGTERM: no step starts, each running one is stopped as after Ctrl-C (its progress saved)."""
