@@ -20,7 +20,7 @@ from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import Interrupted
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
-from pipeline.inputs import tables
+from pipeline.inputs import tables, tokens
 from tests.helpers import digests
 from tests.helpers.folds import StopAt, fold_run
 
@@ -399,6 +399,12 @@ def test_precision_auto_on_a_cpu_takes_the_faster_of_one_step_each(prepared, mon
     fold_dir = layout.fold_dir(cfg, 0)
     assert done["digest"] == fingerprint.with_precision(digest, "fp32") != digest
     assert validity.is_complete(fold_dir, digest)  # a rerun skips it
+    from pipeline import predict
+
+    table, test, meta = tables.load_table(cfg)
+    splits, _ = tokens.load_cache(cfg, meta)
+    predict.fold_test_preds(cfg, fold_dir, splits["test"], test, meta, torch.device("cpu"))
+    assert read_json(fold_dir / layout.TEST_KEY)["key"]["precision"] == "fp32"  # the test, as its OOF, in fp32
     as_bf16 = {**read_json(fold_dir / layout.DONE), "precision": "bf16"}  # the record of another choice
     write_json(fold_dir / layout.DONE, as_bf16)
     assert validity.fold_status(fold_dir, digest).startswith(validity.OTHER_INPUTS)
