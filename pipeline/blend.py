@@ -83,7 +83,7 @@ def member_names(cfg: Config) -> list[str]:
 
 
 def blend_name(cfg: Config, names: list[str]) -> str:
-    name = check_name(cfg.blend.name or "+".join(names), "blend.name")  # the members' names are checked at load
+    name = check_name(layout.blend_name(cfg, names), "blend.name")  # the members' names are checked at load
     if name in names:
         raise BlendError(f"blend.name={name!r} is a member's name; choose another so the member is kept")
     return name

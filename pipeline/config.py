@@ -202,6 +202,18 @@ def config_path(name: str) -> Path:
     return p
 
 
+def recipe_path(name: str) -> Path:
+    """A recipe's name (pipeline/configs/recipes/<name>.yaml, `make recipe CONFIG=<name>`) or a path to one."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    p = CONFIG_DIR / "recipes" / f"{name}.yaml"
+    if not p.exists():
+        known = ", ".join(sorted(q.stem for q in (CONFIG_DIR / "recipes").glob("*.yaml")))
+        raise ConfigError(f"no recipe named {name!r} (known: {known})")
+    return p
+
+
 def _yaml_problem(e: yaml.YAMLError) -> str:
     """A YAML error as one line: what is wrong and where (line and column, counted from 1)."""
     mark = getattr(e, "problem_mark", None)

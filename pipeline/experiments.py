@@ -138,3 +138,21 @@ def experiment_lock(cfg: Config, stage: str):
 def hold_experiment_lock(cfg: Config, stage: str) -> None:
     """Take the experiment's lock until this process exits (one line at the start of a stage)."""
     files.acquire_lock(layout.lock_path(cfg), f"experiment {cfg.name!r}", stage)
+
+
+def hold_fold_locks(cfg: Config, folds: list[int], stage: str = "train") -> None:
+    """Take the experiment's lock shared and each of `folds`' own until this process exits: a train of other
+    folds of the experiment runs beside this one (each fold writes only its own folder, its report is made
+    from the complete folds), while a second train of one of these folds, `make data` (which replaces the
+    tables they read) and `make predict` (which takes the experiment's lock alone) stop at once, naming it."""
+    paths = [layout.lock_path(cfg)]
+    taken = [files.acquire_lock(paths[0], f"experiment {cfg.name!r}", stage, shared=True)]
+    try:
+        for fold in sorted(folds):  # in one order, so that two runs never each hold a fold the other waits on
+            paths.append(layout.fold_lock_path(cfg, fold))
+            taken.append(files.acquire_lock(paths[-1], f"fold {fold} of experiment {cfg.name!r}", stage))
+    except files.LockError:  # refused: what this call took is let go (a stage in this process may take it next)
+        for path, mine in zip(paths, taken):
+            if mine:
+                files.release_lock(path)
+        raise

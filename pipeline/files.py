@@ -312,6 +312,7 @@ class LockError(PipelineError, RuntimeError):
 
 
 _held: dict[str, int] = {}  # lock path -> open descriptor, for the locks this process holds
+_shared: set[str] = set()  # the ones of them held shared: another holder's note may be in the file
 
 
 def _is_worker_rank() -> bool:
@@ -320,11 +321,12 @@ def _is_worker_rank() -> bool:
     return os.environ.get("RANK", "0") != "0"
 
 
-def acquire_lock(path: Path | str, what: str, stage: str = "") -> bool:
+def acquire_lock(path: Path | str, what: str, stage: str = "", shared: bool = False) -> bool:
     """Take the lock at `path` for this process; False if this process holds it already.
 
     flock is released by the kernel when its holder dies, so the lock of a killed run is taken over at once;
-    the file keeps the holder's pid and command only for the message.
+    the file keeps the holder's pid and command only for the message. `shared`: other shared holders are let
+    in beside this one (the trains of other folds of one experiment), an exclusive one is not.
     """
     path = Path(path)
     key = str(path.resolve())
@@ -334,7 +336,7 @@ def acquire_lock(path: Path | str, what: str, stage: str = "") -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
         os.close(fd)
@@ -347,11 +349,18 @@ def acquire_lock(path: Path | str, what: str, stage: str = "") -> bool:
         if e.errno not in DISK_FULL:
             raise
     _held[key] = fd
+    if shared:
+        _shared.add(key)
     return True
 
 
 def release_lock(path: Path | str) -> None:
-    fd = _held.pop(str(Path(path).resolve()), None)
+    key = str(Path(path).resolve())
+    fd = _held.pop(key, None)
     if fd is not None:
-        os.ftruncate(fd, 0)  # the file stays: removing it would let a waiting process lock a stale inode
+        # the file stays: removing it would let a waiting process lock a stale inode. A shared holder leaves the
+        # note as it is: another holder may still be there (the note names the latest one)
+        if key not in _shared:
+            os.ftruncate(fd, 0)
+        _shared.discard(key)
         os.close(fd)  # closing the descriptor releases the flock

@@ -126,6 +126,19 @@ def with_world(digest: str, world: int) -> str:
     return digest if world == 1 else json_digest({"fold": digest, "world": world})
 
 
+def with_precision(digest: str, measured: str | None) -> str:
+    """The fingerprint of a fold whose train.precision=auto was decided by measuring a step both ways: the one it
+    trained in (`measured`) changes the weights. None (auto decided by the device alone, or a precision set)
+    leaves `digest` as it is, so that folds trained before auto was measured keep theirs."""
+    return digest if measured is None else json_digest({"fold": digest, "precision": measured})
+
+
+def as_trained(digest: str, done: dict) -> str:
+    """The fingerprint a complete fold's done.json carries for `digest`: its world size and measured precision."""
+    measured = done.get("precision") if done.get("precision_rates") else None
+    return with_world(with_precision(digest, measured), done.get("world", 1))
+
+
 # the TF-IDF baseline (`make baseline`): character n-grams and logistic regression, its whole setting
 TFIDF = {
     "model": "tfidf+lr",  # the `model` field of its done.json: what `make board` shows

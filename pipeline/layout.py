@@ -6,7 +6,9 @@
       <dataset slug>/                   the files of data.datasets
       prepared/<name>/                  folds.csv, test.csv, data.json, config.yaml, tokenizer/, tokens.json
       cache/<key>/                      token ids and meta.json (pipeline.inputs.tokens)
-      locks/<name>.lock                 one run per experiment
+      locks/<name>.lock                 one run per experiment (shared by the trains of its folds)
+      locks/<name>.fold<k>.lock         one train per fold
+      recipes/<recipe>/<step>.log       what each step of `make recipe` printed
     models/                             cfg.models_dir
       <name>/                           pipeline.yaml, oof.csv, cv.json, cv.png, submissions.jsonl
       <name>/fold<k>/                   model.safetensors, tokenizer, pipeline.yaml, metrics.jsonl, oof.csv,
@@ -195,6 +197,16 @@ def lock_path(cfg: Config) -> Path:
     return input_dir(cfg) / "locks" / f"{cfg.name}.lock"
 
 
+def recipe_log(cfg: Config, recipe: str, step: str) -> Path:
+    """input/recipes/<recipe>/<step>.log: the output of one step of `make recipe`."""
+    return input_dir(cfg) / "recipes" / recipe / f"{step}.log"
+
+
+def fold_lock_path(cfg: Config, fold: int) -> Path:
+    """The lock of one fold of an experiment: a train of other folds may run beside its holder."""
+    return input_dir(cfg) / "locks" / f"{cfg.name}.{fold_name(fold)}.lock"
+
+
 # ---------------------------------------------------------------- models/ and submissions/
 
 
@@ -240,6 +252,11 @@ def done_dirs(exp: Path) -> dict[int, Path]:
 
 def export_dir(cfg: Config, fold: int) -> Path:
     return experiment_dir(cfg) / EXPORT / fold_name(fold)
+
+
+def blend_name(cfg: Config, members: list[str]) -> str:
+    """The experiment a blend writes: blend.name, else its members' names joined by +."""
+    return cfg.blend.name or "+".join(members)
 
 
 def submission_path(cfg: Config, name: str | None = None) -> Path:

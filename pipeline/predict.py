@@ -45,6 +45,9 @@ def fold_test_preds(
     """A fold's test predictions, cached in fold<k>/test.csv, keyed on what they depend on (test.json)."""
     out, stamp = fold_dir / layout.TEST_PREDS, fold_dir / layout.TEST_KEY
     prec = precision.resolve_precision(cfg.train.precision, device)
+    done = validity.read_done(fold_dir) or {}
+    if precision.measured_on(cfg.train.precision, device) and done.get("precision_rates"):
+        prec = done["precision"]  # what the fold's start measured faster: its OOF was predicted in it too
     weights = checked_weights(fold_dir)
     key = fingerprint.test_cache_key(weights, meta["test_digest"], cfg, prec)
     found = cached(fold_dir, key)

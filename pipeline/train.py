@@ -57,7 +57,8 @@ def run(cfg: Config) -> dict | None:
     experiments.preflight(cfg, "train")  # paths and permissions, before any epoch
     if cfg.train.tensorboard:
         steplog.require_tensorboard()
-    experiments.hold_experiment_lock(cfg, "train")  # a second run on this experiment stops at once
+    # a second train of one of these folds stops at once; one of other folds runs beside this one
+    experiments.hold_fold_locks(cfg, requested_folds(cfg), "train")
     d = distributed.setup(cfg.train.device)
     try:
         result = _run(cfg, d)

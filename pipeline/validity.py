@@ -187,7 +187,8 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     if done.get("fold", layout.fold_index(folder)) != layout.fold_index(folder):
         return f"its done.json is fold {done.get('fold')}'s (a copied folder?); retrain it"
     # a fold trained by several processes carries the world size in its fingerprint (done.json says how many)
-    if digest is not None and done["digest"] != fingerprint.with_world(digest, done.get("world", 1)):
+    # and a precision measured at its start (train.precision=auto on a CPU with bf16), which its done.json says
+    if digest is not None and done["digest"] != fingerprint.as_trained(digest, done):
         if done.get("model") == fingerprint.TFIDF["model"]:
             return f"{OTHER_INPUTS} (make it again with `make baseline`)"
         if done.get("head") != fingerprint.HEAD:  # a trained fold records the head its weights belong to

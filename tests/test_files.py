@@ -408,6 +408,36 @@ def test_second_run_on_the_same_experiment_stops_at_once(tmp_path: Path, capsys,
         os.close(fd)
 
 
+def test_trains_of_other_folds_run_side_by_side(tmp_path: Path, capsys) -> None:
+    """Another process trains fold 1 (the experiment's lock shared, fold 1's own): this one may train fold 0
+    beside it, while a second train of fold 1, `make data` and `make predict` stop at once, naming it."""
+    cfg = make_cfg(tmp_path)
+    holder = "pid 4242 (train: python -m pipeline train)\n"
+    layout.lock_path(cfg).parent.mkdir(parents=True)
+    shared = os.open(layout.lock_path(cfg), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(shared, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    os.write(shared, holder.encode())
+    fold1 = hold_from_elsewhere(layout.fold_lock_path(cfg, 1), holder)
+    try:
+        experiments.hold_fold_locks(cfg, [0])  # fold 0 beside fold 1
+        for path in (layout.lock_path(cfg), layout.fold_lock_path(cfg, 0)):
+            files.release_lock(path)
+        assert train.main(stage_args(tmp_path, "train.folds=[1]")) == 2
+        assert one_line_error(capsys) == (
+            f"error: fold 1 of experiment 'sample' is in use by {holder.strip()}; wait for it to finish or stop "
+            f"it (lock: {layout.fold_lock_path(cfg, 1)})"
+        )
+        assert train.main(stage_args(tmp_path)) == 2  # every fold: fold 1 among them
+        assert "fold 1 of experiment 'sample' is in use by pid 4242" in one_line_error(capsys)
+        assert data.main(stage_args(tmp_path)) == 2  # the tables the folds read are not replaced under them
+        assert "experiment 'sample' is in use by pid " in one_line_error(capsys)  # the latest shared holder
+    finally:
+        os.close(shared)
+        os.close(fold1)
+        for path in (layout.lock_path(cfg), layout.fold_lock_path(cfg, 0)):
+            files.release_lock(path)
+
+
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
     cfg = make_cfg(tmp_path)
     path = layout.lock_path(cfg)

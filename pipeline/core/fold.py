@@ -113,6 +113,7 @@ class FoldRun:
         """Everything a fold trains with, in order: its model, its batch plan, its optimizer, the records and the
         estimates."""
         self.build_model(state)
+        self.choose_precision(state)
         self.build_plan(state)
         self.build_training(state)
         self.build_estimates()
@@ -124,6 +125,22 @@ class FoldRun:
         if state is not None and "model" in state:  # before DDP, which copies rank 0's weights everywhere
             modeling.load_trained(self.model, state["model"], str(self.fold_dir / layout.RESUME))
         self.net = wrap(self.model, self.d)
+
+    def choose_precision(self, state: dict | None) -> None:
+        """train.precision=auto on a CPU with native bf16 (precision.measured_on): the faster of bf16 and fp32, by
+        one training step in each, before the memory probes; a resume state's choice where it made one, since the
+        weights trained so far were made in it. One process only (the ranks of a group would each measure)."""
+        cfg, d, t = self.inputs.cfg, self.d, self.inputs.cfg.train
+        self.precision_rates, self.precision_why = None, ""
+        if not precision.measured_on(t.precision, d.device) or d.enabled or self.model.lora is not None:
+            return
+        if state is not None and state.get("precision_rates"):
+            self.precision, self.precision_rates = state["precision"], state["precision_rates"]
+        else:
+            self.precision_rates = memory.step_rates(self.net, self.model, t.micro_batch, cfg.model.max_length,
+                                                     ("bf16", "fp32"), d.device, t.optimizer)  # fmt: skip
+            self.precision = precision.choose(self.precision_rates)
+        self.precision_why = precision.choice_note(self.precision_rates, t.micro_batch, cfg.model.max_length)
 
     def build_plan(self, state: dict | None) -> None:
         """The batch plan: a resume state's (its saved steps count in it), else auto-fit's, else the config's."""
@@ -203,6 +220,8 @@ class FoldRun:
                 "seconds": self.seconds(),  # the fold's time so far: done.json's minutes count it after a resume
                 "token": os.urandom(8).hex(),  # tells a rank whether the file it sees is the one rank 0 saved
                 "world": self.d.world,
+                "precision": self.precision,  # with precision_rates: as measured, kept for the rest of the fold
+                "precision_rates": self.precision_rates,
                 "plan": (self.cfg.train.micro_batch, self.cfg.train.accumulation),  # as auto-fit chose them
                 "epoch": p.epoch,
                 "step": vars(p.step).copy(),
@@ -490,7 +509,8 @@ class FoldRun:
         t, p, d = self.cfg.train, self.progress, self.d
         if d.is_main:
             print(f"\n=== fold {self.fold} ===")
-            print(banner(self.cfg, d, self.precision, len(self.train_idx), len(self.valid_idx),
+            prec = f"{self.precision} ({self.precision_why})" if self.precision_why else self.precision
+            print(banner(self.cfg, d, prec, len(self.train_idx), len(self.valid_idx),
                          t.epochs * self.windows, self.model, self.checkpointing_why))  # fmt: skip
             seconds = self.plan(p.epoch, p.step.window).seconds(self.rate)  # from earlier folds, once measured
             if seconds is not None:
@@ -549,7 +569,11 @@ class FoldRun:
         self.log.close()
         result = {
             "fold": self.fold,
-            "digest": fingerprint.with_world(self.digest, self.d.world),  # the world size changes the weights too
+            # the world size and a measured precision change the weights too
+            "digest": fingerprint.as_trained(
+                self.digest,
+                {"world": self.d.world, "precision": self.precision, "precision_rates": self.precision_rates},
+            ),
             "epochs": max((h["epoch"] for h in p.history), default=0),
             "best_epoch": p.best["epoch"],
             "best_step": p.best["step"],
@@ -562,6 +586,7 @@ class FoldRun:
             "auc_per_lang": p.best.get("auc_per_lang", {}),
             "minutes": round(seconds / 60, 2),
             "precision": self.precision,
+            "precision_rates": self.precision_rates,  # examples/s of one step each, where auto measured them
             "world": self.d.world,
             "effective_batch": t.micro_batch * t.accumulation * self.d.world,
             "scale": layout.PROBABILITY,  # of oof.csv's pred and test.csv's toxic

@@ -27,6 +27,7 @@ import contextlib
 import re
 import resource
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -109,6 +110,19 @@ def probe(net, model, micro: int, seq_len: int, precision: str, device: torch.de
     finally:
         model.zero_grad(set_to_none=True)
         opt.state.clear()
+
+
+def step_rates(net, model, micro: int, seq_len: int, precisions: tuple[str, ...], device, optimizer: str) -> dict:
+    """{precision: examples a second} of one whole training step at full length in each (after an untimed one,
+    which pays for first-call allocations and kernel choices); weights unchanged, random numbers untouched."""
+    rates = {}
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for precision in precisions:
+            probe(net, model, micro, seq_len, precision, device, optimizer)
+            start = time.perf_counter()
+            probe(net, model, micro, seq_len, precision, device, optimizer)
+            rates[precision] = round(micro / (time.perf_counter() - start), 2)
+    return rates
 
 
 def fit_micro_batch(

@@ -1,8 +1,9 @@
 """Mixed precision: which one a device gets, the autocast around the forward, and fp16's GradScaler.
 
 bf16 only where the device computes it natively (CUDA compute capability 8.0+, or a CPU with AVX512-BF16
-or AMX); else fp16 with a GradScaler on CUDA and fp32 on CPU. The weights stay fp32 whatever runs under
-autocast, and the loss is computed in fp32 from the logits.
+or AMX); else fp16 with a GradScaler on CUDA and fp32 on CPU. On a CPU with native bf16, `auto` is decided at
+a fold's start by one training step in each (pipeline.core.memory.step_rates): the faster one trains. The
+weights stay fp32 whatever runs under autocast, and the loss is computed in fp32 from the logits.
 """
 
 from __future__ import annotations
@@ -45,6 +46,23 @@ def resolve_precision(name: str, device: torch.device) -> str:
             f"use train.precision=fp16 or auto"
         )
     return name
+
+
+def measured_on(name: str, device: torch.device) -> bool:
+    """Whether `auto` is decided by measuring a step both ways (`choose`) rather than by the device alone: on a CPU
+    with native bf16, which without AMX can be slower than fp32 (AVX512-BF16 speeds the matrix products only)."""
+    return name == "auto" and device.type == "cpu" and cpu_has_bf16()
+
+
+def choose(rates: dict[str, float]) -> str:
+    """The precision of the highest rate (examples a second); fp32 on a tie, since it rounds nothing."""
+    return max(sorted(rates, key=lambda p: p != "fp32"), key=lambda p: rates[p])
+
+
+def choice_note(rates: dict[str, float], micro: int, seq_len: int) -> str:
+    """The header's words for a measured choice: which, and both rates."""
+    both = ", ".join(f"{p} {r:.1f} ex/s" for p, r in sorted(rates.items(), key=lambda kv: -kv[1]))
+    return f"auto, measured faster: {both}, one step each at micro-batch {micro} x {seq_len} tokens"
 
 
 def autocast(precision: str, device: torch.device):

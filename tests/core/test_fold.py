@@ -20,7 +20,7 @@ from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.resume import Interrupted
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
-from pipeline.inputs import tables
+from pipeline.inputs import tables, tokens
 from tests.helpers import digests
 from tests.helpers.folds import StopAt, fold_run
 
@@ -391,3 +391,56 @@ def test_a_retrain_refused_while_its_fold_is_built_or_stopped_at_once_leaves_the
     fold_run(with_train(trimmed, lr=2e-3), StopAt(10**9)).run()  # a retrain that begins replaces it
     assert not (folder / layout.TEST_PREDS).exists() and (folder / layout.VOCAB_MAP).exists()
     assert config.load_file(exp / layout.RUN_CONFIG).train.lr == 2e-3
+
+
+def test_precision_auto_on_a_cpu_takes_the_faster_of_one_step_each(prepared, monkeypatch, capsys) -> None:
+    """On a CPU with native bf16 a fold's start measures one step in bf16 and one in fp32 and trains in the faster,
+    saying which and both rates in its header; done.json records them, and its fingerprint the precision chosen:
+    a fold that chose bf16 does not pass for one that chose fp32."""
+    from pipeline.core import memory, precision
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)  # as on an AVX512-BF16 CPU without AMX
+    measured = []
+
+    def rates(net, model, micro, seq_len, precisions, device, optimizer):
+        measured.append((micro, seq_len, precisions))
+        real = real_rates(net, model, micro, seq_len, precisions, device, optimizer)  # it runs: both rates > 0
+        assert set(real) == {"bf16", "fp32"} and min(real.values()) > 0
+        return {"bf16": 10.0, "fp32": 20.0}  # fp32 faster here, whatever this CPU measured
+
+    real_rates = memory.step_rates
+    monkeypatch.setattr(memory, "step_rates", rates)
+    cfg = dataclasses.replace(prepared, train=dataclasses.replace(prepared.train, precision="auto"))
+    run = fold_run(cfg, StopAt(10**9))
+    assert run.precision == "fp32" and measured == [(cfg.train.micro_batch, cfg.model.max_length, ("bf16", "fp32"))]
+    done = run.run()
+    header = capsys.readouterr().out
+    assert (f"precision fp32 (auto, measured faster: fp32 20.0 ex/s, bf16 10.0 ex/s, one step each at micro-batch "
+            f"{cfg.train.micro_batch} x {cfg.model.max_length} tokens)") in header  # fmt: skip
+    assert done["precision"] == "fp32" and done["precision_rates"] == {"bf16": 10.0, "fp32": 20.0}
+    digest = validity.current_fingerprint(cfg)
+    fold_dir = layout.fold_dir(cfg, 0)
+    assert done["digest"] == fingerprint.with_precision(digest, "fp32") != digest
+    assert validity.is_complete(fold_dir, digest)  # a rerun skips it
+    from pipeline import predict
+
+    table, test, meta = tables.load_table(cfg)
+    splits, _ = tokens.load_cache(cfg, meta)
+    predict.fold_test_preds(cfg, fold_dir, splits["test"], test, meta, torch.device("cpu"))
+    assert read_json(fold_dir / layout.TEST_KEY)["key"]["precision"] == "fp32"  # the test, as its OOF, in fp32
+    as_bf16 = {**read_json(fold_dir / layout.DONE), "precision": "bf16"}  # the record of another choice
+    write_json(fold_dir / layout.DONE, as_bf16)
+    assert validity.fold_status(fold_dir, digest).startswith(validity.OTHER_INPUTS)
+
+
+def test_precision_auto_on_a_cpu_measures_nothing_where_a_setting_decides(prepared, monkeypatch) -> None:
+    """fp32 set, or a CPU without native bf16: no step is measured and the fingerprint is as before."""
+    from pipeline.core import memory, precision
+
+    monkeypatch.setattr(memory, "step_rates", lambda *a: pytest.fail("measured"))
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    cfg = dataclasses.replace(prepared, train=dataclasses.replace(prepared.train, precision="auto"))
+    run = fold_run(cfg, StopAt(10**9))
+    assert run.precision == "fp32" and run.precision_rates is None
+    assert precision.choose({"bf16": 5.0, "fp32": 5.0}) == "fp32"  # a tie: fp32, which rounds nothing
+    assert precision.choose({"fp32": 5.0, "bf16": 5.1}) == "bf16"

@@ -1,0 +1,220 @@
+"""`make recipe`: a chain of stages read as data, its plan, and the chain run, stopped and continued on the sample."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import config, layout, recipe
+from pipeline.errors import ConfigError
+from tests.helpers import digests
+from tests.helpers.tinyrun import TINY, overrides
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_recipe(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "chain.yaml"
+    path.write_text(body)
+    return path
+
+
+def test_a_train_step_is_one_step_a_fold_and_its_id_stands_for_them_all(tmp_path: Path) -> None:
+    path = write_recipe(
+        tmp_path,
+        """
+config: sample
+steps:
+  - {id: d, stage: data, minutes: 1}
+  - {id: t, stage: train, needs: [d], args: [data.folds=3], minutes: 9}
+  - {id: c, stage: cv, needs: [t], args: [data.folds=3]}
+""",
+    )
+    steps = recipe.read_recipe(path, tuple(overrides(tmp_path)))
+    assert [s.id for s in steps] == ["d", "t.fold0", "t.fold1", "t.fold2", "c"]
+    assert [s.minutes for s in steps[1:4]] == [3, 3, 3]  # the train step's minutes shared among its folds
+    assert recipe.needs_of(steps[-1], steps) == ["t.fold0", "t.fold1", "t.fold2"]
+    fold1 = recipe.command(steps[2])
+    assert fold1[2:6] == ["pipeline", "train", "--config", "sample"]
+    words = config.split_args(fold1[-1])  # as the stage reads its --args
+    assert "train.folds=[1]" in words and f"models_dir={tmp_path / 'models'}" in words
+
+
+@pytest.mark.parametrize(
+    "steps, says",
+    [
+        ("  - {id: a, stage: data}\n  - {id: b, stage: train, needs: [c]}", "step b needs c, which no step above"),
+        ("  - {id: a, stage: data}\n  - {id: a, stage: cv}", "step a is named twice"),
+        ("  - {id: a, stage: dance}", "needs an id and a stage of data, stage1"),
+        ("  - {id: a, stage: data, flags: [x]}", "unknown key 'flags'"),
+    ],
+)
+def test_a_recipe_that_cannot_run_is_one_line(tmp_path: Path, steps: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        recipe.read_recipe(write_recipe(tmp_path, f"config: sample\nsteps:\n{steps}\n"))
+
+
+def test_the_eta_schedules_the_steps_on_the_cores(tmp_path: Path) -> None:
+    """Two folds of 10 min side by side after 1 min of data, then 1 min of report: 12 min on two cores, 22 on one."""
+    path = write_recipe(
+        tmp_path,
+        """
+steps:
+  - {id: d, stage: data}
+  - {id: t, stage: train, needs: [d], args: [data.folds=2]}
+  - {id: c, stage: cv, needs: [t], args: [data.folds=2]}
+""",
+    )
+    steps = recipe.read_recipe(path)
+    minutes = {"d": 1.0, "t.fold0": 10.0, "t.fold1": 10.0, "c": 1.0}
+    assert recipe.wall_minutes(steps, steps, minutes, 2) == 12
+    assert recipe.wall_minutes(steps, steps, minutes, 1) == 22
+    assert recipe.wall_minutes(steps[1:], steps, minutes, 2) == 11  # the data done: the folds start at once
+
+
+def quoted_plan(page: str) -> str:
+    block = page.split("<!-- recipe plan -->", 1)[1].split("<!-- /recipe plan -->", 1)[0]
+    return block.split("```text\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_plan_docs_recipes_md_quotes_is_what_make_recipe_prints_first(tmp_path: Path) -> None:
+    """The real-slice recipe from a fresh clone: every step to do, the docs' minutes scheduled on two cores."""
+    steps = recipe.read_recipe(config.recipe_path("real-slice-e5"), tuple(overrides(tmp_path)))
+    done = {s.id: recipe.done_why(s) for s in steps}
+    minutes = {s.id: recipe.measured_minutes(s, steps, done) for s in steps}
+    plan = recipe.plan_text("real-slice-e5", steps, done, minutes, 2)
+    assert plan + "\n" == quoted_plan((ROOT / "docs" / "recipes.md").read_text())
+    assert steps[-1].id == "rs-e5-all-mix" and len(steps[-1].members) == 5
+
+
+# ---------------------------------------------------------------- the chain run, stopped, continued
+
+
+def chain(tmp_path: Path) -> list[str]:
+    settings = [*overrides(tmp_path), *TINY, "train.epochs=2"]
+    return [sys.executable, "-m", "pipeline", "recipe", "--config", "sample", "--jobs", "2", "--args",
+            " ".join(settings)]  # fmt: skip
+
+
+def run_chain(tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(chain(tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def finished(out: str) -> list[str]:
+    return [line.split()[1] for line in out.splitlines() if line.startswith("done ")]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_stopped_chain_continues_where_it_stopped_and_never_redoes_a_step(tmp_path: Path) -> None:
+    """The sample recipe (data, baseline, two folds side by side, cv, predict, blend) stopped by SIGTERM once a
+    fold is done: run again, it does only the rest, then prints the board; a third run does nothing."""
+    proc = subprocess.Popen(chain(tmp_path), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = []
+    for line in proc.stdout:
+        first.append(line)
+        if line.startswith("done     sample.fold"):
+            proc.send_signal(signal.SIGTERM)  # as a Ctrl-C: the running fold saves its progress and stops
+    assert proc.wait(timeout=300) == 130, "".join(first)
+    first_text = "".join(first)
+    assert "stopped: the recipe sample stopped; `make recipe` again continues where it stopped" in first_text
+    assert "failed " not in first_text and "mix" not in finished(first_text)  # stopped before its end
+    assert "stopped  sample.fold" in first_text  # the other fold, stopped while it trained, its progress saved
+    cfg = config.load("sample", [*overrides(tmp_path), *TINY], device=False)
+    kept = {s: digests(layout.experiment_dir(cfg, "sample") / s.split(".")[1]) for s in finished(first_text)
+            if s.startswith("sample.")}  # fmt: skip
+    again = run_chain(tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    plan = again.stdout.split("\nETA: ", 1)[0]
+    for step in finished(first_text):
+        assert f"{step} " in plan and plan.split(f"  {step} ", 1)[1].split("\n", 1)[0].endswith("done")
+        assert step not in finished(again.stdout)  # never run twice
+    assert set(finished(first_text)) | set(finished(again.stdout)) == {
+        "data", "tfidf", "sample.fold0", "sample.fold1", "cv", "predict", "mix"}  # fmt: skip
+    for step, files in kept.items():  # a finished fold's files as they were (predict adds its test predictions)
+        now = digests(layout.experiment_dir(cfg, "sample") / step.split(".")[1])
+        assert {k: now.get(k) for k in files} == files
+    assert "recipe sample: every step done" in again.stdout and "| sample-mix " in again.stdout  # the board
+    models = layout.models_root(cfg)
+    before = {k: v for k, v in digests(models).items() if k != "board.md"}
+    third = run_chain(tmp_path)
+    assert third.returncode == 0 and finished(third.stdout) == [] and "7 steps, 7 done" in third.stdout
+    assert {k: v for k, v in digests(models).items() if k != "board.md"} == before
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_chain_killed_by_sigkill_stops_its_steps_too(tmp_path: Path) -> None:
+    """SIGKILL leaves the chain no time to stop its steps: they stop themselves (SIGTERM when their parent dies),
+    saving their progress, rather than train on holding their locks."""
+    proc = subprocess.Popen(chain(tmp_path), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if line.startswith("done     data"):
+            break
+    time.sleep(3)  # the folds have started
+    proc.kill()
+    proc.wait(timeout=30)
+    cfg = config.load("sample", [*overrides(tmp_path), *TINY], device=False)
+    locks = [layout.fold_lock_path(cfg, k) for k in range(2)]
+    deadline = time.time() + 60
+    while time.time() < deadline and any(held(p) for p in locks):
+        time.sleep(0.5)
+    assert not any(held(p) for p in locks)  # the folds' processes are gone
+    again = run_chain(tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "data" not in finished(again.stdout)
+
+
+def held(path: Path) -> bool:
+    """Whether a process holds the lock at `path`."""
+    import fcntl
+
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_folds_of_one_experiment_train_side_by_side_in_one_checkout(tmp_path: Path) -> None:
+    """Data, then the two folds at once (each its own process, the experiment's lock shared), then the report."""
+    path = write_recipe(
+        tmp_path,
+        """
+config: sample
+steps:
+  - {id: data, stage: data}
+  - {id: sample, stage: train, needs: [data]}
+  - {id: cv, stage: cv, needs: [sample]}
+""",
+    )
+    cmd = [*chain(tmp_path)]
+    cmd[cmd.index("sample")] = str(path)
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert finished(out.stdout) in (["data", "sample.fold0", "sample.fold1", "cv"],
+                                    ["data", "sample.fold1", "sample.fold0", "cv"])  # fmt: skip
+    cfg = config.load("sample", [*overrides(tmp_path), *TINY], device=False)
+    logs = [layout.recipe_log(cfg, "chain", f"sample.fold{k}").read_text() for k in range(2)]
+    assert all("=== fold" in log for log in logs)  # each fold's process trained its own fold
+
+
+def test_a_step_whose_settings_cannot_load_stops_the_chain_before_any_step(tmp_path: Path, capsys) -> None:
+    path = write_recipe(tmp_path, "steps:\n  - {id: d, stage: data}\n  - {id: c, stage: cv, args: [train.lr=-1]}\n")
+    assert recipe.main(["--config", str(path), "--args", " ".join(overrides(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: train.lr") and err.count("\n") == 1, err
+    assert not (tmp_path / "input").exists()  # nothing ran
