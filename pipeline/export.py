@@ -1,7 +1,7 @@
 """Stage `make export`: each trained fold as a folder that loads outside the pipeline, with transformers and torch.
 
-Reads   models/<name>/fold<k>/ of the complete folds made from the current inputs and settings: the weights,
-        config.json, head.json, the tokenizer and a trimmed model's vocab_map.npy
+Reads   models/<name>/fold<k>/ of the complete folds made from the current inputs and settings, every file as their
+        done.json records it: the weights, config.json, head.json, the tokenizer and a trimmed model's vocab_map.npy
 Writes  models/<name>/export/fold<k>/  the encoder's save_pretrained folder (config.json, model.safetensors) with
                                        the fold's tokenizer beside it; head.pt, the head's weight and bias (a dict of
                                        tensors); export.json: pooling, max_length, and the scale of a prediction.
@@ -62,7 +62,7 @@ def run(cfg: Config) -> list[Path]:
     experiments.preflight(cfg, "export")
     _, _, meta = tables.load_table(cfg)
     digest = validity.current_fingerprint(cfg, meta)
-    dirs = validity.usable_folds(cfg, digest, what="export", needs=(layout.WEIGHTS,))
+    dirs = validity.usable_folds(cfg, digest, what="export", needs=(layout.ALL,))  # every file export reads
     out = []
     for fold_dir in dirs:
         dest = layout.export_dir(cfg, layout.fold_index(fold_dir))
