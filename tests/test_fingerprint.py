@@ -114,15 +114,16 @@ def test_fewer_folds_leave_the_old_ones_out(trained, tmp_path, capsys) -> None:
     assert "predict: using fold1; left out fold0: not complete; fold2: not a fold of data.folds=2" in err
 
 
-def test_a_retrain_removes_the_old_done_json_first(trained, tmp_path) -> None:
+def test_a_retrain_removes_the_old_done_json_once_it_begins(trained, tmp_path) -> None:
     copy_run(trained, tmp_path)
     cfg = cfg_of(trained.argv + [f"models_dir={tmp_path / 'models'}", "train.lr=0.002"])
     fold_dir = tmp_path / "models" / "sample" / "fold0"
     assert (fold_dir / "done.json").exists() and (fold_dir / "test.csv").exists()
     run = fold_run(cfg, StopAt(2))
-    assert not (fold_dir / "done.json").exists() and not (fold_dir / "test.csv").exists()
+    assert (fold_dir / "done.json").exists()  # built, not begun: a refusal or a stop now would lose nothing
     with pytest.raises(Interrupted):
-        run.run()  # stopped at the first step: the old done.json must not make it look complete
+        run.run()  # stopped at the second step: the old done.json must not make it look complete
+    assert not (fold_dir / "done.json").exists() and not (fold_dir / "test.csv").exists()
     assert not validity.is_complete(fold_dir, validity.current_fingerprint(cfg))
     assert not validity.is_complete(fold_dir, validity.current_fingerprint(trained.cfg))
 
