@@ -240,3 +240,11 @@ def test_a_fold_counts_with_the_world_size_that_trained_it_and_folds_never_mix_t
     assert problem.startswith(f"fold0 of {layout.experiment_dir(cfg)} were trained by 2 process(es) (effective batch")
     assert "this run has 1" in problem and "run with GPUS=2" in problem
     assert train.world_problem(cfg, digest, [1], world=2) == "" and train.world_problem(cfg, digest, [], 1) == ""
+
+
+def test_a_block_of_settings_that_differs_is_named_by_its_own_keys() -> None:
+    """A LoRA fold trained again under another rank says `model.lora.r (8 here, 4 when trained)`, not both blocks."""
+    from pipeline import fingerprint
+
+    ours, theirs = (fingerprint.settings(config.load("sample", [f"model.lora.r={r}"], device=False)) for r in (8, 4))
+    assert fingerprint.differ(ours, theirs, "when trained") == "model.lora.r (8 here, 4 when trained)"
