@@ -1,7 +1,7 @@
 """Stage `make export`: each trained fold as a folder that loads outside the pipeline, with transformers and torch.
 
-Reads   models/<name>/fold<k>/ of the complete folds made from the current inputs and settings: the weights,
-        config.json, head.json, the tokenizer and a trimmed model's vocab_map.npy
+Reads   models/<name>/fold<k>/ of the complete folds made from the current inputs and settings, every file as their
+        done.json records it: the weights, config.json, head.json, the tokenizer and a trimmed model's vocab_map.npy
 Writes  models/<name>/export/fold<k>/  the encoder's save_pretrained folder (config.json, model.safetensors) with
                                        the fold's tokenizer beside it; head.pt, the head's weight and bias (a dict of
                                        tensors); export.json: pooling, max_length, and the scale of a prediction.

@@ -92,8 +92,16 @@ def settings_differ(cfg: Config, saved: Config) -> str:
 def differ(ours: dict, theirs: dict, there: str = "there") -> str:
     """Two `settings` values' differences, as 'train.lr (0.002 here, 0.001 there)'."""
     ours, theirs = ({s: {**LATER.get(s, {}), **side[s]} for s in side} for side in (ours, theirs))  # defaults back
-    keys = [(s, k) for s in ours for k in ours[s] if ours[s][k] != theirs.get(s, {}).get(k)]
-    return ", ".join(f"{s}.{k} ({ours[s][k]!r} here, {theirs.get(s, {}).get(k)!r} {there})" for s, k in keys)
+    found = [d for s in ours for k in ours[s] for d in leaves(f"{s}.{k}", ours[s][k], theirs.get(s, {}).get(k))]
+    return ", ".join(f"{key} ({a!r} here, {b!r} {there})" for key, a, b in found)
+
+
+def leaves(key: str, ours, theirs) -> list[tuple[str, object, object]]:
+    """(key, ours, theirs) of each value that differs, a block's by its own keys: `model.lora.r (8 here, 4 there)`,
+    not the whole model.lora block twice."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        return [d for k in dict.fromkeys([*ours, *theirs]) for d in leaves(f"{key}.{k}", ours.get(k), theirs.get(k))]
+    return [] if ours == theirs else [(key, ours, theirs)]
 
 
 def made_from(cfg: Config, table_digest: str, model: dict) -> dict:

@@ -88,7 +88,7 @@ STAGES = (
         "export",
         "each trained fold as a folder transformers and torch load alone (docs/export.md)",
         checks=("models",),
-        reads=("weights",),
+        reads=("all",),  # weights, head.json, vocabulary map: every file done.json records
     ),
     # the fold table every stage that trains prints as well (train, baseline: scoring.report.cv_report)
     Stage("cv", "fold and per-language AUC of what has been trained so far", checks=("models",), reads=("oof",)),

@@ -13,6 +13,7 @@ Writes  models/<name>/fold<k>/model.safetensors, config.json   the best evaluati
         models/<name>/fold<k>/done.json                         written last: the fold is complete
         models/<name>/tb/fold<k>/                               with train.tensorboard: the same, for TensorBoard
         models/<name>/oof.csv, cv.json, cv.png, curves.png      the cross-validation report
+        models/<name>/pipeline.yaml                             the resolved config, once a fold's training begins
 
 A fold is trained on every row of the other folds and of fold -1 (training-only rows) and evaluated
 on its own rows at each epoch's end and every train.eval_every_steps steps; train.patience stops it early

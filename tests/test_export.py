@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from pipeline import export, layout, predict, schema, train
+from pipeline.errors import PipelineError
 from pipeline.inputs import tables
 from tests.helpers import ROOT, prepare_tiny
 
@@ -79,7 +80,7 @@ def test_an_exported_fold_loads_without_the_pipeline_and_predicts_as_the_fold(
 
 def test_the_export_folder_holds_exactly_the_folds_exported(tmp_path: Path, capsys) -> None:
     """A re-export after a fold is gone (removed, retrained away, no longer current) leaves no older export of it
-    beside the new ones, nor a killed export's temporary."""
+    beside the new ones, nor a killed export's temporary; a fold with any file damaged is not exported."""
     cfg = prepare_tiny(tmp_path, "train.device=cpu", "train.max_steps=2")
     train.run(cfg)
     assert [p.name for p in export.run(cfg)] == ["fold0", "fold1"]
@@ -91,3 +92,6 @@ def test_the_export_folder_holds_exactly_the_folds_exported(tmp_path: Path, caps
     assert export.run(cfg) == [layout.export_dir(cfg, 0)]
     assert sorted(p.name for p in root.iterdir()) == ["fold0"]
     assert f"export: removed {root / 'fold1'} (its fold is not among the ones exported now)" in capsys.readouterr().out
+    (layout.fold_dir(cfg, 0) / "head.json").write_text("{")  # damaged: the fold is left out, naming the file
+    with pytest.raises(PipelineError, match=r"fold0: head.json has 1 bytes, done.json records \d+ \(damaged\?\)"):
+        export.run(cfg)

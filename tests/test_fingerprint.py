@@ -114,15 +114,16 @@ def test_fewer_folds_leave_the_old_ones_out(trained, tmp_path, capsys) -> None:
     assert "predict: using fold1; left out fold0: not complete; fold2: not a fold of data.folds=2" in err
 
 
-def test_a_retrain_removes_the_old_done_json_first(trained, tmp_path) -> None:
+def test_a_retrain_removes_the_old_done_json_once_it_begins(trained, tmp_path) -> None:
     copy_run(trained, tmp_path)
     cfg = cfg_of(trained.argv + [f"models_dir={tmp_path / 'models'}", "train.lr=0.002"])
     fold_dir = tmp_path / "models" / "sample" / "fold0"
     assert (fold_dir / "done.json").exists() and (fold_dir / "test.csv").exists()
     run = fold_run(cfg, StopAt(2))
-    assert not (fold_dir / "done.json").exists() and not (fold_dir / "test.csv").exists()
+    assert (fold_dir / "done.json").exists()  # built, not begun: a refusal or a stop now would lose nothing
     with pytest.raises(Interrupted):
-        run.run()  # stopped at the first step: the old done.json must not make it look complete
+        run.run()  # stopped at the second step: the old done.json must not make it look complete
+    assert not (fold_dir / "done.json").exists() and not (fold_dir / "test.csv").exists()
     assert not validity.is_complete(fold_dir, validity.current_fingerprint(cfg))
     assert not validity.is_complete(fold_dir, validity.current_fingerprint(trained.cfg))
 
@@ -239,3 +240,11 @@ def test_a_fold_counts_with_the_world_size_that_trained_it_and_folds_never_mix_t
     assert problem.startswith(f"fold0 of {layout.experiment_dir(cfg)} were trained by 2 process(es) (effective batch")
     assert "this run has 1" in problem and "run with GPUS=2" in problem
     assert train.world_problem(cfg, digest, [1], world=2) == "" and train.world_problem(cfg, digest, [], 1) == ""
+
+
+def test_a_block_of_settings_that_differs_is_named_by_its_own_keys() -> None:
+    """A LoRA fold trained again under another rank says `model.lora.r (8 here, 4 when trained)`, not both blocks."""
+    from pipeline import fingerprint
+
+    ours, theirs = (fingerprint.settings(config.load("sample", [f"model.lora.r={r}"], device=False)) for r in (8, 4))
+    assert fingerprint.differ(ours, theirs, "when trained") == "model.lora.r (8 here, 4 when trained)"

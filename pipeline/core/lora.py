@@ -88,6 +88,12 @@ def target_names(encoder: torch.nn.Module, targets: str) -> list[str]:
 def spec(lora_cfg, encoder: torch.nn.Module, base: dict) -> dict:
     """head.json's `lora` block before the base is sampled: the settings, the projections and the base's source."""
     names = target_names(encoder, lora_cfg.targets)
+    modules = dict(encoder.named_modules())
+    side = min(min(modules[n].in_features, modules[n].out_features) for n in names)
+    if lora_cfg.r >= side:  # B A of rank r >= the projection's smaller side: more weights than W, nothing more to say
+        raise LoraError(f"model.lora.r={lora_cfg.r}: not below {side}, the smaller side of the smallest projection "
+                        f"it adapts, so its adapters would hold more weights than the projection and express nothing "
+                        f"more; use model.lora.r below {side}, or model.lora.r=0 to train every weight")  # fmt: skip
     return {"r": lora_cfg.r, "alpha": lora_cfg.alpha, "dropout": lora_cfg.dropout, "targets": lora_cfg.targets,
             "quantize": lora_cfg.quantize, "modules": names, "base": base}  # fmt: skip
 

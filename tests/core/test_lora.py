@@ -390,3 +390,14 @@ def test_a_full_stage_two_over_a_lora_stage_one_trains_every_weight(prepared) ->
     after = modeling.build_model(s2, load_tokenizer(layout.fold_dir(s2, 0)), source=layout.fold_dir(s2, 0))
     moved = [n for n, p in after.named_parameters() if not torch.equal(p, before[n])]
     assert any(n.startswith("encoder.") for n in moved)
+
+
+def test_a_rank_not_below_the_projections_side_is_refused_in_one_line() -> None:
+    """The tiny XLM-R's projections are 32 wide: r=31 is a low rank, r=32 or more is refused before any adapter."""
+    encoder = modeling.encoder_from_config(tiny_config("xlm-roberta"))
+    for r in (32, 64):
+        lora_cfg = config.load("sample", [f"model.lora.r={r}"], device=False).model.lora
+        with pytest.raises(PipelineError, match=rf"^model.lora.r={r}: not below 32, the smaller side of the "):
+            lora.spec(lora_cfg, encoder, {"from": "test"})
+    lora_cfg = config.load("sample", ["model.lora.r=31"], device=False).model.lora
+    assert lora.spec(lora_cfg, encoder, {"from": "test"})["r"] == 31
