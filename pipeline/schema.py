@@ -289,7 +289,7 @@ class TrainConfig:
     )
     log_every_steps: int = setting(
         10,
-        "a line in `fold<k>/steps.jsonl` every N optimizer steps (0: none)",
+        "a line in `fold<k>/steps.jsonl` every N optimizer steps (0: none; a smoke run, `train.max_steps`: every step)",
         within=at_least(0, " (0: no step records)"),
         role=NEVER,
     )

@@ -6,7 +6,8 @@ Writes  models/<name>/fold<k>/model.safetensors, config.json   the best evaluati
         models/<name>/fold<k>/pipeline.yaml                     the resolved config
         models/<name>/fold<k>/metrics.jsonl                     per evaluation: epoch, step, loss, AUC (overall,
                                                                per language), seconds, samples/s, peak memory
-        models/<name>/fold<k>/steps.jsonl                       every train.log_every_steps steps: loss, lr,
+        models/<name>/fold<k>/steps.jsonl                       every train.log_every_steps steps (a smoke run: every
+                                                               step): loss, lr,
                                                                gradient norm, loss scale, tokens/s, memory
         models/<name>/fold<k>/oof.csv                           the best evaluation's predictions on the fold
         models/<name>/fold<k>/resume.pt                         while a fold runs: the state to resume from

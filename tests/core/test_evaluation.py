@@ -424,3 +424,23 @@ def test_a_smoke_run_stops_after_max_steps_evaluated_and_saved_and_never_counts_
     assert validity.fold_status(fold_dir, validity.current_fingerprint(cfg), ()) == ""
     full = with_train(prepared, epochs=2)
     assert validity.fold_status(fold_dir, validity.current_fingerprint(full), ()) != ""  # retrained by a full run
+
+
+def test_a_smoke_run_says_so_logs_every_step_and_estimates_only_its_own_steps(prepared, capsys, monkeypatch):
+    """train.max_steps=3 of a longer schedule: the banner says `smoke run: 3 of N steps`, steps.jsonl holds each
+    of the three steps, and the ETA at the stop counts no step past it (a simulated 60 s a step: the uncapped
+    schedule would say N-3 minutes)."""
+    clock = layout.experiment_dir(prepared).parent / "clock"
+    monkeypatch.setenv("PIPELINE_FAKE_CLOCK", str(clock))
+    monkeypatch.setenv("PIPELINE_FAKE_STEP_SECONDS", "60")
+    cfg = with_train(prepared, max_steps=3, epochs=2)
+    run = fold_run(cfg, StopAt(10**9))
+    total = 2 * run.windows
+    assert total > 3 + 10  # a schedule the ETA would count in minutes
+    run.run()
+    out = capsys.readouterr().out
+    assert f"2 epochs, smoke run: 3 of {total:,} steps (train.max_steps)" in out, out
+    lines = (layout.experiment_dir(cfg) / "fold0" / layout.STEPS).read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
+    eta = re.search(r"fold 0 epoch 1 step 3/\d+: .* \| ETA (\S+) for the run", out)
+    assert eta is not None and eta.group(1).endswith("s") and "m" not in eta.group(1), out
