@@ -304,10 +304,16 @@ class PredictConfig:
         "mean", "how the folds' test predictions are combined: `mean` or `rank`", choices=("mean", "rank")
     )
     calibration: str = setting("none", "the test predictions put on one scale across languages before they are "
-                               "written (predict, baseline, blend): `lang` a Platt scaling per language fit on the "
+                               "written (predict, baseline, blend): `none`, the default, leaves them as the folds "
+                               "made them; `lang` a Platt scaling per language fit on the "
                                "OOF; `lang+prior` and each language moved to its toxic rate in the test, estimated "
                                "from the unlabelled predictions ([recipes.md](recipes.md#six-languages-a-validation-"
                                "that-looks-like-the-test))", choices=("none", "lang", "lang+prior"))  # fmt: skip
+    allow_fewer_folds: bool = setting(
+        False,
+        "`true`: `submissions/submission.csv` is replaced even by an ensemble of fewer folds of the same experiment "
+        "than it holds (by default it is kept, with a warning; `submissions/<name>.csv` is always written)",
+    )
 
 
 @dataclass(frozen=True)

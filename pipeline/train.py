@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import torch
 
@@ -38,6 +39,7 @@ from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.schema import Config
 from pipeline.scoring import metrics, report
+from pipeline.scoring import summary as run_summary
 
 
 def check_init_tokenizer(cfg: Config, tokenizer) -> None:
@@ -54,6 +56,7 @@ def check_init_tokenizer(cfg: Config, tokenizer) -> None:
 
 
 def run(cfg: Config) -> dict | None:
+    start = time.perf_counter()
     experiments.preflight(cfg, "train")  # paths and permissions, before any epoch
     if cfg.train.tensorboard:
         steplog.require_tensorboard()
@@ -65,6 +68,9 @@ def run(cfg: Config) -> dict | None:
         distributed.teardown(d, clean=False)  # another rank may have failed too: no waiting for it
         raise
     distributed.teardown(d)
+    if d.is_main and result is not None:  # the k folds' report (a stage-1 model has none)
+        print()
+        print(run_summary.block(cfg, "train", time.perf_counter() - start))
     return result
 
 

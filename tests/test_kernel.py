@@ -530,7 +530,7 @@ def test_sample_kernel_runs_end_to_end(sample_run) -> None:
     fold_files = {f.split("/", 3)[3] for f in files if f.startswith("models/sample/fold0/")}
     assert {"model.safetensors", "done.json", "oof.csv", "test.csv", "metrics.jsonl"} <= fold_files
     assert not any(f.startswith("input/") or f.endswith("resume.pt") for f in files), files
-    kept = {"kernel-run.yaml", "submission.csv", "sample.csv", "kernel-session.json"}
+    kept = {"kernel-run.yaml", "submission.csv", "submission.json", "sample.csv", "kernel-session.json"}
     assert {f for f in files if not f.startswith("models/")} == kept
     assert {f.split("/")[2] for f in files if f.startswith("models/")} >= {"cv.json", "oof.csv", "fold0", "fold1"}
     temp = working.parent / "temp"
