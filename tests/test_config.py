@@ -374,6 +374,20 @@ def test_args_is_one_word_split_like_a_shell_and_never_run() -> None:
         config.from_args(parser.parse_args(["--args", "name='x"]))
 
 
+def test_what_the_makefile_and_guarantees_md_say_of_a_shell_word_in_args_is_what_is_printed() -> None:
+    """`ARGS='name=x;touch y'` (and `name=x;touch` alone): the errors the docs quote are the ones a stage prints."""
+    root = Path(__file__).parents[1]
+    guarantees = (root / "docs" / "guarantees.md").read_text()
+    quoted = re.findall(r"ARGS='([^']+)'`(?:(?!ARGS=').)*?`error: ([^`]+)`", guarantees, flags=re.DOTALL)
+    quoted += re.findall(r"ARGS='([^']+)': \"error: ([^\"]+)\"", (root / "Makefile").read_text())
+    assert len(quoted) == 3, quoted
+    parser = config.parser("test")
+    for args, said in quoted:
+        with pytest.raises(ConfigError) as info:
+            config.from_args(parser.parse_args(["--args", args]))
+        assert str(info.value).startswith(said), (args, said, str(info.value))
+
+
 def test_device_must_exist(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
