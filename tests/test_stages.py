@@ -67,3 +67,29 @@ def test_write_rewrites_only_the_generated_parts(tmp_path) -> None:
     assert stages.main(["write", str(tmp_path)]) == 0
     for name in stages.GENERATED:
         assert (tmp_path / name).read_text(encoding="utf-8") == (ROOT / name).read_text(encoding="utf-8")
+
+
+def test_a_stage_says_it_started_before_its_module_and_torch_load(monkeypatch, capsys) -> None:
+    """`python -m pipeline train` prints its first line before the stage's imports (seconds of torch and
+    transformers), once: not once a process under torchrun."""
+    import importlib
+
+    from pipeline import __main__ as entry
+
+    seen: list[str] = []
+
+    class Stage:
+        @staticmethod
+        def main(argv):
+            return 0
+
+    def import_module(name):
+        seen.append(capsys.readouterr().out)
+        return Stage
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    monkeypatch.delenv("RANK", raising=False)
+    assert entry.main(["train", "--config", "sample"]) == 0
+    assert seen == ["train: starting (loading torch and transformers)\n"]
+    monkeypatch.setenv("RANK", "1")
+    assert entry.main(["train"]) == 0 and seen[-1] == ""
