@@ -444,3 +444,21 @@ def test_a_smoke_run_says_so_logs_every_step_and_estimates_only_its_own_steps(pr
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
     eta = re.search(r"fold 0 epoch 1 step 3/\d+: .* \| ETA (\S+) for the run", out)
     assert eta is not None and eta.group(1).endswith("s") and "m" not in eta.group(1), out
+
+
+def test_the_smoke_run_banner_is_what_docs_stages_md_quotes() -> None:
+    from pipeline import config
+    from pipeline.core import distributed
+    from pipeline.core.foldmodel import banner
+    from tests.helpers import ROOT
+
+    page = " ".join((ROOT / "docs" / "stages.md").read_text().split())
+    quoted = re.search(r"`(smoke run: (\d+) of (\d+) steps \(train.max_steps\))`", page)
+    assert quoted is not None
+    model = torch.nn.Linear(2, 1)
+    model.lora = None
+    cfg = config.load("sample", [f"train.max_steps={quoted.group(2)}"])
+    assert quoted.group(1) in banner(cfg, distributed.Dist(), "fp32", 10, 5, int(quoted.group(3)), model)
+    full = config.load("sample", [f"train.max_steps={quoted.group(3)}"])  # as long as the schedule: no smoke run
+    steps = int(quoted.group(3))
+    assert f"{steps:,} optimizer steps" in banner(full, distributed.Dist(), "fp32", 10, 5, steps, model)
