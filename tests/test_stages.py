@@ -91,5 +91,6 @@ def test_a_stage_says_it_started_before_its_module_and_torch_load(monkeypatch, c
     monkeypatch.delenv("RANK", raising=False)
     assert entry.main(["train", "--config", "sample"]) == 0
     assert seen == ["train: starting (loading torch and transformers)\n"]
+    assert f"`{seen[0].strip()}`" in (ROOT / "docs" / "stages.md").read_text()  # as the page quotes it
     monkeypatch.setenv("RANK", "1")
     assert entry.main(["train"]) == 0 and seen[-1] == ""
