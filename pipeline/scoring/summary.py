@@ -16,10 +16,17 @@ from pipeline.scoring import metrics, report
 from pipeline.scoring.publish import common_holds
 
 
+def folds_of(record: dict) -> str:
+    """`5 folds: ` as a cv.json record counts them (its `folds`: a mapping or a list), '' where it does not say."""
+    folds = record.get("folds") if isinstance(record, dict) else None
+    return f"{len(folds)} fold{'s' * (len(folds) != 1)}: " if isinstance(folds, (dict, list)) and folds else ""
+
+
 def figures_line(cv: dict) -> str:
-    """`6-lang AUC 0.8123 | valid AUC 0.8012 | Brier 0.1234`: every metric of METRICS, '-' for one it lacks."""
+    """`5 folds: 6-lang AUC 0.8123 | valid AUC 0.8012 | Brier 0.1234`: every metric of METRICS, '-' for one it
+    lacks, after the folds they are of (the OOF and a test AUC of other folds are told apart)."""
     saved = metrics.saved_figures(cv)
-    return " | ".join(f"{m.header} {metrics.shown(saved.get(m.key), m.fmt)}" for m in metrics.METRICS)
+    return folds_of(cv) + " | ".join(f"{m.header} {metrics.shown(saved.get(m.key), m.fmt)}" for m in metrics.METRICS)
 
 
 def languages_line(cv: dict) -> str:
@@ -34,7 +41,9 @@ def test_line(cv: dict) -> str | None:
     if not isinstance(score, dict) or not isinstance(score.get("auc"), (int, float)):
         return None
     per = " ".join(f"{lg} {v:.4f}" for lg, v in (score.get("per_lang") or {}).items())
-    return f"{score['auc']:.4f} on {score.get('rows', 0):,} labelled rows" + (f" ({per})" if per else "")
+    return f"{folds_of(score)}{score['auc']:.4f} on {score.get('rows', 0):,} labelled rows" + (
+        f" ({per})" if per else ""
+    )
 
 
 def where(path: Path, missing: str) -> str:

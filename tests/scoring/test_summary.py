@@ -19,8 +19,9 @@ def test_the_block_names_the_figures_the_test_auc_the_time_and_every_file(tmp_pa
     exp.mkdir(parents=True)
     cv = {
         "metrics": {"six": 0.81234, "valid_auc": 0.8, "brier": float("nan")},
+        "folds": {"0": {}, "1": {}},
         "per_lang": {"es": 0.9, "fr": None},
-        "test_auc": {"auc": 0.75, "rows": 63812, "per_lang": {"es": 0.7}},
+        "test_auc": {"auc": 0.75, "rows": 63812, "per_lang": {"es": 0.7}, "folds": ["fold0"]},
     }
     (exp / layout.CV_JSON).write_text(json.dumps(cv).replace("NaN", "null"))
     (exp / layout.CV_PNG).write_bytes(b"png")
@@ -32,9 +33,9 @@ def test_the_block_names_the_figures_the_test_auc_the_time_and_every_file(tmp_pa
     (subs / "submission.json").write_text(json.dumps(record))
     assert summary.block(cfg, "train", 61.4, submission="(2 of 5 folds)") == "\n".join([
         "== train: sample ==",
-        "OOF         6-lang AUC 0.8123 | valid AUC 0.8000 | Brier -",
+        "OOF         2 folds: 6-lang AUC 0.8123 | valid AUC 0.8000 | Brier -",
         "languages   es 0.9000 fr -",
-        "test AUC    0.7500 on 63,812 labelled rows (es 0.7000)",
+        "test AUC    1 fold: 0.7500 on 63,812 labelled rows (es 0.7000)",
         "wall time   61 s",
         f"report      {exp / 'cv.png'}",
         "curves      none yet (make train)",
@@ -58,7 +59,7 @@ def test_train_and_predict_each_end_with_the_block(tmp_path: Path, capsys, torch
     block = out[out.index("== train: sample ==") :].splitlines()
     assert [line.split()[0] for line in block[1:]] == ["OOF", "languages", "wall", "report", "curves", "board",
                                                        "submission"], block  # fmt: skip
-    assert block[1].startswith("OOF         6-lang AUC ") and "| valid AUC 0." in block[1] and block[-2:] == [
+    assert block[1].startswith("OOF         2 folds: 6-lang AUC ") and "| valid AUC 0." in block[1] and block[-2:] == [
         "board       none yet (make board)", "submission  none yet (make predict)"]  # fmt: skip
     assert str(tmp_path / "models" / "sample" / "curves.png") in out
     assert predict.main(args) == 0
