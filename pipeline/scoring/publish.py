@@ -119,6 +119,8 @@ def common_holds(cfg: Config) -> dict | None:
     """What submissions/submission.csv holds by the record `make predict` wrote with it ({name, folds, of}); None
     without a record of this very file (another stage, a download or an edit replaced it since)."""
     path = layout.submission_record(cfg)
+    if not path.is_file():  # never written (or another stage's submission.csv): nothing to open
+        return None
     try:
         held = read_json(path)
     except (OSError, ValueError):
