@@ -462,3 +462,17 @@ def test_the_smoke_run_banner_is_what_docs_stages_md_quotes() -> None:
     full = config.load("sample", [f"train.max_steps={quoted.group(3)}"])  # as long as the schedule: no smoke run
     steps = int(quoted.group(3))
     assert f"{steps:,} optimizer steps" in banner(full, distributed.Dist(), "fp32", 10, 5, steps, model)
+
+
+def test_a_smoke_runs_plan_counts_its_steps_for_the_run_and_for_a_fold() -> None:
+    """eta.Plan with `cap` (train.max_steps as epochs): 2 of 10 epochs' steps left in this fold, a fold after it
+    of the same cap; one evaluation each, not the schedule's three epochs of both."""
+    from pipeline.core import eta
+
+    rate = eta.Rate(train_tokens=100.0, train_seconds=100.0, eval_tokens=10.0, eval_seconds=10.0)  # 1 s a token
+    plan = eta.Plan(epoch_tokens=100.0, eval_tokens=10.0, epochs_left=2, folds_left=1, fold_epochs=3,
+                    done_fraction=0.03, cap=0.05)  # fmt: skip
+    assert plan.seconds(rate) == pytest.approx((0.05 - 0.03) * 100 + 10 + 0.05 * 100 + 10)
+    assert plan.fold_seconds(rate) == pytest.approx(0.05 * 100 + 10)
+    full = dataclasses.replace(plan, cap=None)
+    assert full.seconds(rate) == pytest.approx(0.97 * 100 + 10 + 2 * 110 + 3 * 110)
