@@ -1,7 +1,7 @@
 # Each target runs one stage: `python -m pipeline <stage> --config NAME --args "key=value ..."`. CONFIG picks
 # pipeline/configs/<name>.yaml, ARGS adds overrides, e.g.  make train CONFIG=xlmr-large ARGS="train.folds=[0]"
 # CONFIG, ARGS, BLEND and GPUS reach the commands through the environment, each in double quotes: the shell
-# never splits or runs what they hold (ARGS='name=x;touch y' is one override, refused as a bad name).
+# never runs what they hold (ARGS='name=x;touch y': "error: override 'y' is not key=value", nothing run).
 CONFIG ?= sample
 ARGS ?=
 BLEND ?=

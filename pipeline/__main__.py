@@ -1,7 +1,8 @@
 """`python -m pipeline <stage> ...`: run a stage by its make target's name (pipeline/stages.py), as the Makefile does.
 
 The stage is imported here, inside the process's one guard: Ctrl-C while torch and transformers load (the
-first seconds of every stage) ends the run with one line and exit status 130, not a stack trace.
+first seconds of every stage) ends the run with one line and exit status 130, not a stack trace. A line says the
+stage has started before they load, so that a run never begins in silence.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
         names = ",".join(s.name for s in STAGES)
         print(f"usage: python -m pipeline {{{names}}} [--config NAME] [key=value ...]", file=sys.stderr)
         return 2
+    if os.environ.get("RANK", "0") == "0":  # one line, not one a process, under torchrun
+        # torch and transformers take seconds to load (minutes on a busy machine): the user sees the run has begun
+        print(f"{argv[0]}: starting (loading torch and transformers)", flush=True)
     try:
         stage = importlib.import_module(by_name(argv[0]).module)
     except KeyboardInterrupt:

@@ -50,6 +50,7 @@ from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_dir, file_record, json_digest, write_csv, write_json
 from pipeline.schema import Config
 from pipeline.scoring import metrics, report
+from pipeline.scoring import summary as run_summary
 from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
 from pipeline.scoring.publish import publish
 from pipeline.scoring.submission import check_submission, ensemble
@@ -337,6 +338,8 @@ def run(cfg: Config) -> dict:
         summary["test_auc"] = score
     paths = f"{exp}/cv.json, cv.png, {path}"
     print_report(name, members, f, summary, time.perf_counter() - start, paths, profile)
+    print()
+    print(run_summary.block(cfg, "blend", time.perf_counter() - start, name=name))
     return summary
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from pipeline import validation
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, one_of
 from pipeline.schema import CHOICES, Config
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -36,9 +36,21 @@ class _WrittenFloat(float):
     text: str
 
 
+class _Written:
+    """A YAML true/false/null (`no`, `True`, `~`) with the text it was written as: a text setting keeps the text
+    (`name=no` is the experiment `no`), any other setting takes the value (bool and None cannot be subclassed)."""
+
+    def __init__(self, value, text: str) -> None:
+        self.value, self.text = value, text
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 class _Loader(yaml.SafeLoader):
-    """safe_load's YAML, with two differences: a number keeps its text, so that `name=010` stays the name `010`
-    (YAML 1.1 reads it as the octal 8), and a key set twice in one mapping is refused (YAML keeps the last)."""
+    """safe_load's YAML, with two differences: a scalar keeps its text, so that `name=010` stays the name `010`
+    (YAML 1.1 reads it as the octal 8) and `name=no` the name `no` (not False), and a key set twice in one
+    mapping is refused (YAML keeps the last)."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -77,6 +89,19 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _keeps_text(_WrittenInt, yaml.S
 _Loader.add_constructor("tag:yaml.org,2002:float", _keeps_text(_WrittenFloat, yaml.SafeLoader.construct_yaml_float))
 
 
+def _written(construct):
+    def constructor(loader: _Loader, node: yaml.ScalarNode):
+        value = construct(loader, node)
+        # an empty scalar (`file.csv:`'s value) stays a plain None: _bare_key reads it as text ending in a colon
+        return _Written(value, node.value) if node.value else value
+
+    return constructor
+
+
+_Loader.add_constructor("tag:yaml.org,2002:bool", _written(yaml.SafeLoader.construct_yaml_bool))
+_Loader.add_constructor("tag:yaml.org,2002:null", _written(yaml.SafeLoader.construct_yaml_null))
+
+
 def parse_yaml(text: str):
     """YAML as this config reads it (a file or an override's value): numbers keep their text, keys are unique."""
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
@@ -107,6 +132,8 @@ def _bare_key(value) -> bool:
 
 def _coerce(value, tp, key: str):
     """Check `value` against the annotated type `tp`; ints widen to floats, lists become tuples."""
+    if isinstance(value, _Written):  # `no`, `True`, `null`: the text for a text setting, else the YAML value
+        value = value.text if tp is str else value.value
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         for arg in typing.get_args(tp):
@@ -176,7 +203,7 @@ def _build(cls, values: dict, prefix: str = ""):
             else:
                 kwargs[name] = _coerce(v, hints[name], key)
             if key in CHOICES and kwargs[name] not in CHOICES[key]:
-                raise ConfigError(f"{key}: {kwargs[name]!r} is not one of {', '.join(CHOICES[key])}")
+                raise ConfigError(f"{key}: {kwargs[name]!r} is not one of {one_of(CHOICES[key])}")
     return cls(**kwargs)
 
 
@@ -229,6 +256,7 @@ def read_yaml(path: Path) -> dict:
         raise ConfigError(f"{path}: not valid YAML ({_yaml_problem(e)}); fix the file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read the config ({e.__class__.__name__}: {e})") from None
+    tree = tree.value if isinstance(tree, _Written) else tree  # a file of only `null` or `true`
     if tree is None:
         return {}
     if not isinstance(tree, dict):

@@ -80,3 +80,8 @@ def say(line: str, code: int) -> int:
     if rank == "0" or not folder:
         print(line, file=sys.stderr)
     return code
+
+
+def one_of(choices) -> str:
+    """A setting's allowed values for an error line, each quoted: an empty one shows as '' (not as nothing)."""
+    return ", ".join(repr(c) for c in choices)

@@ -49,6 +49,8 @@ def check_disk(cfg: Config) -> kaggle_disk.DiskPlan:
     folds = len(cfg.train.folds) or cfg.data.folds
     plan = kaggle_disk.plan_disk(cfg, folds)
     print(kaggle_disk.format_plan(plan, cfg.kaggle.working_gb))
+    if plan.parameters:  # the tables' rows and tokens are counted: seconds on the real competition's files
+        print("kernel: counting the rows and tokens of the competition's tables, for the time plan", flush=True)
     timed = hours.plan_time(cfg, folds) if plan.parameters else None
     clock = SessionClock.begin(cfg, 0.0)
     if hours.training_refusal(cfg, clock.reserve()):
@@ -103,6 +105,7 @@ def before_sending(plan, cfg: Config, api, continue_dir: Path):
     """With kaggle.continue_from, the version to continue from, asked of Kaggle before anything is sent (`api` None:
     a dry run, nothing asked); the push itself asks the kernel's own state (output.ended_state)."""
     if plan.continue_kernel and api is not None:  # refused while a version of it runs
+        print(f"kernel: asking Kaggle for the newest version of {plan.continue_kernel} that finished", flush=True)
         return continuation.pick_version(cfg, plan, api, continue_dir)
     if plan.continue_kernel:
         print(f"kernel: kaggle.continue_from: a push asks Kaggle first for the newest version of "
@@ -116,6 +119,8 @@ def build_and_push(cfg: Config, api=None) -> dict:
     """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
     from pipeline.kaggle import client, datasets, kernels
 
+    how = "a dry run: nothing is sent" if cfg.kaggle.dry_run else "then the code bundle is uploaded and it is pushed"
+    print(f"kernel: planning the notebook of {cfg.name}: settings, disk, time and memory ({how})", flush=True)
     make_plan(cfg, "owner")  # settings errors first: they need no credentials
     if cfg.train.optimizer == "adamw8bit" and not cfg.kaggle.has_bitsandbytes:
         raise KernelError(
@@ -138,6 +143,7 @@ def build_and_push(cfg: Config, api=None) -> dict:
     plan = make_plan(cfg, resolve_user(cfg, api))
     code_dir, kernel_dir, out = folders(cfg, plan.kernel_slug)
     plan = before_sending(plan, cfg, api, code_dir.parent / "continue")
+    print(f"kernel: writing the code bundle in {code_dir}", flush=True)
     files = write_bundle(cfg, plan, code_dir)
     digest = code_digest(code_dir / "pipeline")
     size = sum(p.stat().st_size for p in files)
@@ -150,6 +156,7 @@ def build_and_push(cfg: Config, api=None) -> dict:
         print(f"kernel: a push would upload {plan.dataset_ref}, then run https://www.kaggle.com/code/{plan.kernel_ref}")
     else:
         write_kernel(cfg, plan, kernel_dir, digest)  # checked before anything is sent; rewritten once versioned
+        print(f"kernel: asking Kaggle whether {plan.kernel_ref} runs, then uploading {plan.dataset_ref}", flush=True)
         if plan.continue_kernel != plan.kernel_ref:  # kaggle.continue_from=self: asked a moment ago (pick_version)
             ended_state(plan.kernel_ref, api)  # refused while it runs: every push starts a GPU session; 404: the first
         before = datasets.version_before_upload(plan.dataset_ref, api)

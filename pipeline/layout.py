@@ -89,6 +89,7 @@ SUBMIT_RECORD = "submissions.jsonl"  # every `make submit` of the experiment, wi
 TIME_UP = "time_up.json"  # written when a run stopped for its deadline: which fold, and why
 VOCAB_MAP = "vocab_map.npy"  # beside a trimmed model's weights: old token id -> new
 SUBMISSION = "submission.csv"  # the name Kaggle notebooks expect
+SUBMISSION_RECORD = "submission.json"  # beside it: the experiment and folds `make predict` wrote it from
 BOARD = "board.md"
 EXPORT = "export"  # models/<name>/export/fold<k>/: a fold as a folder transformers and torch load (make export)
 EXPORT_HEAD = "head.pt"  # in it: the head's weight and bias
@@ -266,6 +267,11 @@ def submission_path(cfg: Config, name: str | None = None) -> Path:
 
 def submission_csv(cfg: Config) -> Path:
     return Path(cfg.submissions_dir) / SUBMISSION
+
+
+def submission_record(cfg: Config) -> Path:
+    """submissions/submission.json: which experiment and folds submission.csv holds (make predict writes both)."""
+    return Path(cfg.submissions_dir) / SUBMISSION_RECORD
 
 
 def board_path(cfg: Config) -> Path:

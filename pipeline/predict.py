@@ -16,6 +16,7 @@ A failed check is an error and leaves no file.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,8 @@ from pipeline.files import file_digest, file_record, read_json, write_csv, write
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.schema import Config
-from pipeline.scoring import metrics
-from pipeline.scoring.publish import publish
+from pipeline.scoring import metrics, summary
+from pipeline.scoring.publish import publish, replaces_common
 from pipeline.scoring.submission import align
 
 
@@ -112,6 +113,7 @@ def checked_weights(fold_dir: Path) -> str:
 def run(cfg: Config) -> Path | None:
     """Every usable fold on test, ensembled and checked into the submission. Under torchrun (the Kaggle notebook
     on two GPUs) each process predicts its share of the folds on its own GPU, and rank 0 ensembles them."""
+    start = time.perf_counter()
     experiments.preflight(cfg, "predict")  # paths and permissions, before any fold runs
     experiments.hold_experiment_lock(cfg, "predict")  # a second run on this experiment stops at once
     _, test, meta = tables.load_table(cfg)
@@ -132,6 +134,10 @@ def run(cfg: Config) -> Path | None:
         distributed.teardown(d, clean=False)
         raise
     distributed.teardown(d)
+    if d.is_main:
+        print()
+        print(summary.block(cfg, "predict", time.perf_counter() - start, submission=f"({len(dirs)} of "
+                            f"{cfg.data.folds} folds)"))  # fmt: skip
     return path
 
 
@@ -140,14 +146,16 @@ def write_submission(cfg: Config, dirs: list[Path], splits, test: pd.DataFrame, 
     (predict.calibration, fit on the folds' OOF), checked and written; the test AUC where known."""
     frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
     profile = metrics.read_profile(cfg)
+    common = replaces_common(cfg, cfg.name, dirs)  # said before the files, so that a kept one is said once
     path, _ = publish(
-        cfg, Path(meta["raw"]), cfg.name, frames[0]["id"], align(frames), test, dirs, profile, common=True
+        cfg, Path(meta["raw"]), cfg.name, frames[0]["id"], align(frames), test, dirs, profile, common=common
     )
+    also = f", {layout.submission_csv(cfg)}" if common else f" ({layout.submission_csv(cfg)} kept)"
     print(
         f"predict: {len(dirs)} fold(s) ({', '.join(d.name for d in dirs)}), {cfg.predict.ensemble} ensemble, "
-        f"{len(frames[0]):,} rows -> {path}, {layout.submission_csv(cfg)}"
+        f"{len(frames[0]):,} rows -> {path}{also}"
     )
-    return layout.submission_csv(cfg)
+    return layout.submission_csv(cfg) if common else path
 
 
 def main(argv=None) -> int:

@@ -285,7 +285,7 @@ class TrainConfig:
     )
     log_every_steps: int = setting(
         10,
-        "a line in `fold<k>/steps.jsonl` every N optimizer steps (0: none)",
+        "a line in `fold<k>/steps.jsonl` every N optimizer steps (0: none; a smoke run, `train.max_steps`: every step)",
         within=at_least(0, " (0: no step records)"),
         role=NEVER,
     )
@@ -300,10 +300,16 @@ class PredictConfig:
         "mean", "how the folds' test predictions are combined: `mean` or `rank`", choices=("mean", "rank")
     )
     calibration: str = setting("none", "the test predictions put on one scale across languages before they are "
-                               "written (predict, baseline, blend): `lang` a Platt scaling per language fit on the "
+                               "written (predict, baseline, blend): `none`, the default, leaves them as the folds "
+                               "made them; `lang` a Platt scaling per language fit on the "
                                "OOF; `lang+prior` and each language moved to its toxic rate in the test, estimated "
                                "from the unlabelled predictions ([recipes.md](recipes.md#six-languages-a-validation-"
                                "that-looks-like-the-test))", choices=("none", "lang", "lang+prior"))  # fmt: skip
+    allow_fewer_folds: bool = setting(
+        False,
+        "`true`: `submissions/submission.csv` is replaced even by an ensemble of fewer folds of the same experiment "
+        "than it holds (by default it is kept, with a warning; `submissions/<name>.csv` is always written)",
+    )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ Writes  models/<name>/fold<k>/model.safetensors, config.json   the best evaluati
         models/<name>/fold<k>/pipeline.yaml                     the resolved config
         models/<name>/fold<k>/metrics.jsonl                     per evaluation: epoch, step, loss, AUC (overall,
                                                                per language), seconds, samples/s, peak memory
-        models/<name>/fold<k>/steps.jsonl                       every train.log_every_steps steps: loss, lr,
+        models/<name>/fold<k>/steps.jsonl                       every train.log_every_steps steps (a smoke run: every
+                                                               step): loss, lr,
                                                                gradient norm, loss scale, tokens/s, memory
         models/<name>/fold<k>/oof.csv                           the best evaluation's predictions on the fold
         models/<name>/fold<k>/resume.pt                         while a fold runs: the state to resume from
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import torch
 
@@ -39,6 +41,7 @@ from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.schema import Config
 from pipeline.scoring import metrics, report
+from pipeline.scoring import summary as run_summary
 
 
 def check_init_tokenizer(cfg: Config, tokenizer) -> None:
@@ -55,6 +58,7 @@ def check_init_tokenizer(cfg: Config, tokenizer) -> None:
 
 
 def run(cfg: Config) -> dict | None:
+    start = time.perf_counter()
     experiments.preflight(cfg, "train")  # paths and permissions, before any epoch
     if cfg.train.tensorboard:
         steplog.require_tensorboard()
@@ -67,6 +71,9 @@ def run(cfg: Config) -> dict | None:
         distributed.teardown(d, clean=False)  # another rank may have failed too: no waiting for it
         raise
     distributed.teardown(d)
+    if d.is_main and result is not None:  # the k folds' report (a stage-1 model has none)
+        print()
+        print(run_summary.block(cfg, "train", time.perf_counter() - start))
     return result
 
 

@@ -83,6 +83,9 @@ def check_values(cfg: Config) -> None:
             f"train.folds={list(cfg.train.folds)}: fold {missing[0]} does not exist with data.folds={cfg.data.folds} "
             f"(folds are 0..{cfg.data.folds - 1}, and -1 for a stage-1 model)"
         )
+    twice = sorted({f for f in cfg.train.folds if cfg.train.folds.count(f) > 1})
+    if twice:  # two runs of one fold in one command: the second would skip or replace the first
+        raise ConfigError(f"train.folds={list(cfg.train.folds)}: fold {twice[0]} is named twice; name each fold once")
     for entry in cfg.data.extra_files:
         if entry.endswith(":"):  # `file.csv:es` gives the language; a bare colon would become part of the file name
             raise ConfigError(

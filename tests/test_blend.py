@@ -233,6 +233,9 @@ def test_blend_of_two_baselines_on_the_sample(tmp_path: Path, capsys: pytest.Cap
     assert blend.main([*args, *common, "blend.members=wide-tfidf,narrow-tfidf"]) == 0
     out = capsys.readouterr().out
     assert "wide-tfidf" in out and "narrow-tfidf" in out and "blend, nested (honest)" in out
+    block = out[out.index("== blend: wide-tfidf+narrow-tfidf ==") :].splitlines()  # the run's end-of-run block
+    assert re.match(r"OOF         \d folds: 6-lang AUC", block[1]) and "curves" not in out[out.index("== blend") :]
+    assert block[-1] == f"submission  {tmp_path / 'subs' / 'wide-tfidf+narrow-tfidf.csv'}"
     sub = pd.read_csv(tmp_path / "subs" / "wide-tfidf+narrow-tfidf.csv", dtype={"id": str}, keep_default_na=False)
     sample = pd.read_csv(layout.raw_dir(cfg) / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
     assert list(sub["id"]) == list(sample["id"]) and sub["toxic"].between(0, 1).all()

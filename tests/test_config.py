@@ -67,6 +67,47 @@ def test_a_text_setting_keeps_the_text_written(tmp_path: Path, key: str, written
     assert schema.value_of(config.load(str(tmp_path / "c.yaml")), key) == written
 
 
+@pytest.mark.parametrize("key", [*TEXT_KEYS, "kaggle.title"])
+@pytest.mark.parametrize("written", ["no", "yes", "true", "True", "off", "null", "Null", "~"])
+def test_a_text_setting_keeps_a_yaml_bool_or_null_as_written(tmp_path: Path, key: str, written: str) -> None:
+    """YAML 1.1 reads no and True as booleans and null and ~ as None: a text setting is the text as written."""
+    if key != "kaggle.title" and written == "~":
+        return  # not a folder name: refused as one (test_unsafe_names_are_refused), not as "expected str"
+    assert schema.value_of(config.load("sample", [f"{key}={written}"]), key) == written
+    *sections, last = key.split(".")
+    text = "".join(f"{'  ' * i}{s}:\n" for i, s in enumerate(sections)) + f"{'  ' * len(sections)}{last}: {written}\n"
+    (tmp_path / "c.yaml").write_text(text)
+    assert schema.value_of(config.load(str(tmp_path / "c.yaml")), key) == written
+
+
+def test_a_bool_setting_still_reads_yaml_booleans_and_a_list_keeps_names() -> None:
+    cfg = config.load("sample", ["train.tensorboard=yes", "model.trim_vocab=off", "blend.members=[no,true]"])
+    assert (cfg.train.tensorboard, cfg.model.trim_vocab, cfg.blend.members) == (True, False, ("no", "true"))
+    with pytest.raises(ConfigError, match="^train.epochs: expected int, got True$"):
+        config.load("sample", ["train.epochs=true"])
+
+
+def test_the_text_settings_docs_configs_md_names_keep_their_text() -> None:
+    """Each `key=value` of the rule in docs/configs.md loads as the text written."""
+    rules = (Path(__file__).parents[1] / "docs" / "configs.md").read_text(encoding="utf-8")
+    sentence = rules[rules.index("A text setting keeps the text as written") :].split("`train.folds` names")[0]
+    examples = re.findall(r"`([a-z_.]+)=([^`]+)`", sentence)
+    assert len(examples) >= 7, sentence
+    for key, written in examples:
+        assert schema.value_of(config.load("sample", [f"{key}={written}"]), key) == written
+
+
+def test_a_fold_named_twice_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^train.folds=\[0, 0\]: fold 0 is named twice; name each fold once$"):
+        config.load("sample", ["train.folds=[0,0]"])
+
+
+def test_an_empty_allowed_value_is_shown_quoted() -> None:
+    with pytest.raises(ConfigError) as info:
+        config.load("sample", ["kaggle.docker_image_pinning=newest"])
+    assert str(info.value) == "kaggle.docker_image_pinning: 'newest' is not one of '', 'original', 'latest'"
+
+
 def test_a_list_of_names_keeps_the_text_written() -> None:
     assert config.load("sample", ["blend.members=[010,0x10,1.10]"]).blend.members == ("010", "0x10", "1.10")
     assert config.load("sample", ["kaggle.user=12:30"]).kaggle.user == "12:30"  # sexagesimal 750 to YAML 1.1
@@ -331,6 +372,20 @@ def test_args_is_one_word_split_like_a_shell_and_never_run() -> None:
         config.from_args(parser.parse_args(["--args", "name=x;touch${IFS}afile"]))
     with pytest.raises(ConfigError, match="cannot split it"):
         config.from_args(parser.parse_args(["--args", "name='x"]))
+
+
+def test_what_the_makefile_and_guarantees_md_say_of_a_shell_word_in_args_is_what_is_printed() -> None:
+    """`ARGS='name=x;touch y'` (and `name=x;touch` alone): the errors the docs quote are the ones a stage prints."""
+    root = Path(__file__).parents[1]
+    guarantees = (root / "docs" / "guarantees.md").read_text()
+    quoted = re.findall(r"ARGS='([^']+)'`(?:(?!ARGS=').)*?`error: ([^`]+)`", guarantees, flags=re.DOTALL)
+    quoted += re.findall(r"ARGS='([^']+)': \"error: ([^\"]+)\"", (root / "Makefile").read_text())
+    assert len(quoted) == 3, quoted
+    parser = config.parser("test")
+    for args, said in quoted:
+        with pytest.raises(ConfigError) as info:
+            config.from_args(parser.parse_args(["--args", args]))
+        assert str(info.value).startswith(said), (args, said, str(info.value))
 
 
 def test_device_must_exist(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -95,3 +95,45 @@ def test_the_export_folder_holds_exactly_the_folds_exported(tmp_path: Path, caps
     (layout.fold_dir(cfg, 0) / "head.json").write_text("{")  # damaged: the fold is left out, naming the file
     with pytest.raises(PipelineError, match=r"fold0: head.json has 1 bytes, done.json records \d+ \(damaged\?\)"):
         export.run(cfg)
+
+
+# what docs/export.md promises for each precision a fold can predict at: fp32 to 1e-5; bf16 (the default `auto`
+# where the CPU or GPU computes it) to the rounding of bf16's 8-bit mantissa, here under 1e-3
+ATOL = {"fp32": "1e-5", "bf16": "1e-3"}
+
+
+@pytest.mark.parametrize("precision", sorted(ATOL))
+def test_an_exported_fold_predicts_as_the_fold_at_each_precision_to_what_export_md_says(
+    tmp_path: Path, precision: str
+) -> None:
+    page = (ROOT / "docs" / "export.md").read_text()
+    assert f"`{precision}`" in page and f"to {ATOL[precision]}" in page, precision
+    cfg = prepare_tiny(tmp_path, "train.folds=[0]", "train.device=cpu", f"train.precision={precision}")
+    train.run(cfg)
+    predict.run(cfg)
+    [folder] = export.run(cfg)
+    _, test, _ = tables.load_table(cfg)
+    expected = pd.read_csv(layout.fold_dir(cfg, 0) / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    got = score_outside(folder, test["text"].tolist(), tmp_path)
+    gap = float(np.abs(got - expected["toxic"].to_numpy()).max())
+    print(f"{precision}: largest gap {gap:.2e}")
+    assert gap <= float(ATOL[precision]), gap
+
+
+def test_the_ensemble_example_of_export_md_loads_every_exported_fold(tmp_path: Path, monkeypatch) -> None:
+    """The page's usage block, run with a stand-in `load`, in a folder holding five exported folds."""
+    import torch
+
+    page = (ROOT / "docs" / "export.md").read_text()
+    block = page.split("<!-- usage -->", 1)[1].split("<!-- /usage -->", 1)[0].split("```python\n", 1)[1]
+    for k in range(5):
+        (tmp_path / "models" / "sample" / "export" / f"fold{k}").mkdir(parents=True)
+    loaded: list[str] = []
+
+    def load(folder):
+        loaded.append(Path(folder).name)
+        return lambda texts: torch.full((len(texts),), float(len(loaded)))
+
+    monkeypatch.chdir(tmp_path)
+    exec(block.split("```", 1)[0], {"load": load, "torch": torch, "texts": ["a", "b"]})  # noqa: S102
+    assert loaded == ["fold0", "fold0", "fold1", "fold2", "fold3", "fold4"]

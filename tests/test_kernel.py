@@ -92,6 +92,40 @@ def test_dry_run_sends_nothing_and_says_what_would(tmp_path: Path, capsys: pytes
     assert (tmp_path / "kernel" / "jigsaw-sample" / "notebook" / "kernel-metadata.json").is_file()
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_each_slow_step_of_a_push_is_announced_by_a_line_before_it(tmp_path: Path, monkeypatch, capsys, dry_run):
+    """The first line says what is starting; the time plan (counting the tables), the code bundle and (a
+    push) the question to Kaggle and the upload each come after a line that names them, not in silence."""
+    from pipeline.kaggle import bundle, hours
+
+    before: dict[str, str] = {}
+
+    def spy(name, real):
+        def step(*args, **kwargs):
+            printed = capsys.readouterr().out
+            print(printed, end="")  # kept for the assertions below
+            before.setdefault(name, printed.rstrip("\n").rsplit("\n", 1)[-1])  # its first call
+            return real(*args, **kwargs)
+
+        return step
+
+    monkeypatch.setattr(kernel, "make_plan", spy("plan", kernel.make_plan))
+    monkeypatch.setattr(hours, "plan_time", spy("time", hours.plan_time))
+    monkeypatch.setattr(kernel, "write_bundle", spy("bundle", bundle.write_bundle))
+    monkeypatch.setattr(output, "ended_state", spy("state", output.ended_state))
+    monkeypatch.setattr(kernel, "ended_state", spy("state", output.ended_state))
+    cfg = dry(tmp_path) if dry_run else make_cfg(tmp_path)
+    kernel.build_and_push(cfg, api=None if dry_run else FakeKaggleApi())
+    assert before["plan"].startswith("kernel: planning the notebook of sample: settings, disk, time and memory")
+    assert before["time"] == "kernel: counting the rows and tokens of the competition's tables, for the time plan"
+    assert before["bundle"].startswith("kernel: writing the code bundle in ")
+    if not dry_run:
+        assert (
+            before["state"] == "kernel: asking Kaggle whether tester/jigsaw-sample runs, then uploading "
+            "tester/jigsaw-sample-code"
+        )
+
+
 @pytest.mark.parametrize("flag", [[], ["--output"], ["--status"]])
 def test_a_kernel_folder_that_is_a_file_is_one_line(flag: list[str], capsys: pytest.CaptureFixture) -> None:
     argv = ["--config", "sample", "kaggle.dir=/dev/null", "kaggle.dry_run=true", "data.extra_files=[]", *flag]
@@ -582,7 +616,7 @@ def test_sample_kernel_runs_end_to_end(sample_run) -> None:
     fold_files = {f.split("/", 3)[3] for f in files if f.startswith("models/sample/fold0/")}
     assert {"model.safetensors", "done.json", "oof.csv", "test.csv", "metrics.jsonl"} <= fold_files
     assert not any(f.startswith("input/") or f.endswith("resume.pt") for f in files), files
-    kept = {"kernel-run.yaml", "submission.csv", "sample.csv", "kernel-session.json"}
+    kept = {"kernel-run.yaml", "submission.csv", "submission.json", "sample.csv", "kernel-session.json"}
     assert {f for f in files if not f.startswith("models/")} == kept
     assert {f.split("/")[2] for f in files if f.startswith("models/")} >= {"cv.json", "oof.csv", "fold0", "fold1"}
     temp = working.parent / "temp"

@@ -88,7 +88,7 @@ def test_a_good_submission_is_never_replaced_by_a_failing_one(tmp_path: Path, mo
     )
     path = predict.run(cfg)
     good = {p.name: p.read_bytes() for p in path.parent.iterdir()}
-    assert set(good) == {"submission.csv", "sample.csv"}
+    assert set(good) == {"submission.csv", "submission.json", "sample.csv"}
 
     preds[:] = [0.9, 0.8, 0.7, 0.6]
     frame(["x", "y"], [0, 1]).to_csv(raw / "test_labels.csv", index=False)  # the labels of another test set
@@ -106,6 +106,45 @@ def test_a_good_submission_is_never_replaced_by_a_failing_one(tmp_path: Path, mo
         predict.run(cfg)
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == good
+
+
+def fake_predict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folds: list[int], preds: list[float]) -> None:
+    """predict.run over the folds `folds` of a five-fold experiment, each predicting `preds` (no model run)."""
+    raw = tmp_path / "raw"
+    raw.mkdir(exist_ok=True)
+    SAMPLE.to_csv(raw / "sample_submission.csv", index=False)
+    test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
+    dirs = [tmp_path / "models" / "sample" / f"fold{k}" for k in folds]
+    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, what, needs: dirs)
+    monkeypatch.setattr(predict.validity, "current_fingerprint", lambda cfg, meta: "x")
+    monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
+    monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))
+    monkeypatch.setattr(predict, "fold_test_preds", lambda *a: frame(["a", "b", "c", "d"], preds))
+
+
+def test_submission_csv_of_five_folds_is_kept_when_fewer_are_usable(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A fold gone stale: the next ensemble has 4 of the 5 folds. submissions/<name>.csv is the 4-fold one, said
+    plainly; submission.csv (what a Kaggle user uploads) keeps the 5-fold one unless predict.allow_fewer_folds."""
+    args = [f"input_dir={tmp_path / 'input'}", f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path}/s"]
+    cfg = config.load("sample", args)
+    fake_predict(tmp_path, monkeypatch, [0, 1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])
+    assert predict.run(cfg) == tmp_path / "s" / "submission.csv"
+    five = (tmp_path / "s" / "submission.csv").read_bytes()
+    assert "folds" not in capsys.readouterr().err
+    fake_predict(tmp_path, monkeypatch, [0, 1, 2, 4], [0.4, 0.3, 0.2, 0.1])
+    assert predict.run(cfg) == tmp_path / "s" / "sample.csv"
+    err = capsys.readouterr().err
+    assert "warning: this submission holds 4 of the experiment's 5 folds (fold0, fold1, fold2, fold4)" in err
+    assert f"warning: {tmp_path}/s/submission.csv kept as it was: it holds 5 folds of sample" in err
+    assert (tmp_path / "s" / "submission.csv").read_bytes() == five
+    assert (tmp_path / "s" / "sample.csv").read_bytes() != five
+    fake_predict(tmp_path, monkeypatch, [0, 1, 2], [0.4, 0.3, 0.2, 0.1])
+    assert predict.run(config.load("sample", [*args, "predict.allow_fewer_folds=true"])).name == "submission.csv"
+    assert (tmp_path / "s" / "submission.csv").read_bytes() == (tmp_path / "s" / "sample.csv").read_bytes()
+    assert "kept as it was" not in capsys.readouterr().err
+    fake_predict(tmp_path, monkeypatch, [0, 1], [0.4, 0.3, 0.2, 0.1])  # the record says 3 folds, of another file
+    (tmp_path / "s" / "submission.csv").write_text("id,toxic\n")  # no longer the file the record describes
+    assert predict.run(cfg).name == "submission.csv"
 
 
 def test_run_without_prepared_data_says_so(tmp_path: Path) -> None:

@@ -121,3 +121,11 @@ def test_the_writer_rewrites_only_the_key_tables(tmp_path: Path) -> None:
     assert text.endswith(
         f"{configdoc.END}\n\nTail ({configdoc.FIXED_BEGIN}{configdoc.fixed_keys()}{configdoc.FIXED_END})\n"
     )
+
+
+def test_a_setting_with_fixed_values_names_each_of_them_its_default_too() -> None:
+    """docs/configs.md's row of such a setting says what every value does, the default's included."""
+    unnamed = [
+        f"{key}: `{c}`" for key, _, meta in schema.walk() for c in meta.choices if c and f"`{c}`" not in meta.doc
+    ]
+    assert not unnamed

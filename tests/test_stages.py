@@ -128,3 +128,30 @@ def test_usable_folds_needs_what_the_record_reads_and_says_the_stage(tmp_path: P
     with_stage(monkeypatch, dataclasses.replace(stages.by_name("probe"), name="probe3", reads=("oof", "all")))
     validity.usable_folds(cfg, "d", "probe3")
     assert seen[-1] == (layout.OOF, layout.ALL)
+
+
+def test_a_stage_says_it_started_before_its_module_and_torch_load(monkeypatch, capsys) -> None:
+    """`python -m pipeline train` prints its first line before the stage's imports (seconds of torch and
+    transformers), once: not once a process under torchrun."""
+    import importlib
+
+    from pipeline import __main__ as entry
+
+    seen: list[str] = []
+
+    class Stage:
+        @staticmethod
+        def main(argv):
+            return 0
+
+    def import_module(name):
+        seen.append(capsys.readouterr().out)
+        return Stage
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    monkeypatch.delenv("RANK", raising=False)
+    assert entry.main(["train", "--config", "sample"]) == 0
+    assert seen == ["train: starting (loading torch and transformers)\n"]
+    assert f"`{seen[0].strip()}`" in (ROOT / "docs" / "stages.md").read_text()  # as the page quotes it
+    monkeypatch.setenv("RANK", "1")
+    assert entry.main(["train"]) == 0 and seen[-1] == ""

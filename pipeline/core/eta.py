@@ -14,6 +14,7 @@ the real clock, and `PIPELINE_FAKE_STEP_SECONDS` adds that many to it at each op
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -140,12 +141,16 @@ class Plan:
     fold_epochs: int  # epochs a fold trains
     done_fraction: float = 0.0  # of the current epoch
     extra: dict = field(default_factory=dict)
+    cap: float | None = None  # a smoke run (train.max_steps): the epochs (a fraction) each fold trains before it stops
 
     def seconds(self, rate: Rate) -> float | None:
         """The time the rest of the run needs at `rate`; None until something has been measured."""
         epoch, evaluation = rate.train(self.epoch_tokens), rate.eval(self.eval_tokens)
         if epoch is None or evaluation is None:
             return None
+        if self.cap is not None:
+            at = self.fold_epochs - self.epochs_left - 1 + self.done_fraction  # where this fold is, in epochs
+            return capped(self.cap - at, epoch, evaluation) + self.folds_left * capped(self.cap, epoch, evaluation)
         this = (1 - self.done_fraction) * epoch + evaluation
         fold = self.fold_epochs * (epoch + evaluation)
         return this + self.epochs_left * (epoch + evaluation) + self.folds_left * fold
@@ -153,7 +158,16 @@ class Plan:
     def fold_seconds(self, rate: Rate) -> float | None:
         """A whole fold like this one at `rate`: what the Kaggle guard weighs before starting the next."""
         epoch, evaluation = rate.train(self.epoch_tokens), rate.eval(self.eval_tokens)
-        return None if epoch is None or evaluation is None else self.fold_epochs * (epoch + evaluation)
+        if epoch is None or evaluation is None:
+            return None
+        return capped(self.cap, epoch, evaluation) if self.cap is not None else self.fold_epochs * (epoch + evaluation)
+
+
+def capped(epochs: float, epoch: float, evaluation: float) -> float:
+    """`epochs` (a fraction) of training still to run before a smoke run's stop, and an evaluation for each epoch
+    end on the way and the stop's own."""
+    epochs = max(0.0, epochs)
+    return epochs * epoch + max(1, math.ceil(epochs)) * evaluation
 
 
 @functools.cache

@@ -39,6 +39,7 @@ from pipeline.core.foldmodel import (
     checkpointing,
     padded_tokens,
     save_model,
+    smoke_steps,
     with_plan,
     wrap,
 )
@@ -160,7 +161,8 @@ class FoldRun:
         self.progress = FoldState()
         if state is not None:
             self.restore(state)
-        self.log = steplog.StepLog(self.inputs.cfg, self.fold, d, self.step_count(), self.progress.steplog)
+        smoke = bool(smoke_steps(self.inputs.cfg, t.epochs * self.windows))
+        self.log = steplog.StepLog(self.inputs.cfg, self.fold, d, self.step_count(), self.progress.steplog, smoke)
         self.fresh = state is None  # a fold started from its first step (see unsaved_stop)
 
     def build_estimates(self) -> None:
@@ -410,8 +412,11 @@ class FoldRun:
     def plan(self, epoch: int, window: int) -> eta.Plan:
         """What is left of the run from window `window` of epoch `epoch`, in padded tokens."""
         t = self.cfg.train
+        smoke = smoke_steps(self.cfg, t.epochs * self.windows)
+        # a smoke run's folds each stop at train.max_steps: the estimate counts those steps, not the schedule's
         return eta.Plan(self.epoch_tokens, self.epoch_eval_tokens, t.epochs - epoch - 1, self.inputs.folds_after,
-                        t.epochs, done_fraction=window / self.windows)  # fmt: skip
+                        t.epochs, done_fraction=window / self.windows,
+                        cap=smoke / self.windows if smoke else None)  # fmt: skip
 
     def eta_line(self, epoch: int, window: int) -> str:
         """` | ETA 1h05m for the run`, written to eta.json with a fold's estimate (the Kaggle guard reads it);

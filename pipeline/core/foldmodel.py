@@ -19,6 +19,11 @@ from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
 
 
+def smoke_steps(cfg: Config, steps: int) -> int:
+    """train.max_steps where it stops a fold before its `steps` scheduled optimizer steps (a smoke run); else 0."""
+    return cfg.train.max_steps if 0 < cfg.train.max_steps < steps else 0
+
+
 def banner(
     cfg: Config, d: distributed.Dist, prec: str, n_train: int, n_valid: int, steps: int, model, why: str = ""
 ) -> str:
@@ -32,11 +37,14 @@ def banner(
         frozen = "quantized to " + model.lora["quantize"] if model.lora["quantize"] != "none" else prec
         params += (f" trained: LoRA r={model.lora['r']} on {len(model.lora['modules'])} projections, the base "
                    f"frozen in {frozen}")  # fmt: skip
+    smoke = smoke_steps(cfg, steps)
+    # the schedule (warm-up, decay) still counts every step: a smoke run is its first few, and says so
+    plan = f"smoke run: {smoke:,} of {steps:,} steps (train.max_steps)" if smoke else f"{steps:,} optimizer steps"
     return (
         f"model {cfg.model.name} ({params}) | device {d.device} | precision {prec} | "
         f"checkpointing {'on' if t.checkpointing is True else 'off'}{f' ({why})' if why else ''}\n"
         f"examples {n_train:,} train / {n_valid:,} valid | micro-batch {t.micro_batch} x accumulation "
-        f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {steps:,} optimizer steps"
+        f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {plan}"
     )
 
 

@@ -77,8 +77,10 @@ def finite(x: float | None) -> float | None:
 class StepLog:
     """The step records of one fold; every rank calls add() at every optimizer step (a record sums all ranks)."""
 
-    def __init__(self, cfg: Config, fold: int, d: distributed.Dist, step: int, carry: dict | None) -> None:
-        self.every, self.d = cfg.train.log_every_steps, d
+    def __init__(self, cfg: Config, fold: int, d: distributed.Dist, step: int, carry: dict | None,
+                 smoke: bool = False) -> None:  # fmt: skip
+        # a smoke run (train.max_steps) is a few steps: each one a record, or its curves would be a point or none
+        self.every, self.d = 1 if smoke and cfg.train.log_every_steps else cfg.train.log_every_steps, d
         self.path = layout.fold_dir(cfg, fold) / layout.STEPS
         self.since = Since(**carry) if carry else Since()
         self.start, self.tb, self.opened = step, None, False

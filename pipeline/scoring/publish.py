@@ -6,6 +6,7 @@ folds it belongs to.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pandas as pd
 
 from pipeline import layout, schema, validity
 from pipeline.errors import PipelineError
-from pipeline.files import write_csv, write_json
+from pipeline.files import file_record, read_json, write_csv, write_json
 from pipeline.schema import Config
 from pipeline.scoring import calibration, metrics, report
 from pipeline.scoring.submission import check_submission, ensemble
@@ -109,8 +110,42 @@ def publish(
     write_csv(path, sub)
     if common:
         write_csv(layout.submission_csv(cfg), sub)
+        held = {"name": name, "folds": [d.name for d in dirs], "of": cfg.data.folds}
+        write_json(layout.submission_record(cfg), {**held, "file": file_record(layout.submission_csv(cfg))})
     record(cfg, name, dirs, score, how)
     return path, score
+
+
+def common_holds(cfg: Config) -> dict | None:
+    """What submissions/submission.csv holds by the record `make predict` wrote with it ({name, folds, of}); None
+    without a record of this very file (another stage, a download or an edit replaced it since)."""
+    path = layout.submission_record(cfg)
+    if not path.is_file():  # never written (or another stage's submission.csv): nothing to open
+        return None
+    try:
+        held = read_json(path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(held, dict) or not isinstance(held.get("folds"), list) or not isinstance(held.get("file"), dict):
+        return None
+    return None if validity.file_problem(path.parent, layout.SUBMISSION, held["file"]) else held
+
+
+def replaces_common(cfg: Config, name: str, dirs: list[Path]) -> bool:
+    """Whether an ensemble of the folds `dirs` of experiment `name` replaces submissions/submission.csv, the file
+    a Kaggle user uploads: it says plainly when it holds fewer folds than the experiment has (data.folds), and it
+    keeps a submission.csv of more folds of the same experiment unless predict.allow_fewer_folds."""
+    n, k = len(dirs), cfg.data.folds
+    if n < k:
+        print(f"warning: this submission holds {n} of the experiment's {k} folds ({', '.join(d.name for d in dirs)})",
+              file=sys.stderr)  # fmt: skip
+    held = common_holds(cfg)
+    if held is None or held.get("name") != name or len(held["folds"]) <= n or cfg.predict.allow_fewer_folds:
+        return True
+    print(f"warning: {layout.submission_csv(cfg)} kept as it was: it holds {len(held['folds'])} folds of {name} "
+          f"({', '.join(held['folds'])}) and this ensemble {n}; predict.allow_fewer_folds=true replaces it",
+          file=sys.stderr)  # fmt: skip
+    return False
 
 
 def aligned(sub: pd.DataFrame, ids: pd.Series, preds: np.ndarray) -> np.ndarray:

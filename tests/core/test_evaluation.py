@@ -442,3 +442,55 @@ def test_a_smoke_run_stops_after_max_steps_evaluated_and_saved_and_never_counts_
     assert validity.fold_status(fold_dir, validity.current_fingerprint(cfg), ()) == ""
     full = with_train(prepared, epochs=2)
     assert validity.fold_status(fold_dir, validity.current_fingerprint(full), ()) != ""  # retrained by a full run
+
+
+def test_a_smoke_run_says_so_logs_every_step_and_estimates_only_its_own_steps(prepared, capsys, monkeypatch):
+    """train.max_steps=3 of a longer schedule: the banner says `smoke run: 3 of N steps`, steps.jsonl holds each
+    of the three steps, and the ETA at the stop counts no step past it (a simulated 60 s a step: the uncapped
+    schedule would say N-3 minutes)."""
+    clock = layout.experiment_dir(prepared).parent / "clock"
+    monkeypatch.setenv("PIPELINE_FAKE_CLOCK", str(clock))
+    monkeypatch.setenv("PIPELINE_FAKE_STEP_SECONDS", "60")
+    cfg = with_train(prepared, max_steps=3, epochs=2)
+    run = fold_run(cfg, StopAt(10**9))
+    total = 2 * run.windows
+    assert total > 3 + 10  # a schedule the ETA would count in minutes
+    run.run()
+    out = capsys.readouterr().out
+    assert f"2 epochs, smoke run: 3 of {total:,} steps (train.max_steps)" in out, out
+    lines = (layout.experiment_dir(cfg) / "fold0" / layout.STEPS).read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
+    eta = re.search(r"fold 0 epoch 1 step 3/\d+: .* \| ETA (\S+) for the run", out)
+    assert eta is not None and eta.group(1).endswith("s") and "m" not in eta.group(1), out
+
+
+def test_the_smoke_run_banner_is_what_docs_stages_md_quotes() -> None:
+    from pipeline import config
+    from pipeline.core import distributed
+    from pipeline.core.foldmodel import banner
+    from tests.helpers import ROOT
+
+    page = " ".join((ROOT / "docs" / "stages.md").read_text().split())
+    quoted = re.search(r"`(smoke run: (\d+) of (\d+) steps \(train.max_steps\))`", page)
+    assert quoted is not None
+    model = torch.nn.Linear(2, 1)
+    model.lora = None
+    cfg = config.load("sample", [f"train.max_steps={quoted.group(2)}"])
+    assert quoted.group(1) in banner(cfg, distributed.Dist(), "fp32", 10, 5, int(quoted.group(3)), model)
+    full = config.load("sample", [f"train.max_steps={quoted.group(3)}"])  # as long as the schedule: no smoke run
+    steps = int(quoted.group(3))
+    assert f"{steps:,} optimizer steps" in banner(full, distributed.Dist(), "fp32", 10, 5, steps, model)
+
+
+def test_a_smoke_runs_plan_counts_its_steps_for_the_run_and_for_a_fold() -> None:
+    """eta.Plan with `cap` (train.max_steps as epochs): 2 of 10 epochs' steps left in this fold, a fold after it
+    of the same cap; one evaluation each, not the schedule's three epochs of both."""
+    from pipeline.core import eta
+
+    rate = eta.Rate(train_tokens=100.0, train_seconds=100.0, eval_tokens=10.0, eval_seconds=10.0)  # 1 s a token
+    plan = eta.Plan(epoch_tokens=100.0, eval_tokens=10.0, epochs_left=2, folds_left=1, fold_epochs=3,
+                    done_fraction=0.03, cap=0.05)  # fmt: skip
+    assert plan.seconds(rate) == pytest.approx((0.05 - 0.03) * 100 + 10 + 0.05 * 100 + 10)
+    assert plan.fold_seconds(rate) == pytest.approx(0.05 * 100 + 10)
+    full = dataclasses.replace(plan, cap=None)
+    assert full.seconds(rate) == pytest.approx(0.97 * 100 + 10 + 2 * 110 + 3 * 110)
