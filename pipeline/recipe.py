@@ -33,6 +33,7 @@ from pipeline.core.resume import Interrupted
 from pipeline.errors import ConfigError, PipelineError, run_stage
 from pipeline.files import read_json
 from pipeline.schema import Config
+from pipeline.scoring import summary as run_summary
 
 STEP_STAGES = ("data", "stage1", "train", "cv", "predict", "baseline", "blend")  # the stages a step may run
 STEP_KEYS = {"id", "stage", "config", "args", "needs", "members", "train", "folds", "minutes"}
@@ -373,10 +374,17 @@ class Chain:
             raise PipelineError(f"the recipe {self.name}: {', '.join(s.id for s in self.left)} could not start")
 
 
-def end_of_run(config: str, extra: tuple[str, ...]) -> None:
-    """After the last step: the board of every experiment under models/ (`make board`), printed here. The place
-    for a summary of the run beside it."""
+def experiment_of(step: Step) -> str:
+    """The experiment a step writes: a blend's name, else its config's."""
+    cfg = step_config(step)
+    return blend_name(cfg, step) if step.stage == "blend" else cfg.name
+
+
+def end_of_run(config: str, extra: tuple[str, ...], last: Step, seconds: float) -> None:
+    """After the last step: the board of every experiment under models/ (`make board`), then the end-of-run block
+    of the chain's last step (the experiment or blend the recipe ends on)."""
     subprocess.run(command(Step(id="board", stage="board", config=config, extra=extra)), check=False)
+    print(run_summary.block(step_config(last), "recipe", seconds, name=experiment_of(last)), flush=True)
 
 
 def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
@@ -388,9 +396,10 @@ def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     done = {s.id: done_why(s) for s in steps}
     minutes = {s.id: measured_minutes(s, steps, done) for s in steps}
     print(plan_text(path.stem, steps, done, minutes, jobs), flush=True)
+    start = time.perf_counter()
     Chain(path.stem, cfg, steps, done, jobs).run()
     print(f"recipe {path.stem}: every step done", flush=True)
-    end_of_run(str(raw.get("config", "sample")), extra)
+    end_of_run(str(raw.get("config", "sample")), extra, steps[-1], time.perf_counter() - start)
 
 
 def main(argv=None) -> int:

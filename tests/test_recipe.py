@@ -141,6 +141,7 @@ def test_a_stopped_chain_continues_where_it_stopped_and_never_redoes_a_step(tmp_
         now = digests(layout.experiment_dir(cfg, "sample") / step.split(".")[1])
         assert {k: now.get(k) for k in files} == files
     assert "recipe sample: every step done" in again.stdout and "| sample-mix " in again.stdout  # the board
+    assert "\n== recipe: sample-mix ==\nOOF " in again.stdout  # the end-of-run block of the step it ends on
     models = layout.models_root(cfg)
     before = {k: v for k, v in digests(models).items() if k != "board.md"}
     third = run_chain(tmp_path)
