@@ -115,7 +115,7 @@ def fake_predict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folds: list[in
     SAMPLE.to_csv(raw / "sample_submission.csv", index=False)
     test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
     dirs = [tmp_path / "models" / "sample" / f"fold{k}" for k in folds]
-    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, what, needs: dirs)
+    monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, stage: dirs)
     monkeypatch.setattr(predict.validity, "current_fingerprint", lambda cfg, meta: "x")
     monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
     monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))
