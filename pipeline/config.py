@@ -1,6 +1,6 @@
 """One frozen, typed config for every stage: read, overridden and checked.
 
-A config is the dataclass defaults (pipeline/schema.py, where every setting is declared), then a YAML file
+A config is the dataclass defaults (pipeline/schema/, where every setting is declared), then a YAML file
 from pipeline/configs/ (or any path), then `key.sub=value` overrides from the command line. An unknown key
 or a value of the wrong type is an error that names the key. `save` writes the resolved config next to an
 artifact; `load_file` reads it back, so every checkpoint carries the settings that made it.

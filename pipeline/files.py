@@ -99,7 +99,7 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-# what the writers here and in pipeline.core.fold name their temporaries: .<name>.tmp-<pid>, .<name>.old-<pid>,
+# what the writers here and in pipeline.core.foldstate name their temporaries: .<name>.tmp-<pid>, .<name>.old-<pid>,
 # .save-<pid> (save_pretrained's folder)
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)$|^\.save-(?P<save>\d+)$")
 

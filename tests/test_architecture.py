@@ -4,6 +4,7 @@ pyproject.toml), so that neither goes stale when a module or a test file comes o
 
 from __future__ import annotations
 
+import ast
 import re
 
 import tomllib
@@ -50,3 +51,21 @@ def test_the_layers_table_is_the_import_contract_s_order() -> None:
     wanted = [m.removeprefix("pipeline.") for m in layers if m not in ordinary]
     shown = [name.rstrip("/") for row in table_rows(section("Layers")) for name in row[0]]
     assert shown == wanted
+
+
+MODULE_LINES, FUNCTION_LINES = 500, 60  # the most a module and a function may hold, so that a change reads short
+
+
+def test_no_module_and_no_function_is_too_long_to_read() -> None:
+    long = []
+    for path in sorted((ROOT / "pipeline").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        name = str(path.relative_to(ROOT))
+        if len(text.splitlines()) > MODULE_LINES:
+            long.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_LINES:
+                    long.append(f"{name}: {node.name} is {lines} lines")
+    assert not long, f"split by concern (at most {MODULE_LINES} lines a module, {FUNCTION_LINES} a function): {long}"

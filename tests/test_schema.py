@@ -1,4 +1,4 @@
-"""Every setting is declared once, in pipeline/schema.py: the docs' key tables, the loader's choices and ranges and
+"""Every setting is declared once, in pipeline/schema/: the docs' key tables, the loader's choices and ranges and
 the fingerprint's roles are read from there, and the fingerprints of folds trained before that stay the same."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_the_roles_read_from_the_fields_are_those_folds_were_trained_with() -> N
     assert fingerprint.RESUMABLE["train"][:2] == ("eval_every_steps", "patience")
 
 
-# the digests these configs' folds carried before the settings were declared in pipeline/schema.py
+# the digests these configs' folds carried before the settings were declared in pipeline/schema/
 PINNED = {
     ("sample",): "734e778435b445c6",
     ("xlmr-large",): "fcec49d8fcdde523",

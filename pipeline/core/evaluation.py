@@ -14,16 +14,22 @@ held out from that choice: the fold's rows are split in two halves (groups whole
 evenly, a group that spans languages counted in each), and each half gets its predictions at the evaluation
 that scores best on the other half, in that evaluation's order and on the kept weights' scale (on_kept_scale).
 `best` beside it holds the best evaluation's predictions, those of the weights kept.
+
+Last, what a fold's evaluation leaves: its record in metrics.jsonl, oof.csv, and the lines it prints.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from pipeline.core import distributed, loop
+from pipeline import layout
+from pipeline.core import distributed, loop, memory, optim
+from pipeline.files import write_csv
 from pipeline.inputs.tokens import Ragged
-from pipeline.schema import Config
+from pipeline.schema import Config, TrainConfig
 from pipeline.scoring import metrics
 
 
@@ -134,3 +140,74 @@ def held_out_choice(
         chosen = [best_on(~first), best_on(first)]  # the first half by the second half's scores, and back
     out = np.where(first, predictions[chosen[0]], predictions[chosen[1]])
     return out, chosen
+
+
+# ---------------------------------------------------------------- a fold's evaluation, recorded and said
+
+
+def eval_record(epoch: int, steps: int, step: loop.StepState, score: tuple, seconds: float, steps_run: int,
+                d: distributed.Dist, optimizer) -> dict:  # fmt: skip
+    """metrics.jsonl's line for an evaluation: where (epoch, `steps`: optimizer steps over the fold), loss, AUC
+    overall and per language (`score`: metrics.fold_score's, or (None, None, {}) for a stage-1 model), speed,
+    memory, lr."""
+    by, auc, per_lang = score
+    return {
+        "epoch": epoch + 1,
+        "step": steps,  # optimizer steps over the whole fold
+        "loss": step.loss_sum / max(step.examples, 1),  # the epoch's so far
+        "auc": auc,
+        "metric": by,  # which of metrics.METRICS `auc` is: what the best step is chosen by
+        "auc_per_lang": per_lang,
+        "seconds": round(step.seconds + seconds, 2),
+        "samples_per_second": round(step.examples * d.world / max(step.seconds, 1e-9), 1),
+        "peak_memory_mb": round(memory.peak_memory_mb(d.device), 1),
+        "skipped_steps": step.skipped,
+        "steps_run": steps_run,  # optimizer steps this process ran in the epoch (fewer after a resume)
+        "lr": optim.learning_rates(optimizer),
+    }
+
+
+def write_oof(path: Path, valid: pd.DataFrame, predictions: dict[int, np.ndarray], profile: dict | None,
+              first: np.ndarray, best: np.ndarray) -> list[int]:  # fmt: skip
+    """oof.csv after an evaluation: `pred`, each half's predictions at the step the other half chose
+    (held_out_choice: no step chosen on the rows it scores), and `best`, the best step's (the weights kept);
+    returns the two steps chosen."""
+    held, chosen = held_out_choice(valid, predictions, profile, first)
+    held = on_kept_scale(held, best, first)  # two steps' scales never meet in one AUC
+    write_csv(path, valid[layout.OOF_COLUMNS].assign(pred=held, best=best))
+    return chosen
+
+
+def eval_line(record: dict, mark: tuple[bool, int], fold: int, stage1: bool, t: TrainConfig, where: tuple[int, int],
+              eta_line: str) -> str:  # fmt: skip
+    """`fold 0 epoch 1: loss ... AUC ... (per language) ex/s, peak MB | ETA`, with the step when inside
+    an epoch (`where`: the window and the epoch's windows) and, when evaluations are more than the epochs' ends or
+    patience counts, best or not (`mark`: whether it improved, and the evaluations since the best)."""
+    (window, windows), (improved, since) = where, mark
+    at = f"epoch {record['epoch']}" + (f" step {window}/{windows}" if window < windows else "")
+    per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
+    auc = "stage 1" if stage1 else f"{metrics.judged_by(record)} {record['auc']:.4f} ({per})"
+    said = ""
+    if not stage1 and (t.eval_every_steps or t.patience):
+        said = " | best" if improved else f" | no better ({since}" + (f" of {t.patience})" if t.patience else ")")
+    return (
+        f"fold {fold} {at}: loss {record['loss']:.4f} {auc} {record['samples_per_second']:.0f} ex/s, "
+        f"peak {record['peak_memory_mb']:.0f} MB{said}{eta_line}"
+    )
+
+
+def evaluated(history: list[dict], epoch: int, windows: int) -> bool:
+    """The epoch's end has been evaluated (a resume state saved between its last step and that may not). An
+    evaluation is at its epoch's end when its step is (records written before evaluations inside epochs have
+    none)."""
+    return any(h["epoch"] == epoch + 1 and h.get("step", h["epoch"] * windows) == h["epoch"] * windows for h in history)
+
+
+def used_up_line(fold: int, history: list[dict], best: dict, patience: int) -> str:
+    """What a fold resumed with its patience already used up says: it stops at once, keeping its best."""
+    last, n, name = history[-1].get("step", 0), best["since"], metrics.judged_by(history[-1])
+    return (
+        f"fold {fold}: train.patience={patience} is already used up: no better {name} than step "
+        f"{best['step']}'s ({best['auc']:.4f}) in the {n} evaluation{'s' * (n != 1)} up to step {last}; "
+        f"stopping at once, keeping step {best['step']}"
+    )

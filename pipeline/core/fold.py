@@ -3,26 +3,28 @@
 A fold trains on the rows pipeline.inputs.tables.training_rows gives it and is evaluated each epoch on
 its own validation rows; the best epoch's weights and OOF predictions are kept. `FoldRun.run()` writes
 fold<k>/ (see pipeline.train for the files) and, last, done.json: its presence means the fold is complete.
+What it stands on, by concern: its time budget (pipeline.core.foldclock), its resume state
+(pipeline.core.foldstate), its evaluations' records, lines and OOF (pipeline.core.evaluation).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import os
 import time
 
 import numpy as np
 import pandas as pd
-import torch
 
-from pipeline import config as config_mod
 from pipeline import files, fingerprint, layout, validity
 from pipeline.core import (
     batching,
     distributed,
     eta,
     evaluation,
+    foldclock,
+    foldstate,
     loop,
     memory,
     modeling,
@@ -30,7 +32,6 @@ from pipeline.core import (
     precision,
     resume,
     steplog,
-    trim,
 )
 from pipeline.core.foldmodel import (
     auto_fit,
@@ -43,9 +44,9 @@ from pipeline.core.foldmodel import (
     with_plan,
     wrap,
 )
-from pipeline.core.resume import FoldState, Interrupted, StopFlag, TimeUp
+from pipeline.core.resume import FoldState, Interrupted, StopFlag
 from pipeline.errors import PipelineError
-from pipeline.files import atomic_path, atomic_write_text, write_csv, write_json
+from pipeline.files import atomic_write_text, write_json
 from pipeline.inputs.tables import training_rows
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
@@ -160,7 +161,8 @@ class FoldRun:
         self.scaler = precision.make_scaler(self.precision, d.device)
         self.progress = FoldState()
         if state is not None:
-            self.restore(state)
+            self.progress = foldstate.restore(state, self.optimizer, self.scheduler, self.scaler, d, self.fold,
+                                              self.windows)  # fmt: skip
         smoke = bool(smoke_steps(self.inputs.cfg, t.epochs * self.windows))
         self.log = steplog.StepLog(self.inputs.cfg, self.fold, d, self.step_count(), self.progress.steplog, smoke)
         self.fresh = state is None  # a fold started from its first step (see unsaved_stop)
@@ -195,53 +197,26 @@ class FoldRun:
         batches = batching.length_grouped_batches(lengths, t.micro_batch, t.seed + self.fold, epoch, self.d.world)
         return [[self.train_idx[b] for b in s] for s in batching.micro_steps(batches, self.d.world)]
 
-    def restore(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        resume.set_rng_state(resume.own_rng(state, self.d.rank))
-        self.progress = resume.fold_state(state, self.d.rank)
-        if self.d.is_main:
-            print(f"fold {self.fold}: resuming at epoch {state['epoch'] + 1}, step {state['step']['window']} "
-                  f"of {self.windows}")  # fmt: skip
-
     def checkpoint(self) -> None:
         """Save a resume state (every rank takes part: each one's random state and step sums are saved)."""
         rngs = distributed.gather_objects(self.d, resume.rng_state())
         carries = distributed.gather_objects(self.d, self.log.carry())
         if self.d.is_main:
             self.log.open()  # the records of an earlier run go before a state of this one replaces its state
-            p = self.progress
-            made = self.inputs.made_from
-            state = {
+            trained = {
                 "digest": self.digest,
-                # what the weights were made from: a run with other settings says which, and continues the state
-                # where they only decide when the fold is evaluated and stops (fingerprint.RESUMABLE)
-                "made_from": made,
-                "resume_key": fingerprint.resume_key(made) if made is not None else None,
                 "seconds": self.seconds(),  # the fold's time so far: done.json's minutes count it after a resume
-                "token": os.urandom(8).hex(),  # tells a rank whether the file it sees is the one rank 0 saved
                 "world": self.d.world,
                 "precision": self.precision,  # with precision_rates: as measured, kept for the rest of the fold
                 "precision_rates": self.precision_rates,
                 "plan": (self.cfg.train.micro_batch, self.cfg.train.accumulation),  # as auto-fit chose them
-                "epoch": p.epoch,
-                "step": vars(p.step).copy(),
                 "model": modeling.trained_state(self.model),  # a LoRA fold's: its adapters and head, not the base
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
-                "best": p.best,
-                "history": p.history,
-                "predictions": p.predictions,
-                "steplog": carries,
-                "rng": rngs,
             }
-            need = modeling.count_parameters(self.model) * 16  # fp32 weights and AdamW's two moments
-            # through a Python file: a full disk is then an OSError (ENOSPC), which atomic_path says in one line;
-            # torch's own writer says only "unexpected pos"
-            with atomic_path(self.fold_dir / layout.RESUME, need=need) as tmp, open(tmp, "wb") as f:
-                torch.save(state, f)
+            state = foldstate.resume_state(self.progress, trained, self.inputs.made_from, carries, rngs)
+            foldstate.write_state(self.fold_dir / layout.RESUME, state, self.model)
         distributed.barrier(self.d)
 
     def seconds(self) -> float:
@@ -291,7 +266,7 @@ class FoldRun:
         if ends.stopped and self.unsaved_stop(ends.expired):
             raise Interrupted(f"fold {self.fold} stopped at its first step; nothing was saved or replaced")
         if ends.expired:
-            self.time_up(f"{where}: the session's time is up; the resume state is saved")
+            foldclock.time_up(self.cfg, d, self.fold, f"{where}: the session's time is up; the resume state is saved")
         if ends.stopped:
             raise Interrupted(f"{where}; `make train` again resumes from there")
 
@@ -324,30 +299,17 @@ class FoldRun:
         due = evaluation.due(every, step, window, self.windows)
         return due and not any(h.get("step") == step for h in self.progress.history)
 
-    def deadline_passed(self) -> bool:
-        """The deadline: the session's time is up on any rank, so every rank stops together."""
-        left = eta.left()
-        return distributed.any_rank(self.d, left is not None and left <= 0)
-
     def ask_stop(self, ends: Ends) -> None:
         """Whether the deadline passed or a stop was asked for, on any rank (both collective: once a step)."""
-        ends.expired = self.deadline_passed()
+        ends.expired = foldclock.deadline_passed(self.d)
         ends.stopped = ends.expired or self.stop_requested()
 
     def begin(self) -> None:
         """The fold's run has begun (a fresh fold's first step trained, or a saved state continued): what an earlier
-        run left goes now, never before, so that a run refused or stopped before it leaves the folder as it was.
-        A complete fold's done.json and test predictions go (new weights never sit behind an old done.json, nor old
-        test predictions beside new weights); a fresh fold's resume state it could not continue (`make train` said
-        it would be dropped); then the vocabulary map and the experiment's pipeline.yaml are this run's."""
-        if not self.d.is_main:
-            return
-        for name in (layout.DONE, layout.TEST_PREDS, layout.TEST_KEY) + ((layout.RESUME,) if self.fresh else ()):
-            (self.fold_dir / name).unlink(missing_ok=True)
-        keep, tokenizer = self.inputs.keep, self.tokenizer
-        vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
-        trim.save_map(self.fold_dir, vmap)  # beside the weights: predict remaps test ids; untrimmed, a stale one goes
-        config_mod.save(self.inputs.cfg, layout.experiment_dir(self.inputs.cfg) / layout.RUN_CONFIG)
+        run left goes now, never before (foldstate.drop_old), so that a run refused or stopped before it leaves the
+        folder as it was."""
+        if self.d.is_main:
+            foldstate.drop_old(self.fold_dir, self.fresh, self.inputs.cfg, self.inputs.keep, self.tokenizer)
 
     def stop_requested(self) -> bool:
         """A stop request (Ctrl-C, SIGTERM) on any rank."""
@@ -372,82 +334,16 @@ class FoldRun:
         last = p.history[-1].get("step", 0) if p.history else 0
         return evaluation.exhausted(p.best, last, t.patience, t.eval_every_steps or self.windows, self.stage1)
 
-    def time_up(self, why: str, started: bool = True) -> None:
-        """Stop for the deadline, saying so in time_up.json (the Kaggle notebook reads it: which fold, why, and
-        whether it had started, i.e. left a resume state) and in one line."""
-        if self.d.is_main:
-            record = {"fold": self.fold, "why": why, "started": started}
-            write_json(layout.experiment_dir(self.cfg) / layout.TIME_UP, record)
-        raise TimeUp(why)
-
     def check_time(self, epoch: int) -> None:
-        """Never start an epoch that cannot end before the deadline (its state is saved at the last one's end),
-        unless refusing it would refuse it in every session (eta.epoch_verdict): then it starts, and the deadline
-        cuts it with its state saved, so that every session makes progress. Rank 0 decides for every rank: on
-        clocks and rates of their own, two ranks could decide apart, and one would wait for ever at a collective."""
-        if eta.left() is None:  # no deadline (the same environment on every rank): nothing to decide
-            return
-        verdict = distributed.broadcast_object(self.d, self.time_verdict(epoch) if self.d.is_main else None)
-        if verdict is None:
-            return
-        said, refused = verdict
-        if not refused:
-            if self.d.is_main:
-                print(said)
-            return
-        # an epoch ends with a resume state saved; before the first one nothing has been trained
-        saved = "its resume state is saved" if epoch > 0 else "nothing trained yet, it starts in the next session"
-        self.time_up(f"{said}; {saved}", started=epoch > 0)
-
-    def time_verdict(self, epoch: int) -> tuple[str, bool] | None:
-        """eta.epoch_verdict on this rank's clock and rate; the first epoch of the session when neither this process
-        nor an earlier train stage of the session has trained."""
-        left, train = eta.left(), self.rate.train(self.epoch_tokens)
-        if left is None or train is None:
-            return None
-        need = train + self.rate.eval(self.epoch_eval_tokens)
-        first = not self.measured.train_tokens and not eta.session_trained()  # measured: by this process only
-        return eta.epoch_verdict(f"fold {self.fold}: epoch {epoch + 1}", need, left, first)
+        """The time guard before an epoch (foldclock.check_time), on this fold's rates and tokens."""
+        tokens = (self.epoch_tokens, self.epoch_eval_tokens)
+        verdict = functools.partial(foldclock.time_verdict, self.fold, epoch, self.rate, self.measured, *tokens)
+        foldclock.check_time(self.d, epoch, verdict, functools.partial(foldclock.time_up, self.cfg, self.d, self.fold))
 
     def plan(self, epoch: int, window: int) -> eta.Plan:
-        """What is left of the run from window `window` of epoch `epoch`, in padded tokens."""
-        t = self.cfg.train
-        smoke = smoke_steps(self.cfg, t.epochs * self.windows)
-        # a smoke run's folds each stop at train.max_steps: the estimate counts those steps, not the schedule's
-        return eta.Plan(self.epoch_tokens, self.epoch_eval_tokens, t.epochs - epoch - 1, self.inputs.folds_after,
-                        t.epochs, done_fraction=window / self.windows,
-                        cap=smoke / self.windows if smoke else None)  # fmt: skip
-
-    def eta_line(self, epoch: int, window: int) -> str:
-        """` | ETA 1h05m for the run`, written to eta.json with a fold's estimate (the Kaggle guard reads it);
-        '' until something has been measured."""
-        plan = self.plan(epoch, window)
-        seconds = plan.seconds(self.rate)
-        if self.d.is_main:
-            eta.write_eta(layout.experiment_dir(self.cfg), (self.measured, self.earlier), seconds,
-                          f"fold {self.fold} epoch {epoch + 1}", plan.fold_seconds(self.rate))  # fmt: skip
-        return "" if seconds is None else f" | ETA {eta.hours(seconds)} for the run"
-
-    def eval_record(self, epoch: int, preds: np.ndarray, seconds: float, steps_run: int) -> dict:
-        """metrics.jsonl's line for an evaluation: where (epoch, step), loss, AUC overall and per language,
-        speed, memory, lr."""
-        step, d = self.progress.step, self.d
-        valid = self.table.iloc[self.valid_idx]
-        by, score, per_lang = (None, None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.profile)
-        return {
-            "epoch": epoch + 1,
-            "step": self.step_count(),  # optimizer steps over the whole fold
-            "loss": step.loss_sum / max(step.examples, 1),  # the epoch's so far
-            "auc": score,
-            "metric": by,  # which of metrics.METRICS `auc` is: what the best step is chosen by
-            "auc_per_lang": per_lang,
-            "seconds": round(step.seconds + seconds, 2),
-            "samples_per_second": round(step.examples * d.world / max(step.seconds, 1e-9), 1),
-            "peak_memory_mb": round(memory.peak_memory_mb(d.device), 1),
-            "skipped_steps": step.skipped,
-            "steps_run": steps_run,  # optimizer steps this process ran in the epoch (fewer after a resume)
-            "lr": optim.learning_rates(self.optimizer),
-        }
+        """What is left of the run from window `window` of epoch `epoch` (foldclock.plan)."""
+        tokens = (self.epoch_tokens, self.epoch_eval_tokens)
+        return foldclock.plan(self.cfg, self.windows, epoch, window, tokens, self.inputs.folds_after)
 
     def evaluate(self, epoch: int, steps_run: int) -> None:
         """Score the fold's rows where training is (progress.step); the best evaluation so far keeps its
@@ -457,7 +353,10 @@ class FoldRun:
         preds = evaluation.predict_rows(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
         self.measured.eval_tokens += self.eval_tokens
         self.measured.eval_seconds += eta.now() - clock
-        record = self.eval_record(epoch, preds, time.perf_counter() - start, steps_run)
+        valid = self.table.iloc[self.valid_idx]
+        score = (None, None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.profile)
+        record = evaluation.eval_record(epoch, self.step_count(), p.step, score, time.perf_counter() - start,
+                                        steps_run, d, self.optimizer)  # fmt: skip
         p.history.append(record)
         best, improved = evaluation.judge(p.best, record, self.stage1)
         if not self.stage1:
@@ -468,7 +367,8 @@ class FoldRun:
             if improved:
                 save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
             if best["step"] in p.predictions:  # not a stage-1 model's; nor a best a state saved before this kept
-                self.chosen = self.write_oof(p.predictions[best["step"]])
+                self.chosen = evaluation.write_oof(self.fold_dir / layout.OOF, valid, p.predictions, self.profile,
+                                                   self.first_half, p.predictions[best["step"]])  # fmt: skip
         p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
         self.log.evaluation(record)
         if d.is_main and self.exhausted():
@@ -477,38 +377,14 @@ class FoldRun:
                   f"stopping at step {record['step']}, keeping step {p.best['step']} "
                   f"({name} {p.best['auc']:.4f})")  # fmt: skip
 
-    def write_oof(self, best: np.ndarray) -> list[int]:
-        """oof.csv after an evaluation: `pred`, each half's predictions at the step the other half chose
-        (evaluation.held_out_choice: no step chosen on the rows it scores), and `best`, the best step's (the
-        weights kept); returns the two steps chosen."""
-        valid = self.table.iloc[self.valid_idx]
-        held, chosen = evaluation.held_out_choice(valid, self.progress.predictions, self.profile, self.first_half)
-        held = evaluation.on_kept_scale(held, best, self.first_half)  # two steps' scales never meet in one AUC
-        write_csv(self.fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=held, best=best))
-        return chosen
-
     def eval_line(self, record: dict, improved: bool, since: int) -> str:
-        """`fold 0 epoch 1: loss ... AUC ... (per language) ex/s, peak MB | ETA`, with the step when inside
-        an epoch and, when evaluations are more than the epochs' ends or patience counts, best or not."""
-        t, window = self.cfg.train, self.progress.step.window
-        where = f"epoch {record['epoch']}" + (f" step {window}/{self.windows}" if window < self.windows else "")
-        per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
-        auc = "stage 1" if self.stage1 else f"{metrics.judged_by(record)} {record['auc']:.4f} ({per})"
-        mark = ""
-        if not self.stage1 and (t.eval_every_steps or t.patience):
-            mark = " | best" if improved else f" | no better ({since}" + (f" of {t.patience})" if t.patience else ")")
-        return (
-            f"fold {self.fold} {where}: loss {record['loss']:.4f} {auc} {record['samples_per_second']:.0f} ex/s, "
-            f"peak {record['peak_memory_mb']:.0f} MB{mark}{self.eta_line(record['epoch'] - 1, window)}"
-        )
-
-    def at_epoch_end(self, record: dict) -> bool:
-        """An evaluation at its epoch's end (records written before evaluations inside epochs have no step)."""
-        return record.get("step", record["epoch"] * self.windows) == record["epoch"] * self.windows
-
-    def evaluated(self, epoch: int) -> bool:
-        """The epoch's end has been evaluated (a resume state saved between its last step and that may not)."""
-        return any(h["epoch"] == epoch + 1 and self.at_epoch_end(h) for h in self.progress.history)
+        """evaluation.eval_line, ending with the ETA (foldclock.eta_line, which writes eta.json)."""
+        window, epoch = self.progress.step.window, record["epoch"] - 1
+        left = self.plan(epoch, window)
+        ends = foldclock.eta_line(self.cfg, self.d, f"fold {self.fold} epoch {epoch + 1}", left,
+                                  (self.measured, self.earlier))  # fmt: skip
+        return evaluation.eval_line(record, (improved, since), self.fold, self.stage1, self.cfg.train,
+                                    (window, self.windows), ends)  # fmt: skip
 
     def run(self) -> dict:
         t, p, d = self.cfg.train, self.progress, self.d
@@ -522,7 +398,7 @@ class FoldRun:
                 print(f"ETA {eta.hours(seconds)} for the run ({self.inputs.folds_after} more folds after this one)")
         self.started = time.perf_counter()  # p.seconds: what the processes before this one ran
         if d.is_main and self.exhausted():  # resumed under a lower train.patience (or a shorter interval)
-            print(self.used_up_line())
+            print(evaluation.used_up_line(self.fold, p.history, p.best, t.patience))
         for epoch in range(p.epoch, t.epochs):
             if self.exhausted() or self.end_smoke(epoch, 0):
                 break
@@ -535,7 +411,8 @@ class FoldRun:
                 break
             if self.end_smoke(epoch, p.step.window - start_window):
                 break
-            if not self.evaluated(epoch):  # trained, not yet evaluated (a resume may land here)
+            # trained, not yet evaluated (a resume may land here)
+            if not evaluation.evaluated(p.history, epoch, self.windows):
                 self.evaluate(epoch, p.step.window - start_window)
                 p.step = loop.StepState(window=self.windows, halvings=p.step.halvings)
                 self.checkpoint()
@@ -558,16 +435,6 @@ class FoldRun:
             print(f"fold {self.fold}: train.max_steps={self.cfg.train.max_steps}: a smoke run, stopped at step "
                   f"{self.step_count()} of {self.cfg.train.epochs * self.windows}, evaluated and saved")  # fmt: skip
         return True
-
-    def used_up_line(self) -> str:
-        """What a fold resumed with its patience already used up says: it stops at once, keeping its best."""
-        p, t = self.progress, self.cfg.train
-        last, n, name = p.history[-1].get("step", 0), p.best["since"], metrics.judged_by(p.history[-1])
-        return (
-            f"fold {self.fold}: train.patience={t.patience} is already used up: no better {name} than step "
-            f"{p.best['step']}'s ({p.best['auc']:.4f}) in the {n} evaluation{'s' * (n != 1)} up to step {last}; "
-            f"stopping at once, keeping step {p.best['step']}"
-        )
 
     def finish(self, seconds: float) -> dict:
         p, t = self.progress, self.cfg.train

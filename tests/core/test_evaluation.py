@@ -1,6 +1,6 @@
 """Evaluation inside epochs, the best evaluation kept, patience, step records, curves, TensorBoard and the ETA.
 
-The fold's AUC is scripted (a wrapper around FoldRun.eval_record) so that which evaluation is best is known;
+The fold's AUC is scripted (a wrapper around evaluation.eval_record) so that which evaluation is best is known;
 the weights each evaluation sees are copied as it happens, and the kept ones are compared with them.
 """
 
@@ -37,7 +37,7 @@ def scripted(monkeypatch, aucs: list[float]) -> list[dict]:
     """Evaluation n scores aucs[n] (then the last again); returns what each evaluation saw: its step, the
     model's weights and its predictions."""
     seen: list[dict] = []
-    real_predict, real_record = evaluation.predict_rows, fold.FoldRun.eval_record
+    real_predict, real_record = evaluation.predict_rows, evaluation.eval_record
 
     def predict_rows(model, *args, **kwargs):
         preds = real_predict(model, *args, **kwargs)
@@ -45,14 +45,14 @@ def scripted(monkeypatch, aucs: list[float]) -> list[dict]:
         seen.append({"weights": weights, "preds": preds})
         return preds
 
-    def eval_record(self, *args, **kwargs):
-        record = real_record(self, *args, **kwargs)
+    def eval_record(*args, **kwargs):
+        record = real_record(*args, **kwargs)
         seen[-1]["step"] = record["step"]
         record["auc"] = aucs[min(len(seen), len(aucs)) - 1]
         return record
 
     monkeypatch.setattr(evaluation, "predict_rows", predict_rows)
-    monkeypatch.setattr(fold.FoldRun, "eval_record", eval_record)
+    monkeypatch.setattr(evaluation, "eval_record", eval_record)
     return seen
 
 

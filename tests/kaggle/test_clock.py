@@ -1,21 +1,20 @@
-"""A Kaggle session's clock (pipeline/kaggle/clock.py) and the time guard it arms (pipeline.core.fold): the deadline
+"""A Kaggle session's clock (pipeline/kaggle/clock.py) and the time guard it arms (core/foldclock.py): the deadline
 leaves room for what must happen after training, and every session makes progress, even through an epoch longer
 than a session. Simulated hours: PIPELINE_FAKE_CLOCK adds seconds to the clock at each optimizer step."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
-import types
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from pipeline import config, data, layout, train, validity
-from pipeline.core import distributed, eta
-from pipeline.core.fold import FoldRun
+from pipeline.core import distributed, eta, foldclock
 from pipeline.core.resume import TimeUp
 from pipeline.inputs import tables
 from pipeline.kaggle.clock import SessionClock
@@ -105,18 +104,16 @@ def test_an_epoch_longer_than_a_session_progresses_in_every_session(tmp_path: Pa
     assert not (layout.fold_dir(cfg, 1) / layout.RESUME).exists()
 
 
-def guarded(need: float, trained_here: bool = False, d: distributed.Dist | None = None) -> types.SimpleNamespace:
-    """What FoldRun.check_time reads of a fold: an epoch (with its evaluations) of `need` seconds at the run's rate;
+def check_time(need: float, epoch: int, trained_here: bool = False, d: distributed.Dist | None = None) -> None:
+    """foldclock.check_time for a fold whose epoch (with its evaluations) takes `need` seconds at the run's rate;
     `trained_here`: this process has trained already. Its stop raises TimeUp as the fold's does."""
 
     def time_up(why: str, started: bool = True) -> None:
         raise TimeUp(why)
 
-    fold = types.SimpleNamespace(d=d or distributed.Dist(), fold=0, epoch_tokens=1.0, epoch_eval_tokens=0.0,
-                                 rate=eta.Rate(1.0, need, 1.0, 0.0), measured=eta.Rate(float(trained_here), 1.0),
-                                 time_up=time_up)  # fmt: skip
-    fold.time_verdict = types.MethodType(getattr(FoldRun, "time_verdict", lambda *a: None), fold)
-    return fold
+    rate, measured = eta.Rate(1.0, need, 1.0, 0.0), eta.Rate(float(trained_here), 1.0)
+    verdict = functools.partial(foldclock.time_verdict, 0, epoch, rate, measured, 1.0, 0.0)
+    foldclock.check_time(d or distributed.Dist(), epoch, verdict, time_up)
 
 
 def keep_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,15 +133,15 @@ def test_an_epoch_that_fits_a_session_but_not_after_its_setup_is_trained_into(tm
         clock.arm()
         whole, left = eta.session_seconds(), eta.left()
         need = left + (whole - left) / 2  # more than is left, less than a whole session
-        FoldRun.check_time(guarded(need), 0)  # trained into: no TimeUp
+        check_time(need, 0)  # trained into: no TimeUp
     clock.trained = True  # an earlier fold of this session trained: this epoch waits for the next session
     clock.arm()
     with pytest.raises(TimeUp, match="fold 0: epoch 1 needs about .* are left before the session's limit"):
-        FoldRun.check_time(guarded(need), 0)
+        check_time(need, 0)
     clock.trained = False
     clock.arm()
     with pytest.raises(TimeUp, match="fold 0: epoch 2 needs about"):  # this process trained epoch 1 already
-        FoldRun.check_time(guarded(need, trained_here=True), 1)
+        check_time(need, 1, trained_here=True)
 
 
 def _guard_worker(rank: int, world: int, port: int, out: str) -> None:
@@ -157,7 +154,7 @@ def _guard_worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ[eta.DEADLINE_ENV] = repr(eta.now() + (1000 if rank == 0 else 900))
     os.environ[eta.SESSION_ENV], os.environ[eta.TRAINED_ENV] = repr(36000.0), "1"
     try:
-        FoldRun.check_time(guarded(950, d=distributed.Dist(rank, world)), 1)
+        check_time(950, 1, d=distributed.Dist(rank, world))
         said = "trains"
     except TimeUp:
         said = "stops"

@@ -1,0 +1,39 @@
+"""The `predict` and `blend` sections: how the folds' test predictions, and experiments, become a submission."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.schema.base import setting
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    ensemble: str = setting(
+        "mean", "how the folds' test predictions are combined: `mean` or `rank`", choices=("mean", "rank")
+    )
+    calibration: str = setting("none", "the test predictions put on one scale across languages before they are "
+                               "written (predict, baseline, blend): `none`, the default, leaves them as the folds "
+                               "made them; `lang` a Platt scaling per language fit on the "
+                               "OOF; `lang+prior` and each language moved to its toxic rate in the test, estimated "
+                               "from the unlabelled predictions ([recipes.md](recipes.md#six-languages-a-validation-"
+                               "that-looks-like-the-test))", choices=("none", "lang", "lang+prior"))  # fmt: skip
+    allow_fewer_folds: bool = setting(
+        False,
+        "`true`: `submissions/submission.csv` is replaced even by an ensemble of fewer folds of the same experiment "
+        "than it holds (by default it is kept, with a warning; `submissions/<name>.csv` is always written)",
+    )
+
+
+@dataclass(frozen=True)
+class BlendConfig:
+    """`make blend`: experiments combined with rank-average weights fit on their OOF
+    ([recipes.md](recipes.md#blends))."""
+
+    members: tuple[str, ...] = setting((), 'experiment names under `models/` (`make blend BLEND="a b"` sets this)')
+    name: str = setting("", "the blend's folder and submission name; empty means the members joined by `+`")
+    step: float = setting(
+        0.05,
+        "weight grid step of the coordinate search on the simplex",
+        within=((lambda v: 0 < v <= 0.5), "a number in (0, 0.5], e.g. 0.05"),
+    )

@@ -1,0 +1,110 @@
+"""The `train` section: how a fold trains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.schema.base import FRACTION, LATER, NEVER, NON_NEGATIVE, POSITIVE, SEED, at_least, setting
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    folds: tuple[int, ...] = setting((), "the folds to train, e.g. `[0,2]`; empty means every fold; `[-1]` a stage-1 "
+                                     "model on the training-only rows", role=NEVER,
+                                     within=(lambda v: all(f >= -1 for f in v),
+                                             "a list of fold numbers >= 0, or -1 (a stage-1 model)"))  # fmt: skip
+    epochs: int = setting(2, "the best epoch's weights are kept", within=at_least(1))
+    micro_batch: int = setting(16, "examples per forward/backward on one device", within=at_least(1))
+    accumulation: int = setting(
+        2, "micro-batches per optimizer step; effective batch = micro × accumulation × world (GPUs)", within=at_least(1)
+    )
+    lr: float = setting(5e-4, "learning rate (of the head and, without layer_decay, of every layer)", within=POSITIVE)
+    layer_decay: float = setting(
+        1.0,
+        "layer-wise learning-rate decay: each encoder layer's rate is this times the rate of the layer above it, the "
+        "head's is `lr`, the embeddings' the lowest (1: off, every parameter at `lr`)",
+        within=((lambda v: 0 < v <= 1), "a number in (0, 1] (1: off)"),
+        role=LATER,
+    )
+    weight_decay: float = setting(0.01, "AdamW weight decay", within=NON_NEGATIVE)
+    warmup: float = setting(
+        0.1,
+        "fraction of optimizer steps spent warming up (the schedule counts optimizer steps, not micro-batches)",
+        within=FRACTION,
+    )
+    max_grad_norm: float = setting(1.0, "gradient clipping norm", within=POSITIVE)
+    precision: str = setting(
+        "auto",
+        "`fp32`, `fp16`, `bf16` or `auto` (see the table above and [training.md](training.md#mixed-precision))",
+        choices=("fp32", "fp16", "bf16", "auto"),
+    )
+    checkpointing: bool | str = setting(
+        "auto",
+        "gradient checkpointing (the same gradients, about 1.5x the time); `auto`: on only where the micro-batch "
+        "would not fit without it (measured at the fold's start; on a CPU without `max_memory_gb`: off)",
+        within=((lambda v: v in (True, False, "auto")), "true, false or auto"),
+        role=NEVER,
+    )
+    optimizer: str = setting(
+        "adamw", "`adamw` (fused) or `adamw8bit` (bitsandbytes, CUDA only)", choices=("adamw", "adamw8bit")
+    )
+    device: str = setting(
+        "auto", "`auto`, `cpu`, `cuda` or `cuda:N`; one this machine does not have is refused", role=NEVER
+    )
+    eval_batch: int = setting(
+        64, "rows per batch when scoring the validation rows and predicting test", within=at_least(1), role=NEVER
+    )
+    seed: int = setting(
+        42,
+        "seed of training (each fold's run), of the TF-IDF baseline and of `make bench`'s random data",
+        within=SEED,
+    )
+    save_every_steps: int = setting(
+        0,
+        "also save a resume state every N optimizer steps (0: at epoch ends only)",
+        within=at_least(0, " (0: at epoch ends only)"),
+        role=NEVER,
+    )
+    max_bad_steps: int = setting(
+        20, "consecutive non-finite optimizer steps before the fold stops", within=at_least(1), role=NEVER
+    )
+    max_memory_gb: float = setting(
+        0.0,
+        "> 0: auto-fit, the largest micro-batch that fits (same effective batch); 0: "
+        "off ([training.md](training.md#auto-fit))",
+        within=(NON_NEGATIVE[0], "a finite number >= 0 (0: off)"),
+    )
+    training_only_rows: bool = setting(
+        True, "fold -1 rows (English and translated) train every fold; `false`: only the other folds' validation rows"
+    )
+    eval_every_steps: int = setting(
+        0,
+        "also evaluate every N optimizer steps (0: at epoch ends only); the best is kept",
+        within=at_least(0, " (0: at epoch ends only)"),
+        role=LATER,
+        resumable=True,
+    )
+    patience: int = setting(
+        0,
+        "evaluations without a better AUC before the fold stops (0: never)",
+        within=at_least(0, " (0: never stop early)"),
+        role=LATER,
+        resumable=True,
+    )
+    max_steps: int = setting(
+        0,
+        "a smoke run: each fold (and a stage-1 model) stops after N optimizer steps, evaluated and saved, a complete "
+        "fold of its own fingerprint that a full run trains again (0: off)",
+        within=at_least(0, " (0: off)"),
+        role=LATER,
+        resumable=True,
+    )
+    log_every_steps: int = setting(
+        10,
+        "a line in `fold<k>/steps.jsonl` every N optimizer steps (0: none; a smoke run, `train.max_steps`: every step)",
+        within=at_least(0, " (0: no step records)"),
+        role=NEVER,
+    )
+    tensorboard: bool = setting(
+        False, "the same records as TensorBoard scalars in `models/<name>/tb/fold<k>/`", role=NEVER
+    )
