@@ -1141,11 +1141,7 @@ time.sleep(600)
 def test_a_hung_all_reduce_check_leaves_no_worker_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A two-process check whose workers block: at the timeout the launcher and both workers are stopped (TERM, then
     KILL for workers deaf to it) and waited for, not left to hold both GPUs through the retry and the session."""
-    launcher = tmp_path / "torchrun"
-    launcher.write_text(LAUNCHER.format(python=sys.executable, folder=tmp_path))
-    launcher.chmod(0o755)
-    monkeypatch.setattr(notebook.sys, "executable", str(launcher))  # torchrun's command line runs the stand-in
-    monkeypatch.setattr(notebook, "STOP_GRACE_S", 1.0, raising=False)
+    hung_torchrun(tmp_path, monkeypatch)
     pids: list[int] = []
     try:
         with pytest.raises(subprocess.TimeoutExpired):
@@ -1153,9 +1149,7 @@ def test_a_hung_all_reduce_check_leaves_no_worker_behind(tmp_path: Path, monkeyp
         pids = [int((tmp_path / f"worker{rank}.pid").read_text()) for rank in range(2)]
         assert not [pid for pid in pids if running(pid)], "workers outlived the check"
     finally:
-        for pid in pids or [int(p.read_text()) for p in tmp_path.glob("worker*.pid") if p.read_text()]:
-            if running(pid):
-                os.kill(pid, 9)
+        kill_workers(tmp_path, pids)
 
 
 def test_a_hung_train_stage_is_stopped_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1167,11 +1161,7 @@ def test_a_hung_train_stage_is_stopped_after_the_deadline(tmp_path: Path, monkey
     saving = clock.costs()["saving a resume state"]
     expected = max(0.0, clock.deadline() - notebook.eta.now()) + saving + kaggle_clock.HANG_GRACE_S
     assert clock.train_timeout() == pytest.approx(expected, abs=1)
-    launcher = tmp_path / "torchrun"
-    launcher.write_text(LAUNCHER.format(python=sys.executable, folder=tmp_path))
-    launcher.chmod(0o755)
-    monkeypatch.setattr(notebook.sys, "executable", str(launcher))  # torchrun's command line runs the stand-in
-    monkeypatch.setattr(notebook, "STOP_GRACE_S", 1.0, raising=False)
+    hung_torchrun(tmp_path, monkeypatch)
     pids: list[int] = []
     try:
         with pytest.raises(RuntimeError, match=r"train fold 0 still ran 6s after it started, past the session's "
@@ -1180,9 +1170,23 @@ def test_a_hung_train_stage_is_stopped_after_the_deadline(tmp_path: Path, monkey
         pids = [int((tmp_path / f"worker{rank}.pid").read_text()) for rank in range(2)]
         assert not [pid for pid in pids if running(pid)], "workers outlived the hung train stage"
     finally:
-        for pid in pids or [int(p.read_text()) for p in tmp_path.glob("worker*.pid") if p.read_text()]:
-            if running(pid):
-                os.kill(pid, 9)
+        kill_workers(tmp_path, pids)
+
+
+def hung_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's command line runs LAUNCHER: two workers that block, their pids in tmp_path/worker<rank>.pid."""
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(LAUNCHER.format(python=sys.executable, folder=tmp_path))
+    launcher.chmod(0o755)
+    monkeypatch.setattr(notebook.sys, "executable", str(launcher))
+    monkeypatch.setattr(notebook, "STOP_GRACE_S", 1.0, raising=False)
+
+
+def kill_workers(tmp_path: Path, pids: list[int]) -> None:
+    """Whatever a failed test left of the stand-in's workers."""
+    for pid in pids or [int(p.read_text()) for p in tmp_path.glob("worker*.pid") if p.read_text()]:
+        if running(pid):
+            os.kill(pid, 9)
 
 
 def hours_s(cfg: config.Config) -> float:
