@@ -354,6 +354,21 @@ def acquire_lock(path: Path | str, what: str, stage: str = "", shared: bool = Fa
     return True
 
 
+@contextlib.contextmanager
+def waiting_lock(path: Path | str):
+    """An exclusive lock at `path` that waits for its holder: for a short piece of work that a second process must
+    not do at the same time, and should find done once it gets in (a measurement)."""
+    path = Path(path)
+    with disk_full(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
 def release_lock(path: Path | str) -> None:
     key = str(Path(path).resolve())
     fd = _held.pop(key, None)

@@ -10,7 +10,7 @@
       locks/<name>.fold<k>.lock         one train per fold
       recipes/<recipe>/<step>.log       what each step of `make recipe` printed
     models/                             cfg.models_dir
-      <name>/                           pipeline.yaml, oof.csv, cv.json, cv.png, submissions.jsonl
+      <name>/                           pipeline.yaml, oof.csv, cv.json, cv.png, submissions.jsonl, precision.json
       <name>/fold<k>/                   model.safetensors, tokenizer, pipeline.yaml, metrics.jsonl, oof.csv,
                                         test.csv, test.json, vocab_map.npy, resume.pt, done.json (last)
       <name>/fold-1/                    a stage-1 model: trained on the training-only rows, no OOF
@@ -72,6 +72,7 @@ TEST_KEY = "test.json"  # what the cached test predictions were made from
 METRICS = "metrics.jsonl"  # one line an evaluation
 STEPS = "steps.jsonl"  # one line every train.log_every_steps optimizer steps
 RESUME = "resume.pt"
+PRECISION_CHOICE = "precision.json"  # train.precision=auto's rates on a CPU, measured once for the experiment
 RUN_CONFIG = "pipeline.yaml"  # the resolved config, beside the weights and in the experiment's folder
 # what a trained fold's done.json does not vouch for: the logs, and what is remade or replaced later
 NOT_RECORDED = {DONE, RESUME, TEST_PREDS, TEST_KEY, METRICS, STEPS}
@@ -201,6 +202,11 @@ def lock_path(cfg: Config) -> Path:
 def recipe_log(cfg: Config, recipe: str, step: str) -> Path:
     """input/recipes/<recipe>/<step>.log: the output of one step of `make recipe`."""
     return input_dir(cfg) / "recipes" / recipe / f"{step}.log"
+
+
+def precision_choice(cfg: Config) -> Path:
+    """Where the first fold of an experiment leaves the rates its `auto` precision was chosen by (core.precision)."""
+    return experiment_dir(cfg) / PRECISION_CHOICE
 
 
 def fold_lock_path(cfg: Config, fold: int) -> Path:

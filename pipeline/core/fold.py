@@ -136,13 +136,18 @@ class FoldRun:
         self.precision_rates, self.precision_why = None, ""
         if not precision.measured_on(t.precision, d.device) or d.enabled or self.model.lora is not None:
             return
+        reused = False
         if state is not None and state.get("precision_rates"):
             self.precision, self.precision_rates = state["precision"], state["precision_rates"]
         else:
-            self.precision_rates = memory.step_rates(self.net, self.model, t.micro_batch, cfg.model.max_length,
-                                                     ("bf16", "fp32"), d.device, t.optimizer)  # fmt: skip
+            key = precision.choice_key(files.json_digest(dataclasses.asdict(cfg.model)), t.micro_batch,
+                                       cfg.model.max_length, t.optimizer)  # fmt: skip
+            self.precision_rates, reused = precision.shared_choice(
+                layout.precision_choice(cfg), key,
+                lambda: memory.step_rates(self.net, self.model, t.micro_batch, cfg.model.max_length, ("bf16", "fp32"),
+                                          d.device, t.optimizer))  # fmt: skip
             self.precision = precision.choose(self.precision_rates)
-        self.precision_why = precision.choice_note(self.precision_rates, t.micro_batch, cfg.model.max_length)
+        self.precision_why = precision.choice_note(self.precision_rates, t.micro_batch, cfg.model.max_length, reused)
 
     def build_plan(self, state: dict | None) -> None:
         """The batch plan: a resume state's (its saved steps count in it), else auto-fit's, else the config's."""

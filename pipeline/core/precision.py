@@ -2,14 +2,20 @@
 
 bf16 only where the device computes it natively (CUDA compute capability 8.0+, or a CPU with AVX512-BF16
 or AMX); else fp16 with a GradScaler on CUDA and fp32 on CPU. On a CPU with native bf16, `auto` is decided at
-a fold's start by one training step in each (pipeline.core.memory.step_rates): the faster one trains. The
+a fold's start by one training step in each (pipeline.core.memory.step_rates): the faster one trains, and the
+experiment's other folds take the same rates (shared_choice). The
 weights stay fp32 whatever runs under autocast, and the loss is computed in fp32 from the logits.
 """
 
 from __future__ import annotations
 
+import platform
+from collections.abc import Callable
+from pathlib import Path
+
 import torch
 
+from pipeline import files
 from pipeline.errors import PipelineError
 
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -59,10 +65,47 @@ def choose(rates: dict[str, float]) -> str:
     return max(sorted(rates, key=lambda p: p != "fp32"), key=lambda p: rates[p])
 
 
-def choice_note(rates: dict[str, float], micro: int, seq_len: int) -> str:
-    """The header's words for a measured choice: which, and both rates."""
+def choice_note(rates: dict[str, float], micro: int, seq_len: int, reused: bool = False) -> str:
+    """The header's words for a measured choice: which, and both rates (`reused`: an earlier fold's)."""
     both = ", ".join(f"{p} {r:.1f} ex/s" for p, r in sorted(rates.items(), key=lambda kv: -kv[1]))
-    return f"auto, measured faster: {both}, one step each at micro-batch {micro} x {seq_len} tokens"
+    note = f"auto, measured faster: {both}, one step each at micro-batch {micro} x {seq_len} tokens"
+    return note + (", as this experiment's first fold measured (precision.json)" if reused else "")
+
+
+def cpu_name() -> str:
+    """The CPU's model name, which a measured choice holds for."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def choice_key(model: str, micro: int, seq_len: int, optimizer: str) -> dict:
+    """What measured rates depend on: the model (its settings' digest), the step's shapes, the optimizer, the CPU
+    and the threads a process computes with."""
+    return {"model": model, "micro_batch": micro, "max_length": seq_len, "optimizer": optimizer, "cpu": cpu_name(),
+            "threads": torch.get_num_threads()}  # fmt: skip
+
+
+def shared_choice(path: Path, key: dict, measure: Callable[[], dict[str, float]]) -> tuple[dict[str, float], bool]:
+    """The rates `auto` chooses by, measured once an experiment: the first fold to get here measures and writes
+    {key, rates} to `path`; the others, side by side or in a later run, read them while the key (the model, the
+    shapes, the optimizer, the CPU, the threads) is theirs, and say so (True). Two rates a few percent apart flip
+    with noise: measured a fold each, one run's folds (or a rerun) would train in two precisions. The lock makes
+    a fold started beside the first wait for its measurement rather than take one of its own."""
+    with files.waiting_lock(path.with_name(path.name + ".lock")):
+        try:
+            saved = files.read_json(path)
+        except (OSError, ValueError):
+            saved = None
+        if isinstance(saved, dict) and saved.get("key") == key and isinstance(saved.get("rates"), dict):
+            return {str(p): float(r) for p, r in saved["rates"].items()}, True
+        rates = measure()
+        files.write_json(path, {"key": key, "rates": rates})
+        return rates, False
 
 
 def autocast(precision: str, device: torch.device):

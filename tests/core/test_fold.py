@@ -445,3 +445,28 @@ def test_precision_auto_on_a_cpu_measures_nothing_where_a_setting_decides(prepar
     assert run.precision == "fp32" and run.precision_rates is None
     assert precision.choose({"bf16": 5.0, "fp32": 5.0}) == "fp32"  # a tie: fp32, which rounds nothing
     assert precision.choose({"fp32": 5.0, "bf16": 5.1}) == "bf16"
+
+
+def test_precision_auto_is_measured_once_an_experiment_and_the_other_folds_take_it(prepared, monkeypatch) -> None:
+    """Rates a few percent apart flip with noise: the first fold measures, the others (side by side or in a later
+    run) take its rates from models/<name>/precision.json and say so; other shapes are measured again."""
+    from pipeline.core import memory, precision
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    draws = iter([{"bf16": 10.0, "fp32": 9.0}, {"bf16": 9.0, "fp32": 10.0}, {"bf16": 3.0, "fp32": 4.0}])
+    measured = []
+
+    def rates(net, model, micro, seq_len, precisions, device, optimizer):
+        measured.append((micro, seq_len))
+        return next(draws)  # a second measurement would choose fp32
+
+    monkeypatch.setattr(memory, "step_rates", rates)
+    cfg = dataclasses.replace(prepared, train=dataclasses.replace(prepared.train, precision="auto"))
+    first, second = fold_run(cfg, StopAt(10**9), fold=0), fold_run(cfg, StopAt(10**9), fold=1)
+    assert (first.precision, second.precision) == ("bf16", "bf16") and len(measured) == 1
+    assert second.precision_rates == {"bf16": 10.0, "fp32": 9.0}
+    assert "as this experiment's first fold measured" in second.precision_why
+    assert "as this experiment" not in first.precision_why
+    assert read_json(layout.precision_choice(cfg))["rates"] == {"bf16": 10.0, "fp32": 9.0}
+    other = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, micro_batch=cfg.train.micro_batch // 2))
+    assert fold_run(other, StopAt(10**9), fold=1).precision == "fp32" and len(measured) == 2  # other shapes
