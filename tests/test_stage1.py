@@ -109,6 +109,7 @@ def test_make_stage1_then_stage_two(tmp_path, capsys) -> None:
         "sample",
         f"input_dir={tmp_path / 'input'}",
         f"models_dir={tmp_path / 'models'}",
+        f"submissions_dir={tmp_path / 'submissions'}",  # train's last block says where the submission is
         "data.sample_scale=0.2",
         "data.folds=2",
         "model.tiny.vocab=1000",
