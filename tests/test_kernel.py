@@ -232,8 +232,16 @@ def test_a_version_saved_without_running_does_not_block_a_push(tmp_path: Path, c
     assert api.calls[-1][0] == "kernels_push"
     api = FakeKaggleApi()
     api.kernel_state, api.current_version = "NEW_SCRIPT", 2
-    api.kernel_versions = {1: {"state": "ERROR", "outputs": {"kernel-session.json": json.dumps(
-        {"session": "abc", "processes": 1, "experiments": {"sample": {"complete": [0], "cut": []}}}).encode()}}}
+    api.kernel_versions = {
+        1: {
+            "state": "ERROR",
+            "outputs": {
+                "kernel-session.json": json.dumps(
+                    {"session": "abc", "processes": 1, "experiments": {"sample": {"complete": [0], "cut": []}}}
+                ).encode()
+            },
+        }
+    }
     built = kernel.build_and_push(make_cfg(tmp_path, "kaggle.continue_from=self"), api=api)
     assert built["plan"].continue_version == 1 and built["plan"].continue_session == "abc"
     assert "continuing from tester/jigsaw-sample/1 (ended error): sample: 0 complete" in capsys.readouterr().out
