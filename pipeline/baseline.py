@@ -98,7 +98,7 @@ def compare(cfg, summary: dict) -> None:
 
 
 def run(cfg) -> dict:
-    base = replace(cfg, name=f"{cfg.name}-tfidf")
+    base = replace(cfg, name=layout.baseline_name(cfg))
     experiments.preflight(base, "baseline")
     with experiments.experiment_lock(base, "baseline"):  # a second baseline of the experiment stops at once, naming it
         return fit_folds(cfg, base)

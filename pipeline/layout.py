@@ -261,6 +261,11 @@ def export_dir(cfg: Config, fold: int) -> Path:
     return experiment_dir(cfg) / EXPORT / fold_name(fold)
 
 
+def baseline_name(cfg: Config) -> str:
+    """The experiment `make baseline` writes beside the config's own: <name>-tfidf."""
+    return f"{cfg.name}-tfidf"
+
+
 def blend_name(cfg: Config, members: list[str]) -> str:
     """The experiment a blend writes: blend.name, else its members' names joined by +."""
     return cfg.blend.name or "+".join(members)

@@ -176,7 +176,7 @@ def report_why(step: Step, cfg: Config) -> str:
             if newer(out, made) and reported_folds(out) != list(range(cfg.data.folds)):
                 return f"{out.name} not made from every fold"
         return "" if newer(out, made) else f"{out.name} not made from these folds yet"
-    name = f"{cfg.name}-tfidf" if step.stage == "baseline" else blend_name(cfg, step)
+    name = layout.baseline_name(cfg) if step.stage == "baseline" else blend_name(cfg, step)
     if not layout.experiment_dir(cfg, name).is_dir():
         return "not made"
     why = folds_problem(cfg, name, (layout.OOF, layout.TEST_PREDS))
