@@ -31,7 +31,7 @@ import time
 import torch
 
 from pipeline import config as config_mod
-from pipeline import experiments, fingerprint, layout, validity
+from pipeline import experiments, files, fingerprint, layout, validity
 from pipeline.core import distributed, eta, resume, steplog, trim
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.foldmodel import check_settings
@@ -201,6 +201,7 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
     exp = layout.experiment_dir(cfg)
     if d.is_main:  # its pipeline.yaml is written when a fold's training begins (FoldRun.begin), not by a refused run
         exp.mkdir(parents=True, exist_ok=True)
+        files.remove_dead_temporaries(exp)  # eta.json's or oof.csv's of a run killed while it wrote them
     todo = folds_to_train(cfg, folds, made, d)
     problem = distributed.broadcast_object(d, world_problem(cfg, digest, todo, d.world) if d.is_main else "")
     if problem:  # every rank stops, before any fold starts

@@ -50,3 +50,28 @@ def test_a_setting_a_fold_cannot_be_built_with_is_refused_before_anything_is_tou
     assert digests(exp) == before
     assert err.startswith(f"error: {why}") and err.count("\n") == 1  # no warning of a fold to be replaced
     assert predict.main(args) == 0
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_a_killed_runs_temporaries_beside_the_folds_are_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    """A run killed while it wrote eta.json or oof.csv leaves `.eta.json.tmp-<pid>` in models/<name>/; the next
+    train removes it, while a temporary of a process still running (another fold's train) stays."""
+    import subprocess
+
+    args = stage_args(tmp_path, *SMOKE)
+    assert data.main(args) == 0
+    exp = tmp_path / "models" / "sample"
+    exp.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that ran and ended: its temporaries are a killed writer's
+    dead = exp / f".eta.json.tmp-{gone.pid}"
+    running = subprocess.Popen(["sleep", "300"])  # another process still writing its temporary
+    live = exp / f".oof.csv.tmp-{running.pid}"
+    dead.write_text("{half")
+    live.write_text("id,toxic\n")
+    try:
+        assert train.main(args) == 0
+    finally:
+        running.kill()
+        running.wait()
+    assert not dead.exists() and live.exists()
