@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline import layout
 from pipeline.errors import DataError
-from pipeline.files import atomic_path, json_digest, tree_digest
+from pipeline.files import atomic_path, json_digest, tree_digest, waiting_lock
 from pipeline.progress import bar
 from pipeline.schema import Config
 
@@ -59,23 +59,33 @@ def encode(folder: Path, texts: list[str]) -> np.ndarray:
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
+def cached(path: Path, rows: int) -> np.ndarray | None:
+    """The vectors saved at `path` if they are there whole, for `rows` texts; None (made again) otherwise."""
+    if path.is_file():
+        try:
+            found = np.load(path)
+            if found.shape[0] == rows:
+                return found
+        except (OSError, ValueError):
+            pass  # damaged: made again
+    return None
+
+
 def vectors(cfg: Config, texts: list[str]) -> np.ndarray:
-    """encode() with data.group_encoder, cached in input/cache/vectors/ by the encoder's and the texts' content."""
+    """encode() with data.group_encoder, cached in input/cache/vectors/ by the encoder's and the texts' content.
+    Made once: a second `make data` of the same texts (another experiment's, beside this one) waits for the
+    first and reads its vectors."""
     folder = Path(cfg.data.group_encoder).expanduser()
     if not folder.is_dir():
         raise DataError(f"data.group_encoder={cfg.data.group_encoder}: no such folder")
     key = json_digest({"encoder": tree_digest(folder), "texts": json_digest(texts), "max_length": MAX_LENGTH})
     path = layout.vectors_cache(cfg, key)
-    if path.is_file():
-        try:
-            found = np.load(path)
-            if found.shape[0] == len(texts):
-                return found
-        except (OSError, ValueError):
-            pass  # damaged: made again
-    out = encode(folder, texts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            np.save(f, out)
+    with waiting_lock(path.with_name(f".{path.stem}.lock")):
+        found = cached(path, len(texts))
+        if found is not None:
+            return found
+        out = encode(folder, texts)
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, out)
     return out

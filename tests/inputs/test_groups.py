@@ -219,3 +219,33 @@ def test_sentence_vectors_are_kept_apart_from_the_token_caches_make_data_prunes(
 
     cfg = make_cfg(tmp_path)
     assert layout.cache_root(cfg) not in layout.vectors_cache(cfg, "key").parents
+
+
+def test_two_data_runs_of_the_same_texts_make_their_sentence_vectors_once(tmp_path: Path, monkeypatch) -> None:
+    """Two experiments' `make data` side by side (a recipe's): the second waits for the first's vectors and reads
+    them, where each used to encode every text itself."""
+    import threading
+    import time
+
+    from pipeline.inputs import encoder
+
+    made = []
+
+    def encode(folder, texts):
+        made.append(len(texts))
+        time.sleep(0.5)  # long enough for the other run to reach the cache while this one encodes
+        return np.arange(len(texts) * 4, dtype=np.float32).reshape(len(texts), 4)
+
+    monkeypatch.setattr(encoder, "encode", encode)
+    (tmp_path / "encoder").mkdir()
+    (tmp_path / "encoder" / "config.json").write_text("{}")
+    cfg = make_cfg(tmp_path, f"data.group_encoder={tmp_path / 'encoder'}")
+    texts = ["one text", "another"]
+    out = [None, None]
+    runs = [threading.Thread(target=lambda i=i: out.__setitem__(i, encoder.vectors(cfg, texts))) for i in range(2)]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    assert made == [2]
+    assert np.array_equal(out[0], out[1]) and out[0].shape == (2, 4)
