@@ -7,12 +7,14 @@ Reads   models/*/fold<k>/oof.csv and done.json of the folds that count (every fi
 Writes  models/board.md   the table that is printed
 
 Columns: every metric of metrics.METRICS, by its name (the six-language AUC, the estimate of the test AUC,
-where the OOF covers every test language; the validation AUC; ...), the AUC per test language, folds done (of
+where the OOF covers every test language; the validation AUC; ...), the estimate without length (w/o length:
+weighted by language and class only), the AUC per test language, folds done (of
 data.folds), minutes (a blend: its members'), test AUC where the experiment's cv.json has `test_auc`
 (written when the competition's test labels are known), and the settings that matter: model, max_length,
 epochs, lr, effective batch. An experiment with folds still to train is marked (incomplete); one with
 folds that no longer match their inputs, (stale); one made by a newer version of the pipeline (settings this
-version does not know), (newer version), with one line that says so.
+version does not know), (newer version), with one line that says so. Where experiments have a test AUC, a line
+counts the pairs each estimate orders as the test does.
 """
 
 from __future__ import annotations
@@ -209,6 +211,8 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "corners": calibrated.get("corners") if calibrated and calibrated.get("ranked") else six.get("corners"),
         "minutes": sum(d.get("minutes", 0) for d in summary.get("fold_details", {}).values()),
         "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
+        # the estimate weighted by language and class only (the uncalibrated OOF's): what length changed
+        "without": (six.get("lengths") or {}).get("without"),
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
         "incomplete": incomplete,  # folds still to train (or being trained)
         "newer": newer,  # made by a newer version (or a member was): this one cannot say whether its folds count
@@ -282,10 +286,34 @@ def mark_disagreements(board: list[dict]) -> list[dict]:
     return board
 
 
+def order_agreement(board: list[dict]) -> str:
+    """How many pairs of experiments with a test AUC (comparable ones: same test, same folds) the estimate
+    orders as the test does, and the estimate without length; '' without such a pair. A reading of the test,
+    never a choice: nothing is ranked or fitted by it."""
+    six = metrics.SIX.key
+    scored = [r for r in board if r["test"] is not None and not math.isnan(r["metrics"][six])]
+    pairs = [(r, q) for i, r in enumerate(scored) for q in scored[i + 1 :] if comparable(r, q)]
+    if not pairs:
+        return ""
+
+    def same(a: float | None, b: float | None, ta: float, tb: float) -> bool:
+        return a is not None and b is not None and (a - b) * (ta - tb) > 0
+
+    with_length = sum(same(r["metrics"][six], q["metrics"][six], r["test"], q["test"]) for r, q in pairs)
+    text = f"- order as the test AUC: the {metrics.SIX.header} orders {with_length} of {len(pairs)} pair(s) as the test"
+    both = [(r, q) for r, q in pairs if r.get("without") is not None and q.get("without") is not None]
+    if both:  # a calibrated row is ranked by its calibrated OOF, its figure without length is the uncalibrated one
+        without = sum(same(r["without"], q["without"], r["test"], q["test"]) for r, q in both)
+        text += f" does, without length {without} of {len(both)}"
+    else:
+        text += " does"
+    return text + " (experiments with a test AUC, over the same folds)"
+
+
 def board_table(board: list[dict]) -> str:
     """A Markdown table: readable printed, rendered on GitHub."""
     langs = sorted({lg for r in board for lg in r["per_lang"]})
-    head = ["experiment", *(m.header for m in metrics.METRICS), *langs, "folds", "minutes", "test AUC"]
+    head = ["experiment", *(m.header for m in metrics.METRICS), "w/o length", *langs, "folds", "minutes", "test AUC"]
     head += ["model", "max_len", "epochs", "lr", "batch"]
     body = []
     for r in board:
@@ -298,6 +326,7 @@ def board_table(board: list[dict]) -> str:
             + (" (!)" if r.get("below") else "")
             + (" (~)" if r.get("tie") else ""),
             *(cell(r["metrics"].get(m.key), m.fmt) for m in metrics.METRICS),
+            cell(r.get("without"), ".4f"),
             *(cell(r["per_lang"].get(lg), ".4f") for lg in langs),
             r["folds"],
             cell(r["minutes"], ".1f"),
@@ -319,7 +348,8 @@ def board_table(board: list[dict]) -> str:
 def stale_notes(board: list[dict]) -> str:
     """Why each experiment marked stale or (!) is: its numbers describe folds that no longer match their
     inputs; its OOF and test AUC disagree with another experiment's."""
-    notes = [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
+    notes = [order_agreement(board)] if order_agreement(board) else []
+    notes += [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
     notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]
     notes += [calibrated_note(r) for r in board if r.get("calibrated")]

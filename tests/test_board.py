@@ -63,7 +63,7 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     oof = [float(r[VALID]) for r in rows[:-1]]
     assert oof == sorted(oof, reverse=True)  # best OOF first
     assert names[-2:] == ["partial (incomplete)", "stage1"]  # the noisiest, then the one without OOF
-    want = ["experiment", *(m.header for m in metrics.METRICS), "es", "it", "tr", "folds"]
+    want = ["experiment", *(m.header for m in metrics.METRICS), "w/o length", "es", "it", "tr", "folds"]
     assert list(rows[0])[: len(want)] == want
     row = {r["experiment"].split(" (")[0]: r for r in rows}
     cv = read_json(models / "xlmr" / "cv.json")
@@ -73,6 +73,8 @@ def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.Captu
     # the Brier score needs probabilities: a trained experiment's OOF has them, a blend's ranks do not
     assert row["xlmr"]["Brier"] == f"{cv['metrics']['brier']:.4f}" and row["xlmr+xlmr-tfidf"]["Brier"] == "-"
     assert row["xlmr"]["test AUC"] == "0.8765" and row["xlmr-tfidf"]["test AUC"] == "-"
+    without = ((cv.get("six") or {}).get("lengths") or {}).get("without")
+    assert row["xlmr"]["w/o length"] == (f"{without:.4f}" if without is not None else "-"), cv.get("six")
     assert row["xlmr"]["folds"] == "5 of 5" and row["partial"]["folds"] == "2 of 5"  # folds done of data.folds
     assert row["xlmr"]["minutes"] == "7.5" and row["partial"]["minutes"] == "3.0"  # 1.5 a fold
     assert [row["xlmr"][k] for k in ("model", "max_len", "epochs", "lr", "batch")] == [
@@ -323,3 +325,18 @@ def test_two_experiments_whose_order_flips_inside_the_estimates_range_are_a_tie(
     assert marked[1]["tie"] == ""  # b is above c at every corner
     d = row("d", [0.905, 0.903], folds=(0, 1))
     assert board.mark_ties([row("a", [0.910, 0.900]), d])[0].get("tie") is None  # other rows: not compared
+
+
+def test_the_pairs_each_estimate_orders_as_the_test_are_counted() -> None:
+    def row(name: str, six: float, without: float | None, test: float | None, folds=(0, 1)) -> dict:
+        return {"name": name, "metrics": {metrics.SIX.key: six, "valid_auc": 0.9}, "without": without,
+                "test": test, "test_of": "t", "scored_folds": list(folds)}  # fmt: skip
+
+    # by test a > b > c; with length orders all three pairs so, without length puts c first
+    a, b, c = row("a", 0.93, 0.91, 0.895), row("b", 0.92, 0.90, 0.890), row("c", 0.91, 0.95, 0.880)
+    line = board.order_agreement([a, b, c, row("d", 0.99, 0.99, None), row("e", 0.5, 0.5, 0.99, folds=(0,))])
+    assert line.startswith(f"- order as the test AUC: the {metrics.SIX.header} orders 3 of 3 pair(s)")
+    assert "without length 1 of 3" in line  # d has no test AUC, e other folds: neither is counted
+    assert board.order_agreement([a, row("d", 0.99, 0.99, None)]) == ""
+    assert "without length" not in board.order_agreement([a, row("b", 0.92, None, 0.89)])
+    assert line in board.stale_notes([a, b, c])
