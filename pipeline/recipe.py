@@ -318,6 +318,8 @@ class Chain:
             step = self.ready()[0]
             self.left.remove(step)
             self.running[step.id] = (start(step, self.log(step)), time.perf_counter(), step)
+            # a step may run for an hour: say at once that it began, and where its progress bars are
+            print(f"started  {step.id} ({step.stage}), its output in {self.log(step)}", flush=True)
 
     def reap(self) -> None:
         """One line for each step that finished: done (its files now count), stopped or failed."""
