@@ -22,6 +22,20 @@ def test_auc_nan_on_one_class() -> None:
     assert metrics.auc([0, 1, 1, 0], [0.1, 0.4, 0.35, 0.8]) == 0.5
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_auc_is_sklearns_with_ties_and_weights(weighted: bool) -> None:
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(5)
+    for rows in (7, 300, 5000):
+        y = rng.integers(0, 2, rows)
+        p = np.round(rng.random(rows) + 0.3 * y, 1)  # one decimal: many ties
+        w = rng.random(rows) * 3 if weighted else None
+        assert metrics.auc(y, p, w) == pytest.approx(roc_auc_score(y, p, sample_weight=w), abs=1e-12)
+    with pytest.raises(ValueError):
+        metrics.auc([0, 1, 0], [0.1, float("nan"), 0.3])  # refused as sklearn refuses it
+
+
 def test_auc_by_lang() -> None:
     y = [0, 1, 0, 1, 0, 0, 0, 1]
     p = [0.1, 0.9, 0.8, 0.2, 0.5, 0.3, 0.6, 0.95]
