@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +52,22 @@ def make_models(tmp_path: Path) -> Path:
     return models
 
 
-def test_board_lists_experiments_and_blends(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    models = make_models(tmp_path)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """make_models's folders, made once for the tests of this file (each changes a copy of its own)."""
+    base = tmp_path_factory.mktemp("board")
+    make_models(base)
+    return base
+
+
+def copy_of(built: Path, tmp_path: Path) -> Path:
+    """A test's own copy of the built folders; its models folder."""
+    shutil.copytree(built, tmp_path, dirs_exist_ok=True, symlinks=True)
+    return tmp_path / "models"
+
+
+def test_board_lists_experiments_and_blends(built: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    models = copy_of(built, tmp_path)
     text = board.run(board_config(models))
     out = capsys.readouterr().out
     assert text in out and (models / "board.md").read_text().count(text) == 1
@@ -108,8 +123,10 @@ def test_board_with_nothing_to_list(tmp_path: Path) -> None:
         board.run(config.load("sample", [f"models_dir={tmp_path / 'models'}"]))
 
 
-def test_board_marks_stale_experiments_and_skips_broken_folders(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    models = make_models(tmp_path)
+def test_board_marks_stale_experiments_and_skips_broken_folders(
+    built: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    models = copy_of(built, tmp_path)
     # xlmr is trained again with another learning rate (its pipeline.yaml says so), but no fold is yet
     saved = config.load_file(models / "xlmr" / "pipeline.yaml")
     config.save(config.with_overrides(saved, ["train.lr=1e-3"]), models / "xlmr" / "pipeline.yaml")
@@ -124,10 +141,10 @@ def test_board_marks_stale_experiments_and_skips_broken_folders(tmp_path: Path, 
     assert "- xlmr+xlmr-tfidf (stale): " in text  # its member no longer counts
 
 
-def test_a_blend_of_a_damaged_member_is_stale_as_the_member_is(tmp_path: Path) -> None:
+def test_a_blend_of_a_damaged_member_is_stale_as_the_member_is(built: Path, tmp_path: Path) -> None:
     """docs/guarantees.md: a blend counts only while its members do; a member's fold whose OOF was damaged after
     the blend was made leaves that fold of the blend out as well."""
-    models = make_models(tmp_path)
+    models = copy_of(built, tmp_path)
     oof = models / "xlmr" / "fold2" / "oof.csv"
     oof.write_text(oof.read_text()[:100])  # cut short, done.json as it was
     names = [r["experiment"] for r in board_rows(board.run(board_config(models)))]
@@ -136,10 +153,10 @@ def test_a_blend_of_a_damaged_member_is_stale_as_the_member_is(tmp_path: Path) -
     assert row["stale"].startswith("fold2: member xlmr's fold2 no longer counts (oof.csv has 100 bytes"), row["stale"]
 
 
-def test_stale_notes_name_the_command_that_makes_each_kind_again(tmp_path: Path) -> None:
+def test_stale_notes_name_the_command_that_makes_each_kind_again(built: Path, tmp_path: Path) -> None:
     """A stale baseline is made again by `make baseline`, a stale blend keeps its model column and folds of
     data.folds, and a folder of unknown making is `?`, not a baseline."""
-    models = make_models(tmp_path)
+    models = copy_of(built, tmp_path)
     saved = config.load_file(models / "xlmr-tfidf" / "pipeline.yaml")
     config.save(config.with_overrides(saved, ["train.seed=99"]), models / "xlmr-tfidf" / "pipeline.yaml")
     (models / "junk" / "fold0").mkdir(parents=True)
@@ -152,10 +169,10 @@ def test_stale_notes_name_the_command_that_makes_each_kind_again(tmp_path: Path)
     assert row["junk"]["model"] == "?" and "- junk (stale): " in text
 
 
-def test_an_experiment_made_by_a_newer_version_says_so_and_is_not_stale(tmp_path: Path, capsys) -> None:
+def test_an_experiment_made_by_a_newer_version_says_so_and_is_not_stale(built: Path, tmp_path: Path, capsys) -> None:
     """A newer version's pipeline.yaml holds every key, its new ones too: this version cannot tell whether the folds
     count, and says that in one line instead of calling them stale."""
-    models = make_models(tmp_path)
+    models = copy_of(built, tmp_path)
     saved = models / "xlmr" / "pipeline.yaml"
     saved.write_text(saved.read_text().replace("train:\n", "train:\n  focal_gamma: 2.0\n", 1))
     text = board.run(board_config(models))
@@ -196,7 +213,7 @@ def test_a_metric_added_to_the_one_list_reaches_every_report(tmp_path: Path, mon
                           probabilities=True)  # fmt: skip
     monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, rows, mean))
     monkeypatch.setattr(metrics, "BY_KEY", {m.key: m for m in metrics.METRICS})
-    models = make_models(tmp_path)
+    models = make_models(tmp_path)  # made under the longer list: not the copy the other tests share
     out = capsys.readouterr().out
     cv = read_json(models / "xlmr" / "cv.json")
     assert cv["metrics"]["rows"] == 600 and sum(f["rows"] for f in cv["folds"].values()) == 600
