@@ -130,18 +130,19 @@ def fit_folds(cfg, base) -> dict:
         print(f"tfidf fold {fold}: {metrics.judged_by(result)} {result['auc']:.4f} ({result['minutes']:.1f} min)")
     summary = report.cv_report(base, digest, prepared)
     print(report.fold_table(summary))
-    path = write_submission(base, digest, test, Path(meta["raw"]), profile)
+    path = write_submission(base, digest, test, Path(meta["raw"]), profile, prepared)
     print(f"wrote {exp}/cv.json, cv.png, oof.csv, fold<k>/test.csv and {path}")
     compare(cfg, summary)
     return summary
 
 
-def write_submission(base, digest: str, test: pd.DataFrame, raw: Path, profile: dict) -> Path:
+def write_submission(base, digest: str, test: pd.DataFrame, raw: Path, profile: dict, prepared: Path) -> Path:
     """The folds' test predictions ensembled into submissions/<name>-tfidf.csv, as `make predict` writes an
-    experiment's (on one scale across languages with predict.calibration), with its test AUC."""
+    experiment's (on one scale across languages with predict.calibration, its nested figure weighted by the
+    lengths of `prepared`, the experiment's tables), with its test AUC."""
     dirs = validity.usable_folds(base, digest, "baseline")
     frames = [pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for d in dirs]
-    return publish(base, raw, base.name, frames[0]["id"], align(frames), test, dirs, profile)[0]
+    return publish(base, raw, base.name, frames[0]["id"], align(frames), test, dirs, profile, prepared=prepared)[0]
 
 
 def main(argv=None) -> int:

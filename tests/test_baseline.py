@@ -148,3 +148,21 @@ def test_the_comparison_reads_an_older_cv_json_and_names_a_damaged_one(tmp_path:
     (exp / "cv.json").write_text("{not json")
     baseline.compare(cfg, ours)  # after the baseline's own report: a line, not a traceback
     assert f"{exp / 'cv.json'} cannot be read" in capsys.readouterr().out
+
+
+def test_a_calibrated_baselines_figures_weight_by_its_experiments_lengths(prepared: Path, monkeypatch) -> None:
+    """The baseline's folds live under <name>-tfidf, its tables under <name>: the calibration's OOF (its before
+    and after figures) carries the token counts of those tables, which the estimate weights by length."""
+    from pipeline import layout
+    from pipeline.scoring import publish, report
+
+    cfg = cfg_at(prepared, "predict.calibration=lang")
+    read, seen = report.read_oof, []
+
+    def reading(dirs, where=None):
+        seen.append(where)
+        return read(dirs, where)
+
+    monkeypatch.setattr(publish.report, "read_oof", reading)
+    baseline.run(cfg)
+    assert seen and seen[-1] == layout.prepared_dir(cfg)  # not prepared/<name>-tfidf, which does not exist

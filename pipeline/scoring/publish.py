@@ -33,10 +33,12 @@ def combine(cfg: Config, preds: list[np.ndarray]) -> np.ndarray:
 
 
 def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs: list[Path], profile: dict,
-                 scale: str) -> tuple:  # fmt: skip
+                 scale: str, prepared: Path | None = None) -> tuple:  # fmt: skip
     """(the submission's predictions: each fold's test probabilities calibrated by predict.calibration, fit on
     the OOF probabilities of the folds `dirs`, then ensembled; what calibration did: None when `none` or
-    without OOF rows; and the predictions under each calibration, for the report). `scale`: of `preds`."""
+    without OOF rows; and the predictions under each calibration, for the report). `scale`: of `preds`;
+    `prepared`: the folder of the tables the folds were made from (default cfg's: a baseline's are its
+    experiment's)."""
     how = cfg.predict.calibration
     if how != "none" and scale != layout.PROBABILITY:
         raise PublishError(
@@ -44,7 +46,7 @@ def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs:
             "weighted means of its members' ranks); make them with predict.calibration=none"
         )
     # read only when it is used; with the rows' token counts, so that the nested figure weights by length
-    oof = report.read_oof(dirs, layout.prepared_dir(cfg)) if how != "none" and dirs else None
+    oof = report.read_oof(dirs, prepared or layout.prepared_dir(cfg)) if how != "none" and dirs else None
     if oof is None or oof.empty:
         return combine(cfg, preds), None, {}
     c, tried = calibration.choose_c(oof, profile)  # the submission's C, chosen on every OOF row
@@ -91,15 +93,17 @@ def publish(
     profile: dict,
     common: bool = False,
     scale: str = layout.PROBABILITY,
+    prepared: Path | None = None,
 ) -> tuple[Path, dict | None]:
     """Write submissions/<name>.csv (and submission.csv when `common`) from the folds' test predictions `preds`
     (each in the order of `ids`, on `scale`), calibrated and ensembled; `raw`: the competition's files
     (sample_submission.csv, test_labels.csv). Every check (the ids, the test labels' ids) passes before a file
     is written. The test score where labels are present is kept in models/<name>/cv.json with `dirs`, the
-    folds used (whose OOF rows fit the calibration)."""
+    folds used (whose OOF rows fit the calibration; `prepared`: the folder of their tables, for the rows' token
+    counts the nested figure weights by, default cfg's)."""
     order = test.set_index("id").loc[ids].reset_index()  # test rows in the order of the predictions
     arrays = [np.asarray(p, dtype=np.float64) for p in preds]
-    final, how, each = on_one_scale(cfg, arrays, order, dirs, profile, scale)
+    final, how, each = on_one_scale(cfg, arrays, order, dirs, profile, scale, prepared)
     sample = pd.read_csv(raw / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
     sub = check_submission(pd.DataFrame({"id": ids.to_numpy(), "toxic": final}), sample)
     score = metrics.test_score(raw, test, sub)
