@@ -228,3 +228,16 @@ def test_a_step_whose_settings_cannot_load_stops_the_chain_before_any_step(tmp_p
     err = capsys.readouterr().err
     assert err.startswith("error: train.lr") and err.count("\n") == 1, err
     assert not (tmp_path / "input").exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "pipeline" / "configs" / "recipes").glob("*.yaml")), ids=lambda p: p.stem
+)
+def test_every_recipe_in_the_folder_reads_and_plans(path: Path, tmp_path: Path) -> None:
+    """A recipe a user runs by name: its steps load, their needs are steps of the file, and the plan prints."""
+    steps = recipe.read_recipe(path, tuple(overrides(tmp_path)))
+    ids = {s.id for s in steps} | {s.group for s in steps if s.group}
+    assert all(n in ids for s in steps for n in s.needs), [(s.id, s.needs) for s in steps]
+    done = {s.id: recipe.done_why(s) for s in steps}
+    minutes = {s.id: recipe.measured_minutes(s, steps, done) for s in steps}
+    assert recipe.plan_text(path.stem, steps, done, minutes, 2).startswith(f"recipe {path.stem}: {len(steps)} steps")
