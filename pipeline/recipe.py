@@ -211,6 +211,17 @@ def measured_minutes(step: Step, steps: list[Step], done: dict[str, str]) -> flo
     return sum(took) / len(took) if took else step.minutes
 
 
+PACE_FROM = 2.0  # recipe minutes a finished step must have had to tell this machine's pace (data steps: noise)
+
+
+def pace(finished: list[tuple[float, float]]) -> float:
+    """This machine's minutes per minute of the recipe's figures: the sum of what the finished steps took over the
+    sum of their figures (`finished`: (took, figure) of each step whose figure was at least PACE_FROM); 1 before
+    one has finished. The figures were measured on one CPU: another kind (no AMX, say) runs them slower."""
+    took = [(t, f) for t, f in finished if f >= PACE_FROM]
+    return sum(t for t, _ in took) / sum(f for _, f in took) if took else 1.0
+
+
 def wall_minutes(todo: list[Step], steps: list[Step], minutes: dict[str, float], jobs: int) -> float:
     """The chain's wall minutes with `jobs` steps at a time, each ready one started as a core frees (file order)."""
     left, finish, running, now = list(todo), {}, [], 0.0
@@ -305,6 +316,7 @@ class Chain:
         self.running: dict[str, tuple[subprocess.Popen, float, Step]] = {}
         self.failed: list[str] = []
         self.stopping = False
+        self.took: list[tuple[float, float]] = []  # (minutes, the recipe's figure) of each step done by this run
 
     def log(self, step: Step) -> Path:
         return layout.recipe_log(self.cfg, self.name, step.id)
@@ -331,6 +343,7 @@ class Chain:
             why = done_why(step) if proc.returncode == 0 else ""
             if proc.returncode == 0 and not why:
                 self.done[sid] = ""
+                self.took.append((minutes, step.minutes))
                 count = sum(not w for w in self.done.values())
                 print(f"done     {sid} ({step.stage}) in {minutes:.1f} min  [{count}/{len(self.steps)}]"
                       f"{self.eta_left()}", flush=True)  # fmt: skip
@@ -342,15 +355,20 @@ class Chain:
                 print(f"failed   {sid} ({step.stage}), {what} (log: {self.log(step)})", flush=True)
 
     def eta_left(self) -> str:
-        """The wall minutes left, from the folds' minutes measured so far (a running step: what it has left)."""
+        """The wall minutes left, from the folds' minutes measured so far, else the recipe's figures at the pace
+        this run's steps have shown on this machine (a running step: what it has left)."""
         if not self.left:
             return ""
-        now = time.perf_counter()
+        now, rate = time.perf_counter(), pace(self.took)
         running = [step for _, _, step in self.running.values()]
-        minutes = {s.id: measured_minutes(s, self.steps, self.done) for s in [*running, *self.left]}
+        minutes = {}
+        for s in [*running, *self.left]:
+            m = measured_minutes(s, self.steps, self.done)
+            minutes[s.id] = m * rate if m == s.minutes else m  # a fold's own siblings' minutes are this machine's
         for _, began, step in self.running.values():
             minutes[step.id] = max(minutes[step.id] - (now - began) / 60, 0.0)
-        return f"; ETA {wall_minutes([*running, *self.left], self.steps, minutes, self.jobs):.0f} min left"
+        at = f", the recipe's minutes x {rate:.2f} on this machine" if rate != 1.0 else ""
+        return f"; ETA {wall_minutes([*running, *self.left], self.steps, minutes, self.jobs):.0f} min left{at}"
 
     def stop(self, *_: object) -> None:
         """Ctrl-C or SIGTERM: no step starts, each running one is stopped as after Ctrl-C (its progress saved)."""
