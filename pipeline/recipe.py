@@ -198,17 +198,36 @@ def blend_name(cfg: Config, step: Step) -> str:
 # ---------------------------------------------------------------- the plan and its ETA
 
 
+def fold_minutes(step: Step) -> float | None:
+    """The minutes a fold step's done.json records (what training it took), None without them."""
+    record = validity.read_done(layout.fold_dir(step_config(step), step.fold)) or {}
+    return float(record["minutes"]) if isinstance(record.get("minutes"), (int, float)) else None
+
+
 def measured_minutes(step: Step, steps: list[Step], done: dict[str, str]) -> float:
     """A step's one-core minutes: for a fold, the mean of its experiment's folds already trained (done.json
     records their minutes), else the recipe's figure."""
     if step.fold is None:
         return step.minutes
-    took = []
-    for s in steps:
-        if s.group == step.group and not done.get(s.id, "x"):
-            record = validity.read_done(layout.fold_dir(step_config(s), s.fold)) or {}
-            took += [record["minutes"]] if isinstance(record.get("minutes"), (int, float)) else []
+    took = [fold_minutes(s) for s in steps if s.group == step.group and not done.get(s.id, "x")]
+    took = [t for t in took if t is not None]
     return sum(took) / len(took) if took else step.minutes
+
+
+def recorded(steps: list[Step], done: dict[str, str]) -> list[tuple[float, float]]:
+    """(minutes, the recipe's figure) of every fold done already, by its done.json: this machine's pace."""
+    pairs = [(fold_minutes(s), s.minutes) for s in steps if s.fold is not None and not done[s.id]]
+    return [(t, f) for t, f in pairs if t is not None]
+
+
+def step_minutes(todo: list[Step], steps: list[Step], done: dict[str, str], took: list) -> dict[str, float]:
+    """Each step's minutes for the ETA: a fold's experiment's own folds' where some are done, else the recipe's
+    figure at this machine's pace (`took`: what finished steps took against their figures)."""
+    rate, out = pace(took), {}
+    for s in todo:
+        m = measured_minutes(s, steps, done)
+        out[s.id] = m * rate if s.fold is None or m == s.minutes else m
+    return out
 
 
 PACE_FROM = 2.0  # recipe minutes a finished step must have had to tell this machine's pace (data steps: noise)
@@ -249,8 +268,10 @@ def state_of(step: Step, steps: list[Step], done: dict[str, str]) -> str:
     return f"after {', '.join(after)}" if after else f"to do: {done[step.id].split(';')[0]}"
 
 
-def plan_text(name: str, steps: list[Step], done: dict[str, str], minutes: dict[str, float], jobs: int) -> str:
-    """The plan as printed first: every step, its stage, what it waits for, done or why not, its minutes."""
+def plan_text(name: str, steps: list[Step], done: dict[str, str], minutes: dict[str, float], jobs: int,
+              rate: float = 1.0) -> str:  # fmt: skip
+    """The plan as printed first: every step, its stage, what it waits for, done or why not, its minutes
+    (`rate`: the pace they were scaled by)."""
     todo = [s for s in steps if done[s.id]]
     lines = [f"recipe {name}: {len(steps)} steps, {len(steps) - len(todo)} done, {jobs} at a time "
              "(one torch thread each)"]  # fmt: skip
@@ -259,8 +280,9 @@ def plan_text(name: str, steps: list[Step], done: dict[str, str], minutes: dict[
         lines.append(f"  {s.id:<{width}}  {s.stage:<8}  {minutes[s.id]:6.1f} min  {state_of(s, steps, done)}")
     one_core = sum(minutes[s.id] for s in todo)
     wall = wall_minutes(todo, steps, minutes, jobs)
+    at = f"; the recipe's minutes x {rate:.2f}, this machine's pace in the folds done" if rate != 1.0 else ""
     lines.append(f"ETA: {wall:.0f} min on {jobs} core(s) for the {len(todo)} steps to do "
-                 f"({one_core:.0f} min on one core)")  # fmt: skip
+                 f"({one_core:.0f} min on one core{at})")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -316,7 +338,9 @@ class Chain:
         self.running: dict[str, tuple[subprocess.Popen, float, Step]] = {}
         self.failed: list[str] = []
         self.stopping = False
-        self.took: list[tuple[float, float]] = []  # (minutes, the recipe's figure) of each step done by this run
+        # (minutes, the recipe's figure) of the folds done before this run (their done.json) and of each step done
+        # by it: this machine's pace
+        self.took: list[tuple[float, float]] = recorded(steps, done)
 
     def log(self, step: Step) -> Path:
         return layout.recipe_log(self.cfg, self.name, step.id)
@@ -361,10 +385,7 @@ class Chain:
             return ""
         now, rate = time.perf_counter(), pace(self.took)
         running = [step for _, _, step in self.running.values()]
-        minutes = {}
-        for s in [*running, *self.left]:
-            m = measured_minutes(s, self.steps, self.done)
-            minutes[s.id] = m * rate if m == s.minutes else m  # a fold's own siblings' minutes are this machine's
+        minutes = step_minutes([*running, *self.left], self.steps, self.done, self.took)
         for _, began, step in self.running.values():
             minutes[step.id] = max(minutes[step.id] - (now - began) / 60, 0.0)
         at = f", the recipe's minutes x {rate:.2f} on this machine" if rate != 1.0 else ""
@@ -414,8 +435,11 @@ def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     jobs = jobs or int(raw.get("jobs", 0)) or os.cpu_count() or 1
     cfg = step_config(steps[0])
     done = {s.id: done_why(s) for s in steps}
-    minutes = {s.id: measured_minutes(s, steps, done) for s in steps}
-    print(plan_text(path.stem, steps, done, minutes, jobs), flush=True)
+    took = recorded(steps, done)
+    minutes = {s.id: measured_minutes(s, steps, done) for s in steps} | step_minutes(
+        [s for s in steps if done[s.id]], steps, done, took
+    )
+    print(plan_text(path.stem, steps, done, minutes, jobs, pace(took)), flush=True)
     start = time.perf_counter()
     Chain(path.stem, cfg, steps, done, jobs).run()
     print(f"recipe {path.stem}: every step done", flush=True)

@@ -90,6 +90,24 @@ def test_the_eta_left_runs_the_recipes_figures_at_this_machines_pace() -> None:
     assert recipe.pace([]) == 1.0 and recipe.pace([(3.0, 1.0)]) == 1.0
 
 
+def test_the_plan_counts_the_steps_not_measured_at_the_pace_of_the_folds_done(tmp_path: Path) -> None:
+    path = write_recipe(
+        tmp_path,
+        """
+config: sample
+steps:
+  - {id: d, stage: data, minutes: 1}
+  - {id: t, stage: train, needs: [d], args: [data.folds=2], minutes: 10}
+""",
+    )
+    steps = recipe.read_recipe(path, tuple(overrides(tmp_path)))
+    todo = {s.id: "to do" for s in steps}
+    took = [(10.0, 5.0), (11.0, 5.0)]  # folds of another experiment, done at 2.1x their figures
+    assert recipe.step_minutes(steps, steps, todo, took) == pytest.approx({"d": 2.1, "t.fold0": 10.5, "t.fold1": 10.5})
+    plan = recipe.plan_text("chain", steps, todo, recipe.step_minutes(steps, steps, todo, took), 2, recipe.pace(took))
+    assert plan.endswith("(23 min on one core; the recipe's minutes x 2.10, this machine's pace in the folds done)")
+
+
 def test_the_plan_docs_recipes_md_quotes_is_what_make_recipe_prints_first(tmp_path: Path) -> None:
     """The real-slice recipe from a fresh clone: every step to do, the docs' minutes scheduled on two cores."""
     steps = recipe.read_recipe(config.recipe_path("real-slice-e5"), tuple(overrides(tmp_path)))
