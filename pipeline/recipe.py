@@ -198,9 +198,15 @@ def blend_name(cfg: Config, step: Step) -> str:
 # ---------------------------------------------------------------- the plan and its ETA
 
 
+def trains(step: Step) -> bool:
+    """A step that trains a model: a fold of a train step, or a stage-1 model."""
+    return step.fold is not None or (step.stage == "stage1" and step.train)
+
+
 def fold_minutes(step: Step) -> float | None:
-    """The minutes a fold step's done.json records (what training it took), None without them."""
-    record = validity.read_done(layout.fold_dir(step_config(step), step.fold)) or {}
+    """The minutes the done.json of a step that trains records (what training took), None without them."""
+    fold = step.fold if step.fold is not None else layout.STAGE1
+    record = validity.read_done(layout.fold_dir(step_config(step), fold)) or {}
     return float(record["minutes"]) if isinstance(record.get("minutes"), (int, float)) else None
 
 
@@ -215,8 +221,9 @@ def measured_minutes(step: Step, steps: list[Step], done: dict[str, str]) -> flo
 
 
 def recorded(steps: list[Step], done: dict[str, str]) -> list[tuple[float, float]]:
-    """(minutes, the recipe's figure) of every fold done already, by its done.json: this machine's pace."""
-    pairs = [(fold_minutes(s), s.minutes) for s in steps if s.fold is not None and not done[s.id]]
+    """(minutes, the recipe's figure) of every model trained already (a fold, a stage-1 model), by its done.json:
+    this machine's pace."""
+    pairs = [(fold_minutes(s), s.minutes) for s in steps if trains(s) and not done[s.id]]
     return [(t, f) for t, f in pairs if t is not None]
 
 
@@ -280,7 +287,7 @@ def plan_text(name: str, steps: list[Step], done: dict[str, str], minutes: dict[
         lines.append(f"  {s.id:<{width}}  {s.stage:<8}  {minutes[s.id]:6.1f} min  {state_of(s, steps, done)}")
     one_core = sum(minutes[s.id] for s in todo)
     wall = wall_minutes(todo, steps, minutes, jobs)
-    at = f"; the recipe's minutes x {rate:.2f}, this machine's pace in the folds done" if rate != 1.0 else ""
+    at = f"; the recipe's minutes x {rate:.2f}, this machine's pace in the models trained" if rate != 1.0 else ""
     lines.append(f"ETA: {wall:.0f} min on {jobs} core(s) for the {len(todo)} steps to do "
                  f"({one_core:.0f} min on one core{at})")  # fmt: skip
     return "\n".join(lines)

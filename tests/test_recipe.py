@@ -105,7 +105,7 @@ steps:
     took = [(10.0, 5.0), (11.0, 5.0)]  # folds of another experiment, done at 2.1x their figures
     assert recipe.step_minutes(steps, steps, todo, took) == pytest.approx({"d": 2.1, "t.fold0": 10.5, "t.fold1": 10.5})
     plan = recipe.plan_text("chain", steps, todo, recipe.step_minutes(steps, steps, todo, took), 2, recipe.pace(took))
-    assert plan.endswith("(23 min on one core; the recipe's minutes x 2.10, this machine's pace in the folds done)")
+    assert plan.endswith("(23 min on one core; the recipe's minutes x 2.10, this machine's pace in the models trained)")
 
 
 def test_the_plan_docs_recipes_md_quotes_is_what_make_recipe_prints_first(tmp_path: Path) -> None:

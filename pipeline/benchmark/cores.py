@@ -53,7 +53,8 @@ def worker(cfg: Config, steps: int) -> float:
 
 
 def launch(argv: list[str], threads: int, steps: int) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # fmt: skip  # each process's loading bar says nothing here
     cmd = [sys.executable, "-m", "pipeline.benchmark.cores", *argv, "--worker", str(threads), "--steps", str(steps)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
 
