@@ -174,7 +174,8 @@ def test_trainer_s_arguments_follow_the_config_where_trainer_has_a_counterpart(t
 
 
 def test_the_schedule_trainer_is_named_is_the_one_ours_runs() -> None:
-    """Without warm-up (the bench's rows), Trainer's schedule of that name gives every step the rate ours gives."""
+    """Without warm-up (the bench's rows; ours starts its warm-up at lr/warm where Trainer's starts at 0), Trainer's
+    schedule of that name gives every step the rate ours gives."""
     from transformers import get_scheduler
 
     from pipeline.core import optim
