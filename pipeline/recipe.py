@@ -210,6 +210,13 @@ def fold_minutes(step: Step) -> float | None:
     return float(record["minutes"]) if isinstance(record.get("minutes"), (int, float)) else None
 
 
+def finished_minutes(step: Step, wall: float) -> float:
+    """What a finished step took: a model's training by its done.json (a fold resumed from an earlier run took
+    more than this run's `wall` minutes), else `wall`."""
+    trained = fold_minutes(step) if trains(step) else None
+    return wall if trained is None else trained
+
+
 def measured_minutes(step: Step, steps: list[Step], done: dict[str, str]) -> float:
     """A step's one-core minutes: for a fold, the mean of its experiment's folds already trained (done.json
     records their minutes), else the recipe's figure."""
@@ -374,7 +381,7 @@ class Chain:
             why = done_why(step) if proc.returncode == 0 else ""
             if proc.returncode == 0 and not why:
                 self.done[sid] = ""
-                self.took.append((minutes, step.minutes))
+                self.took.append((finished_minutes(step, minutes), step.minutes))
                 count = sum(not w for w in self.done.values())
                 print(f"done     {sid} ({step.stage}) in {minutes:.1f} min  [{count}/{len(self.steps)}]"
                       f"{self.eta_left()}", flush=True)  # fmt: skip

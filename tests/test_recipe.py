@@ -13,6 +13,7 @@ import pytest
 
 from pipeline import config, layout, recipe
 from pipeline.errors import ConfigError
+from pipeline.files import write_json
 from tests.helpers import digests
 from tests.helpers.tinyrun import TINY, overrides
 
@@ -88,6 +89,21 @@ def test_the_eta_left_runs_the_recipes_figures_at_this_machines_pace() -> None:
     yet are counted 1.77x; a step of a minute or so (its minutes mostly start-up) tells nothing."""
     assert recipe.pace([(23.0, 13.0), (15.7, 9.0), (0.9, 1.0)]) == pytest.approx(38.7 / 22.0)
     assert recipe.pace([]) == 1.0 and recipe.pace([(3.0, 1.0)]) == 1.0
+
+
+def test_a_resumed_fold_counts_its_whole_training_in_the_pace(tmp_path: Path) -> None:
+    """A fold stopped after 13 minutes and finished in 11.6 more took 24.6: its done.json says so, the run's own
+    clock does not."""
+    path = write_recipe(
+        tmp_path, "config: sample\nsteps:\n  - {id: t, stage: train, args: [data.folds=2], minutes: 20}\n"
+    )
+    fold0, data = (
+        recipe.read_recipe(path, tuple(overrides(tmp_path)))[0],
+        recipe.Step(id="d", stage="data", config="sample"),
+    )
+    write_json(layout.fold_dir(recipe.step_config(fold0), 0) / "done.json", {"digest": "x", "minutes": 24.6})
+    assert recipe.finished_minutes(fold0, 11.6) == 24.6
+    assert recipe.finished_minutes(data, 1.5) == 1.5  # no model: the wall minutes
 
 
 def test_the_plan_counts_the_steps_not_measured_at_the_pace_of_the_folds_done(tmp_path: Path) -> None:
