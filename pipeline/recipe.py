@@ -217,13 +217,18 @@ def finished_minutes(step: Step, wall: float) -> float:
     return wall if trained is None else trained
 
 
+def sibling_minutes(step: Step, steps: list[Step], done: dict[str, str]) -> list[float]:
+    """For a fold, the minutes of its experiment's folds already trained (their done.json); [] for other steps."""
+    if step.fold is None:
+        return []
+    took = [fold_minutes(s) for s in steps if s.group == step.group and not done.get(s.id, "x")]
+    return [t for t in took if t is not None]
+
+
 def measured_minutes(step: Step, steps: list[Step], done: dict[str, str]) -> float:
     """A step's one-core minutes: for a fold, the mean of its experiment's folds already trained (done.json
     records their minutes), else the recipe's figure."""
-    if step.fold is None:
-        return step.minutes
-    took = [fold_minutes(s) for s in steps if s.group == step.group and not done.get(s.id, "x")]
-    took = [t for t in took if t is not None]
+    took = sibling_minutes(step, steps, done)
     return sum(took) / len(took) if took else step.minutes
 
 
@@ -239,8 +244,8 @@ def step_minutes(todo: list[Step], steps: list[Step], done: dict[str, str], took
     figure at this machine's pace (`took`: what finished steps took against their figures)."""
     rate, out = pace(took), {}
     for s in todo:
-        m = measured_minutes(s, steps, done)
-        out[s.id] = m * rate if s.fold is None or m == s.minutes else m
+        mine = sibling_minutes(s, steps, done)  # this machine's own minutes: not scaled again
+        out[s.id] = sum(mine) / len(mine) if mine else s.minutes * rate
     return out
 
 
@@ -449,13 +454,13 @@ def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     jobs = jobs or int(raw.get("jobs", 0)) or os.cpu_count() or 1
     cfg = step_config(steps[0])
     done = {s.id: done_why(s) for s in steps}
-    took = recorded(steps, done)
+    chain = Chain(path.stem, cfg, steps, done, jobs)  # it reads the pace of the models trained already
     minutes = {s.id: measured_minutes(s, steps, done) for s in steps} | step_minutes(
-        [s for s in steps if done[s.id]], steps, done, took
+        [s for s in steps if done[s.id]], steps, done, chain.took
     )
-    print(plan_text(path.stem, steps, done, minutes, jobs, pace(took)), flush=True)
+    print(plan_text(path.stem, steps, done, minutes, jobs, pace(chain.took)), flush=True)
     start = time.perf_counter()
-    Chain(path.stem, cfg, steps, done, jobs).run()
+    chain.run()
     print(f"recipe {path.stem}: every step done", flush=True)
     end_of_run(str(raw.get("config", "sample")), extra, steps[-1], time.perf_counter() - start)
 
