@@ -348,7 +348,8 @@ def board_table(board: list[dict]) -> str:
 def stale_notes(board: list[dict]) -> str:
     """Why each experiment marked stale or (!) is: its numbers describe folds that no longer match their
     inputs; its OOF and test AUC disagree with another experiment's."""
-    notes = [order_agreement(board)] if order_agreement(board) else []
+    agreement = order_agreement(board)
+    notes = [agreement] if agreement else []
     notes += [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
     notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]

@@ -46,10 +46,9 @@ def worker(cfg: Config, steps: int) -> float:
 
     torch.manual_seed(0)
     model = modeling.build_model(cfg, load_tokenizer(tokens.tokenizer_source(cfg)))
-    micro, length, cpu = cfg.train.micro_batch, cfg.model.max_length, torch.device("cpu")
-    rates = [memory.step_rates(model, model, micro, length, (precision_of(cfg),), cpu, cfg.train.optimizer)
-             for _ in range(steps)]  # fmt: skip
-    return statistics.median(r[precision_of(cfg)] for r in rates)
+    micro, length, cpu, how = cfg.train.micro_batch, cfg.model.max_length, torch.device("cpu"), precision_of(cfg)
+    rates = [memory.step_rates(model, model, micro, length, (how,), cpu, cfg.train.optimizer) for _ in range(steps)]
+    return statistics.median(r[how] for r in rates)
 
 
 def launch(argv: list[str], threads: int, steps: int) -> subprocess.Popen:
