@@ -79,6 +79,29 @@ steps:
     assert recipe.wall_minutes(steps[1:], steps, minutes, 2) == 11  # the data done: the folds start at once
 
 
+def test_a_step_that_a_long_chain_waits_on_starts_before_the_folds_in_file_order(tmp_path: Path) -> None:
+    """The real chain's shape: two folds of a 256-token student (10 min each) and a 1-minute teacher blend whose
+    pseudo-labelled student trains three 12-minute folds. In file order the teacher starts after both folds and
+    the student's third fold runs alone at the end (10 + 1 + 12 + 12 = 35 min on two cores); the longest chain
+    first starts the teacher at once and a 10-minute fold fills the gap instead (32)."""
+    path = write_recipe(
+        tmp_path,
+        """
+steps:
+  - {id: l256, stage: train, args: [data.folds=2], minutes: 20}
+  - {id: teacher, stage: data, minutes: 1}
+  - {id: pl, stage: train, needs: [teacher], args: [data.folds=3], minutes: 36}
+""",
+    )
+    steps = recipe.read_recipe(path)
+    minutes = {s.id: s.minutes for s in steps}
+    ready = [s for s in steps if not recipe.needs_of(s, steps)]
+    assert [s.id for s in recipe.critical_first(ready, steps, minutes)][0] == "teacher"
+    assert recipe.wall_minutes(steps, steps, minutes, 2) == 32
+    chain = recipe.Chain("r", recipe.step_config(steps[0]), steps, {s.id: "to do" for s in steps}, 2)
+    assert chain.ready()[0].id == "teacher"  # the chain starts them in the order the ETA counts
+
+
 def quoted_plan(page: str) -> str:
     block = page.split("<!-- recipe plan -->", 1)[1].split("<!-- /recipe plan -->", 1)[0]
     return block.split("```text\n", 1)[1].split("```", 1)[0]
