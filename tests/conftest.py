@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.inputs import sample
-from tests.helpers import SCALE, SHARED, prepare_tiny
+from tests.helpers import SCALE, SHARED, moved_copy, prepare_tiny, tiny_cfg
 from tests.helpers.checkout import Watch
 
 _watch: list[Watch] = []  # one for the session: its audit hook stays installed once added
@@ -71,6 +71,16 @@ def torch_one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def prepared_once(tmp_path_factory) -> Path:
+    """The tiny experiment's inputs, built once a test process (tables, tokenizer, token cache: about a second)."""
+    root = tmp_path_factory.mktemp("prepared")
+    prepare_tiny(root)
+    return root
+
+
 @pytest.fixture
-def prepared(tmp_path):
-    return prepare_tiny(tmp_path)
+def prepared(prepared_once, tmp_path):
+    """A tiny two-fold experiment under tmp_path, its inputs built (a copy of prepared_once's, as built there)."""
+    moved_copy(prepared_once, tmp_path)
+    return tiny_cfg(tmp_path)

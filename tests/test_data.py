@@ -20,7 +20,17 @@ from pipeline import data, layout
 from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.inputs import groups, sample, tables, tokenizer, tokens
 from pipeline.kaggle import client
-from tests.helpers import SCALE, SHARED, digests, make_cfg, one_line_error, prepare_tokens, stage_args
+from tests.helpers import (
+    SCALE,
+    SHARED,
+    digests,
+    make_cfg,
+    moved_copy,
+    one_line_error,
+    prepare_tiny,
+    prepare_tokens,
+    stage_args,
+)
 from tests.helpers.damage import damage_label_range, damage_label_text, damage_unterminated_quote
 from tests.helpers.fake_kaggle import FakeKaggleApi, http_error
 
@@ -395,3 +405,26 @@ def test_make_data_removes_token_caches_no_table_uses(tmp_path: Path, capsys) ->
     assert "removed     1 token cache(s)" in capsys.readouterr().out
     assert len(list(cache.iterdir())) == 1 and not {p.name for p in cache.iterdir()} & first
     assert "tokens      cache" in out
+
+
+def built_files(folder: Path) -> dict[str, object]:
+    """Every file under `folder`: a JSON record as read less a build's own timing (never alike), else its digest."""
+    timing = ("seconds", "comments_per_second")
+    out: dict[str, object] = dict(digests(folder))
+    for path in folder.rglob("*.json"):
+        record = json.loads(path.read_text())
+        out[str(path.relative_to(folder))] = {k: v for k, v in record.items() if k not in timing}
+    return out
+
+
+def test_the_tests_copy_of_a_prepared_experiment_is_what_a_build_there_makes(tmp_path: Path) -> None:
+    """tests/conftest.py's `prepared` copies one build a test process: the copy must be what a build in its own
+    folder writes (the folder's paths in its records), file for file."""
+    here = tmp_path / "here"
+    prepare_tiny(tmp_path / "once")
+    moved_copy(tmp_path / "once", here)
+    copied = built_files(here)
+    shutil.rmtree(here)
+    prepare_tiny(here)
+    assert copied == built_files(here)
+    assert str(tmp_path / "once") not in (here / "input" / "prepared" / "sample" / "data.json").read_text()

@@ -3,6 +3,8 @@ as `make data` builds it, the real data slice, a free port. The fixtures are in 
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -67,13 +69,32 @@ def board_rows(text: str) -> list[dict[str, str]]:
     return [dict(zip(head, [c.strip() for c in line.split("|")[1:-1]], strict=True)) for line in lines[2:]]
 
 
+def tiny_cfg(tmp_path, *overrides: str) -> Config:
+    """The tiny two-fold experiment's config under tmp_path (prepare_tiny builds its inputs)."""
+    return make_cfg(tmp_path, f"models_dir={tmp_path / 'models'}", "data.folds=2", "train.epochs=1",
+                    "train.precision=fp32", "model.tiny.hidden=32", "model.tiny.intermediate=64",
+                    "model.max_length=32", *overrides)  # fmt: skip
+
+
 def prepare_tiny(tmp_path, *overrides: str):
     """A tiny two-fold experiment with its tables, tokenizer and token cache built (FoldRun tests)."""
     from pipeline import data as data_mod
 
-    cfg = make_cfg(tmp_path, f"models_dir={tmp_path / 'models'}", "data.folds=2", "train.epochs=1",
-                   "train.precision=fp32", "model.tiny.hidden=32", "model.tiny.intermediate=64",
-                   "model.max_length=32", *overrides)  # fmt: skip
+    cfg = tiny_cfg(tmp_path, *overrides)
     data_mod.prepare(cfg, log=lambda *a: None)
     prepare_tokens(cfg, log=lambda *a: None)
     return cfg
+
+
+def moved_copy(src: Path, dst: Path) -> None:
+    """`src`'s tree copied into `dst` as if it had been built there: the records that name their folder
+    (data.json's raw folder, the token cache's tokenizer, config.yaml's paths) name `dst`, each file keeping its
+    modification time (a stage compares them). A build of the same settings writes the same bytes anywhere but
+    for those paths, so the copy is what `prepare_tiny(dst)` would have made, for the price of a copy."""
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    old, new = str(src).encode(), str(dst).encode()
+    for path in dst.rglob("*"):
+        if path.is_file() and old in (body := path.read_bytes()):
+            stat = path.stat()
+            path.write_bytes(body.replace(old, new))
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
