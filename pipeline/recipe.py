@@ -260,34 +260,36 @@ def pace(finished: list[tuple[float, float]]) -> float:
     return sum(t for t, _ in took) / sum(f for _, f in took) if took else 1.0
 
 
-def critical_first(ready: list[Step], steps: list[Step], minutes: dict[str, float]) -> list[Step]:
-    """The ready steps, the one with the longest chain of minutes after it (itself and the dependents that wait
-    on it, the longest way to the end) first, file order among equals: a pseudo-labelled student's five folds
-    wait on a 0.4-minute blend, which in file order would start only after every other fold and leave one core
-    idle at the end."""
+def longest_after(steps: list[Step]) -> dict[str, float]:
+    """Each step's longest chain of the recipe's minutes to the end (itself and the dependents that wait on it),
+    the order ready steps start in, longest first: a pseudo-labelled student's five folds wait on a 0.4-minute
+    blend, which in file order would start only after every other fold and leave one core idle at the end. By
+    the figures, fixed for a run, so that the chain and its ETA start steps in one order."""
     after: dict[str, list[str]] = {s.id: [] for s in steps}
     for s in steps:
         for n in needs_of(s, steps):
             after[n].append(s.id)
-    memo: dict[str, float] = {}
+    minutes, longest = {s.id: s.minutes for s in steps}, {}
 
     def path(sid: str) -> float:
-        if sid not in memo:
-            memo[sid] = minutes.get(sid, 0.0) + max((path(d) for d in after[sid]), default=0.0)
-        return memo[sid]
+        if sid not in longest:
+            longest[sid] = minutes[sid] + max((path(d) for d in after[sid]), default=0.0)
+        return longest[sid]
 
-    return sorted(ready, key=lambda s: -path(s.id))  # sorted() is stable: file order among equals
+    for s in steps:
+        path(s.id)
+    return longest
 
 
 def wall_minutes(todo: list[Step], steps: list[Step], minutes: dict[str, float], jobs: int) -> float:
     """The chain's wall minutes with `jobs` steps at a time, each ready one started as a core frees (the longest
     chain first, as the recipe starts them)."""
     left, finish, running, now = list(todo), {}, [], 0.0
-    ids = {s.id for s in todo}
+    ids, longest = {s.id for s in todo}, longest_after(steps)
     while left or running:
-        ready = [s for s in left if all(n not in ids or n in finish and finish[n] <= now
-                                        for n in needs_of(s, steps))]  # fmt: skip
-        ready = critical_first(ready, steps, minutes)
+        ready = sorted((s for s in left if all(n not in ids or n in finish and finish[n] <= now
+                                               for n in needs_of(s, steps))),
+                       key=lambda s: -longest[s.id])  # fmt: skip
         while ready and len(running) < jobs:
             s = ready.pop(0)
             left.remove(s)
@@ -381,6 +383,7 @@ class Chain:
         # (minutes, the recipe's figure) of the folds done before this run (their done.json) and of each step done
         # by it: this machine's pace
         self.took: list[tuple[float, float]] = recorded(steps, done)
+        self.longest = longest_after(steps)
 
     def log(self, step: Step) -> Path:
         return layout.recipe_log(self.cfg, self.name, step.id)
@@ -389,7 +392,7 @@ class Chain:
         """The steps whose needs are done, the longest chain after it first (the ETA's order too)."""
         waiting = {s.id for s in self.left} | set(self.running) | set(self.failed)
         ready = [s for s in self.left if not any(n in waiting for n in needs_of(s, self.steps))]
-        return critical_first(ready, self.steps, {s.id: s.minutes for s in self.steps})
+        return sorted(ready, key=lambda s: -self.longest[s.id])  # sorted() is stable: file order among equals
 
     def launch(self) -> None:
         while not self.stopping and not self.failed and len(self.running) < self.jobs and self.ready():
