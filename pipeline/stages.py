@@ -5,9 +5,9 @@ A stage is a module with a `main(argv=None)`: `pipeline/<name>.py` unless its re
 may share its name with a module that is not a stage (a stage `errors` beside pipeline/errors.py). Made from
 STAGES: the choices of `python -m pipeline`, the stage lines of `make help`, the Makefile targets of the stages
 without a recipe of their own, what `experiments.preflight` checks and what `validity.usable_folds` needs of a
-fold, and three generated parts that `python3 -m pipeline.stages write` rewrites and tests/test_stages.py checks:
-the README's commands table, docs/stages.md's module table and the stage layer of the import contract in
-pyproject.toml.
+fold, and docs/stages.md's table, which `python3 -m pipeline.stages write` rewrites and tests/test_stages.py checks.
+The import rules of the stages (none imports another; only a driver imports one) are checked from the same
+records by tests/test_architecture.py, so no copy of the list sits in pyproject.toml.
 
 Standard library only, and nothing at import: the Makefile reads it with the system python, before .venv exists.
 """
@@ -41,9 +41,9 @@ READS = {
 @dataclass(frozen=True)
 class Stage:
     name: str  # the make target
-    doc: str  # one line: `make help`, the README's commands table
+    doc: str  # one line: `make help`, docs/stages.md's table
     also: tuple[str, ...] = ()  # other make targets that run the same module (their recipes are in the Makefile)
-    driver: bool = False  # runs other stages: its import layer sits above theirs
+    driver: bool = False  # runs other stages: it alone may import one (tests/test_architecture.py)
     module: str = ""  # the module it runs: pipeline.<name> unless given
     checks: tuple[str, ...] = ()  # what it checks before any work, in this order (keys of CHECKS)
     reads: tuple[str, ...] = ()  # what it needs of each fold of its experiment that it uses (keys of READS)
@@ -121,8 +121,7 @@ STAGES = (
     ),
 )
 
-README_BEGIN, README_END = "<!-- stages: from pipeline/stages.py -->", "<!-- /stages -->"
-LAYER_MARK = "# the stages: from pipeline/stages.py"  # the line above the stage layer in pyproject.toml
+TABLE_BEGIN, TABLE_END = "<!-- stages: from pipeline/stages.py -->", "<!-- /stages -->"
 
 
 def by_name(name: str) -> Stage | None:
@@ -142,30 +141,20 @@ def help_lines() -> str:
     return "".join(f"  make {s.name:<14} {s.doc.replace('`', '')}\n" for s in STAGES)
 
 
-def commands_table() -> str:
-    """The README's commands table: a row a stage, its other targets beside it."""
-    rows = [f"| {', '.join(f'`make {t}`' for t in s.targets)} | {s.doc} |" for s in STAGES]
-    return "\n".join(["| target | what |", "|---|---|", *rows]) + "\n"
-
-
 def words(keys: tuple[str, ...], table: dict[str, str]) -> str:
     return "; ".join(table[k] for k in keys) or "-"
 
 
 def modules_table() -> str:
-    """docs/stages.md's table: which module each make target runs, what it checks first, what it reads of a fold."""
+    """docs/stages.md's table: what each make target does, the module it runs, what it checks first, what it reads
+    of a fold."""
     rows = [
-        f"| {', '.join(f'`make {t}`' for t in s.targets)} | `{s.path}` | {words(s.checks, CHECKS)} | "
+        f"| {', '.join(f'`make {t}`' for t in s.targets)} | {s.doc} | `{s.path}` | {words(s.checks, CHECKS)} | "
         f"{words(s.reads, READS)} |"
         for s in STAGES
     ]
-    head = "| make target | module | checks first | reads of a fold |"
-    return "\n".join([head, "|---|---|---|---|", *rows]) + "\n"
-
-
-def stage_layer() -> str:
-    """The import contract's layer of the stages that no other stage runs (pyproject.toml)."""
-    return '    "' + " | ".join(s.module for s in STAGES if not s.driver) + '",'
+    head = "| make target | what | module | checks first | reads of a fold |"
+    return "\n".join([head, "|---|---|---|---|---|", *rows]) + "\n"
 
 
 def between(text: str, begin: str, end: str, body: str) -> str:
@@ -173,15 +162,8 @@ def between(text: str, begin: str, end: str, body: str) -> str:
     return f"{head}{begin}\n{body}{end}{rest.split(end, 1)[1]}"
 
 
-def with_layer(text: str) -> str:
-    head, rest = text.split(LAYER_MARK + "\n", 1)
-    return f"{head}{LAYER_MARK}\n{stage_layer()}\n{rest.split(chr(10), 1)[1]}"
-
-
 GENERATED = {  # file -> its text with the part made from STAGES rewritten
-    "README.md": lambda t: between(t, README_BEGIN, README_END, commands_table()),
-    "docs/stages.md": lambda t: between(t, README_BEGIN, README_END, modules_table()),
-    "pyproject.toml": with_layer,
+    "docs/stages.md": lambda t: between(t, TABLE_BEGIN, TABLE_END, modules_table()),
 }
 
 

@@ -1,12 +1,14 @@
 """docs/architecture.md's hand-written tables checked against what they describe: the table of where a module
 without its own test file is tested (against the tree) and the layers table (against the import contract in
-pyproject.toml), so that neither goes stale when a module or a test file comes or goes."""
+pyproject.toml), so that neither goes stale when a module or a test file comes or goes; and the stages' import rule,
+from their records in pipeline/stages.py."""
 
 from __future__ import annotations
 
 import ast
 import re
 
+import grimp
 import tomllib
 
 from pipeline import stages
@@ -45,12 +47,40 @@ def test_the_modules_tested_elsewhere_are_those_without_their_own_test_file() ->
 
 
 def test_the_layers_table_is_the_import_contract_s_order() -> None:
-    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
-    ordinary = {s.module for s in stages.STAGES if not s.driver}
-    layers = [m.strip() for line in contract["layers"] for m in line.split("|")]
-    wanted = [m.removeprefix("pipeline.") for m in layers if m not in ordinary]
+    layers = [m.strip() for line in contract()["layers"] for m in line.split("|")]
     shown = [name.rstrip("/") for row in table_rows(section("Layers")) for name in row[0]]
-    assert shown == wanted
+    assert shown == [m.removeprefix("pipeline.") for m in layers]
+
+
+def contract() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+
+
+def stage_imports(graph) -> list[str]:
+    """Each import of a stage's module by a module that may not make it: only a driver (the import contract's top
+    layer) imports a stage, and nothing imports a driver."""
+    drivers = {m.strip() for m in contract()["layers"][0].split("|")}
+    ordinary = {s.module for s in stages.STAGES} - drivers
+    return [
+        f"{importer} imports {module}"
+        for module in sorted(ordinary | drivers)
+        for importer in sorted(graph.find_modules_that_directly_import(module))
+        if module in drivers or importer not in drivers
+    ]
+
+
+def test_only_a_driver_imports_a_stage_and_nothing_imports_a_driver() -> None:
+    # the stage layer of the import contract, read from pipeline/stages.py rather than listed in pyproject.toml
+    graph = grimp.build_graph("pipeline")
+    assert stage_imports(graph) == []
+    graph.add_import(importer="pipeline.core.loop", imported="pipeline.cv")  # a lower layer reaching a stage
+    graph.add_import(importer="pipeline.blend", imported="pipeline.board")  # a stage importing another
+    graph.add_import(importer="pipeline.kaggle.kernels", imported="pipeline.stage1")  # a driver imported
+    assert stage_imports(graph) == [
+        "pipeline.blend imports pipeline.board",
+        "pipeline.core.loop imports pipeline.cv",
+        "pipeline.kaggle.kernels imports pipeline.stage1",
+    ]
 
 
 MODULE_LINES, FUNCTION_LINES = 500, 60  # the most a module and a function may hold, so that a change reads short
