@@ -105,8 +105,12 @@ def generated(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Rewrite the parts of a docs page (docs/configs.md) made from the fields above."""
-    page = Path((sys.argv[1:] if argv is None else argv)[0])
+    """`python -m pipeline.configdoc PAGE`: rewrite the parts of PAGE (docs/configs.md) made from the fields above."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m pipeline.configdoc docs/configs.md", file=sys.stderr)
+        return 2
+    page = Path(argv[0])
     page.write_text(generated(page.read_text(encoding="utf-8")), encoding="utf-8")
     return 0
 

@@ -26,6 +26,11 @@ def test_the_docs_key_tables_are_the_schema_s() -> None:
     assert text == configdoc.generated(text), "run `.venv/bin/python -m pipeline.configdoc docs/configs.md`"
 
 
+def test_configdoc_without_its_page_says_how_to_call_it(capsys) -> None:
+    assert configdoc.main([]) == 2
+    assert "usage: python -m pipeline.configdoc docs/configs.md" in capsys.readouterr().err
+
+
 def test_the_rules_name_every_key_with_a_fixed_set_of_values() -> None:
     text = CONFIGS_MD.read_text(encoding="utf-8")
     listed = text.split(configdoc.FIXED_BEGIN, 1)[1].split(configdoc.FIXED_END, 1)[0]
