@@ -379,6 +379,7 @@ class Chain:
         self.left = [s for s in steps if done[s.id]]
         self.running: dict[str, tuple[subprocess.Popen, float, Step]] = {}
         self.failed: list[str] = []
+        self.stopped: list[str] = []  # steps stopped from outside the chain (a signal to the step alone)
         self.stopping = False
         # (minutes, the recipe's figure) of the folds done before this run (their done.json) and of each step done
         # by it: this machine's pace
@@ -390,12 +391,12 @@ class Chain:
 
     def ready(self) -> list[Step]:
         """The steps whose needs are done, the longest chain after it first (the ETA's order too)."""
-        waiting = {s.id for s in self.left} | set(self.running) | set(self.failed)
+        waiting = {s.id for s in self.left} | set(self.running) | set(self.failed) | set(self.stopped)
         ready = [s for s in self.left if not any(n in waiting for n in needs_of(s, self.steps))]
         return sorted(ready, key=lambda s: -self.longest[s.id])  # sorted() is stable: file order among equals
 
     def launch(self) -> None:
-        while not self.stopping and not self.failed and len(self.running) < self.jobs and self.ready():
+        while not (self.stopping or self.failed or self.stopped) and len(self.running) < self.jobs and self.ready():
             step = self.ready()[0]
             self.left.remove(step)
             self.running[step.id] = (start(step, self.log(step)), time.perf_counter(), step)
@@ -416,7 +417,11 @@ class Chain:
                 count = sum(not w for w in self.done.values())
                 print(f"done     {sid} ({step.stage}) in {minutes:.1f} min  [{count}/{len(self.steps)}]"
                       f"{self.eta_left()}", flush=True)  # fmt: skip
-            elif self.stopping and proc.returncode in (130, -signal.SIGINT, -signal.SIGTERM):
+            elif proc.returncode in (130, -signal.SIGINT, -signal.SIGTERM):
+                # the chain's own stop, or a signal to this step alone: its progress is saved either way, so
+                # nothing more starts, the running steps finish, and `make recipe` continues from there
+                if not self.stopping:
+                    self.stopped.append(sid)
                 print(f"stopped  {sid} ({step.stage}) after {minutes:.1f} min: {last_line(self.log(step))}")
             else:
                 self.failed.append(sid)
@@ -451,8 +456,9 @@ class Chain:
             time.sleep(0.2)
             self.reap()
             self.launch()
-        if self.stopping:
-            raise Interrupted(f"the recipe {self.name} stopped; `make recipe` again continues where it stopped")
+        if self.stopping or self.stopped:
+            which = f": {', '.join(self.stopped)} stopped by a signal" if self.stopped and not self.stopping else ""
+            raise Interrupted(f"the recipe {self.name} stopped{which}; `make recipe` again continues where it stopped")
         if self.failed:
             raise PipelineError(f"the recipe {self.name} stopped at {', '.join(self.failed)} (its log says why); "
                                 "fix it and run `make recipe` again: the steps done are not run again")  # fmt: skip

@@ -286,6 +286,40 @@ steps:
     assert all("=== fold" in log for log in logs)  # each fold's process trained its own fold
 
 
+class Exited:
+    """A step's process that has already ended with `code`."""
+
+    def __init__(self, code: int) -> None:
+        self.returncode = code
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+def test_a_step_stopped_by_a_signal_of_its_own_is_stopped_not_failed(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A fold interrupted alone (SIGINT or SIGTERM to its process, not to the chain) saved its progress as after
+    Ctrl-C: the chain says so, starts nothing more, and ends as a stopped chain does, to be continued."""
+    path = write_recipe(
+        tmp_path, "config: sample\nsteps:\n  - {id: d, stage: data}\n  - {id: c, stage: cv, needs: [d]}\n"
+    )
+    steps = recipe.read_recipe(path, tuple(overrides(tmp_path)))
+    cfg = config.load("sample", overrides(tmp_path), device=False)
+    started = []
+
+    def start(step, log):
+        started.append(step.id)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("train: stopped; its progress is saved\n")
+        return Exited(130)
+
+    monkeypatch.setattr(recipe, "start", start)
+    chain = recipe.Chain("chain", cfg, steps, {s.id: "to do" for s in steps}, jobs=2)
+    with pytest.raises(recipe.Interrupted, match="chain stopped: d stopped by a signal; `make recipe` again"):
+        chain.run()
+    assert started == ["d"] and chain.failed == []
+    assert "stopped  d (data)" in capsys.readouterr().out
+
+
 def test_a_step_whose_settings_cannot_load_stops_the_chain_before_any_step(tmp_path: Path, capsys) -> None:
     path = write_recipe(tmp_path, "steps:\n  - {id: d, stage: data}\n  - {id: c, stage: cv, args: [train.lr=-1]}\n")
     assert recipe.main(["--config", str(path), "--args", " ".join(overrides(tmp_path))]) == 2
