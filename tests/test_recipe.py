@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import config, layout, recipe
+from pipeline.chain import plan as chain_plan
+from pipeline.chain import steps as chain_steps
 from pipeline.errors import ConfigError
 from pipeline.files import write_json
 from tests.helpers import digests
@@ -37,10 +39,10 @@ steps:
   - {id: c, stage: cv, needs: [t], args: [data.folds=3]}
 """,
     )
-    steps = recipe.read_recipe(path, tuple(overrides(tmp_path)))
+    steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
     assert [s.id for s in steps] == ["d", "t.fold0", "t.fold1", "t.fold2", "c"]
     assert [s.minutes for s in steps[1:4]] == [3, 3, 3]  # the train step's minutes shared among its folds
-    assert recipe.needs_of(steps[-1], steps) == ["t.fold0", "t.fold1", "t.fold2"]
+    assert chain_steps.needs_of(steps[-1], steps) == ["t.fold0", "t.fold1", "t.fold2"]
     fold1 = recipe.command(steps[2])
     assert fold1[2:6] == ["pipeline", "train", "--config", "sample"]
     words = config.split_args(fold1[-1])  # as the stage reads its --args
@@ -58,7 +60,7 @@ steps:
 )
 def test_a_recipe_that_cannot_run_is_one_line(tmp_path: Path, steps: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
-        recipe.read_recipe(write_recipe(tmp_path, f"config: sample\nsteps:\n{steps}\n"))
+        chain_steps.read_recipe(write_recipe(tmp_path, f"config: sample\nsteps:\n{steps}\n"))
 
 
 def test_the_eta_schedules_the_steps_on_the_cores(tmp_path: Path) -> None:
@@ -72,11 +74,11 @@ steps:
   - {id: c, stage: cv, needs: [t], args: [data.folds=2]}
 """,
     )
-    steps = recipe.read_recipe(path)
+    steps = chain_steps.read_recipe(path)
     minutes = {"d": 1.0, "t.fold0": 10.0, "t.fold1": 10.0, "c": 1.0}
-    assert recipe.wall_minutes(steps, steps, minutes, 2) == 12
-    assert recipe.wall_minutes(steps, steps, minutes, 1) == 22
-    assert recipe.wall_minutes(steps[1:], steps, minutes, 2) == 11  # the data done: the folds start at once
+    assert chain_plan.wall_minutes(steps, steps, minutes, 2) == 12
+    assert chain_plan.wall_minutes(steps, steps, minutes, 1) == 22
+    assert chain_plan.wall_minutes(steps[1:], steps, minutes, 2) == 11  # the data done: the folds start at once
 
 
 def test_a_step_that_a_long_chain_waits_on_starts_before_the_folds_in_file_order(tmp_path: Path) -> None:
@@ -93,12 +95,12 @@ steps:
   - {id: pl, stage: train, needs: [teacher], args: [data.folds=3], minutes: 36}
 """,
     )
-    steps = recipe.read_recipe(path)
+    steps = chain_steps.read_recipe(path)
     minutes = {s.id: s.minutes for s in steps}
-    longest = recipe.longest_after(steps)
+    longest = chain_plan.longest_after(steps)
     assert longest["teacher"] == 1 + 12 > longest["l256.fold0"] == 10
-    assert recipe.wall_minutes(steps, steps, minutes, 2) == 32
-    chain = recipe.Chain("r", recipe.step_config(steps[0]), steps, {s.id: "to do" for s in steps}, 2)
+    assert chain_plan.wall_minutes(steps, steps, minutes, 2) == 32
+    chain = recipe.Chain("r", chain_steps.step_config(steps[0]), steps, {s.id: "to do" for s in steps}, 2)
     assert chain.ready()[0].id == "teacher"  # the chain starts them in the order the ETA counts
 
 
@@ -110,8 +112,8 @@ def quoted_plan(page: str) -> str:
 def test_the_eta_left_runs_the_recipes_figures_at_this_machines_pace() -> None:
     """Stage 1 in 23 minutes where the recipe says 13, the first data step in 15.7 for 9: the steps not measured
     yet are counted 1.77x; a step of a minute or so (its minutes mostly start-up) tells nothing."""
-    assert recipe.pace([(23.0, 13.0), (15.7, 9.0), (0.9, 1.0)]) == pytest.approx(38.7 / 22.0)
-    assert recipe.pace([]) == 1.0 and recipe.pace([(3.0, 1.0)]) == 1.0
+    assert chain_plan.pace([(23.0, 13.0), (15.7, 9.0), (0.9, 1.0)]) == pytest.approx(38.7 / 22.0)
+    assert chain_plan.pace([]) == 1.0 and chain_plan.pace([(3.0, 1.0)]) == 1.0
 
 
 def test_a_resumed_fold_counts_its_whole_training_in_the_pace(tmp_path: Path) -> None:
@@ -121,12 +123,12 @@ def test_a_resumed_fold_counts_its_whole_training_in_the_pace(tmp_path: Path) ->
         tmp_path, "config: sample\nsteps:\n  - {id: t, stage: train, args: [data.folds=2], minutes: 20}\n"
     )
     fold0, data = (
-        recipe.read_recipe(path, tuple(overrides(tmp_path)))[0],
-        recipe.Step(id="d", stage="data", config="sample"),
+        chain_steps.read_recipe(path, tuple(overrides(tmp_path)))[0],
+        chain_steps.Step(id="d", stage="data", config="sample"),
     )
-    write_json(layout.fold_dir(recipe.step_config(fold0), 0) / "done.json", {"digest": "x", "minutes": 24.6})
-    assert recipe.finished_minutes(fold0, 11.6) == 24.6
-    assert recipe.finished_minutes(data, 1.5) == 1.5  # no model: the wall minutes
+    write_json(layout.fold_dir(chain_steps.step_config(fold0), 0) / "done.json", {"digest": "x", "minutes": 24.6})
+    assert chain_plan.finished_minutes(fold0, 11.6) == 24.6
+    assert chain_plan.finished_minutes(data, 1.5) == 1.5  # no model: the wall minutes
 
 
 def test_the_plan_counts_the_steps_not_measured_at_the_pace_of_the_folds_done(tmp_path: Path) -> None:
@@ -139,20 +141,24 @@ steps:
   - {id: t, stage: train, needs: [d], args: [data.folds=2], minutes: 10}
 """,
     )
-    steps = recipe.read_recipe(path, tuple(overrides(tmp_path)))
+    steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
     todo = {s.id: "to do" for s in steps}
     took = [(10.0, 5.0), (11.0, 5.0)]  # folds of another experiment, done at 2.1x their figures
-    assert recipe.step_minutes(steps, steps, todo, took) == pytest.approx({"d": 2.1, "t.fold0": 10.5, "t.fold1": 10.5})
-    plan = recipe.plan_text("chain", steps, todo, recipe.step_minutes(steps, steps, todo, took), 2, recipe.pace(took))
+    assert chain_plan.step_minutes(steps, steps, todo, took) == pytest.approx(
+        {"d": 2.1, "t.fold0": 10.5, "t.fold1": 10.5}
+    )
+    plan = chain_plan.plan_text(
+        "chain", steps, todo, chain_plan.step_minutes(steps, steps, todo, took), 2, chain_plan.pace(took)
+    )
     assert plan.endswith("(23 min on one core; the recipe's minutes x 2.10, this machine's pace in the models trained)")
 
 
 def test_the_plan_docs_recipes_md_quotes_is_what_make_recipe_prints_first(tmp_path: Path) -> None:
     """The real-slice recipe from a fresh clone: every step to do, the docs' minutes scheduled on two cores."""
-    steps = recipe.read_recipe(config.recipe_path("real-slice-e5"), tuple(overrides(tmp_path)))
-    done = {s.id: recipe.done_why(s) for s in steps}
-    minutes = {s.id: recipe.measured_minutes(s, steps, done) for s in steps}
-    plan = recipe.plan_text("real-slice-e5", steps, done, minutes, 2)
+    steps = chain_steps.read_recipe(config.recipe_path("real-slice-e5"), tuple(overrides(tmp_path)))
+    done = {s.id: chain_steps.done_why(s) for s in steps}
+    minutes = {s.id: chain_plan.measured_minutes(s, steps, done) for s in steps}
+    plan = chain_plan.plan_text("real-slice-e5", steps, done, minutes, 2)
     assert plan + "\n" == quoted_plan((ROOT / "docs" / "recipes.md").read_text())
     assert steps[-1].id == "rs-e5-all-mix" and len(steps[-1].members) == 5
 
@@ -302,7 +308,7 @@ def test_a_step_stopped_by_a_signal_of_its_own_is_stopped_not_failed(tmp_path: P
     path = write_recipe(
         tmp_path, "config: sample\nsteps:\n  - {id: d, stage: data}\n  - {id: c, stage: cv, needs: [d]}\n"
     )
-    steps = recipe.read_recipe(path, tuple(overrides(tmp_path)))
+    steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
     cfg = config.load("sample", overrides(tmp_path), device=False)
     started = []
 
@@ -333,9 +339,11 @@ def test_a_step_whose_settings_cannot_load_stops_the_chain_before_any_step(tmp_p
 )
 def test_every_recipe_in_the_folder_reads_and_plans(path: Path, tmp_path: Path) -> None:
     """A recipe a user runs by name: its steps load, their needs are steps of the file, and the plan prints."""
-    steps = recipe.read_recipe(path, tuple(overrides(tmp_path)))
+    steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
     ids = {s.id for s in steps} | {s.group for s in steps if s.group}
     assert all(n in ids for s in steps for n in s.needs), [(s.id, s.needs) for s in steps]
-    done = {s.id: recipe.done_why(s) for s in steps}
-    minutes = {s.id: recipe.measured_minutes(s, steps, done) for s in steps}
-    assert recipe.plan_text(path.stem, steps, done, minutes, 2).startswith(f"recipe {path.stem}: {len(steps)} steps")
+    done = {s.id: chain_steps.done_why(s) for s in steps}
+    minutes = {s.id: chain_plan.measured_minutes(s, steps, done) for s in steps}
+    assert chain_plan.plan_text(path.stem, steps, done, minutes, 2).startswith(
+        f"recipe {path.stem}: {len(steps)} steps"
+    )

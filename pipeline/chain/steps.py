@@ -1,0 +1,178 @@
+"""A recipe's steps: read from its YAML file and checked, a train step as one step a fold, and whether each is done,
+asked of its own files (pipeline.validity), never of a record of the chain's (pipeline/recipe.py runs them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pipeline import config as config_mod
+from pipeline import experiments, layout, validity
+from pipeline.errors import ConfigError, PipelineError
+from pipeline.files import read_json
+from pipeline.schema import Config
+
+STEP_STAGES = ("data", "stage1", "train", "cv", "predict", "baseline", "blend")  # the stages a step may run
+STEP_KEYS = {"id", "stage", "config", "args", "needs", "members", "train", "folds", "minutes"}
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str  # unique in the recipe; a train step's folds are <id>.fold<k>
+    stage: str  # one of STAGES
+    config: str  # a config name of pipeline/configs/ (the recipe's own by default)
+    args: tuple[str, ...] = ()  # key=value overrides, as ARGS gives them
+    needs: tuple[str, ...] = ()  # the ids of the steps that must be done first
+    members: tuple[str, ...] = ()  # a blend's members (BLEND)
+    train: bool = False  # stage1: train the stage-1 model (`make stage1`'s second command), else its data
+    fold: int | None = None  # a train step's one fold (train.folds=[fold])
+    minutes: float = 0.0  # the recipe's figure: one-core minutes (a train step's: all its folds together)
+    group: str = ""  # a fold's train step: the id its folds stand for together
+    extra: tuple[str, ...] = field(default=(), compare=False)  # the run's own ARGS, applied after the step's
+
+    @property
+    def overrides(self) -> list[str]:
+        fold = [f"train.folds=[{self.fold}]"] if self.fold is not None else []
+        return [*self.args, *fold, *self.extra]
+
+
+def _flat(items) -> list[str]:
+    """A step's args: strings, or lists of them (a YAML anchor of shared overrides, `*s2`), flattened."""
+    out: list[str] = []
+    for item in items if isinstance(items, list) else [items]:
+        out.extend(_flat(item) if isinstance(item, list) else [str(item)])
+    return out
+
+
+def parse_step(raw: dict, default_config: str, extra: tuple[str, ...]) -> Step:
+    """One step of the recipe's list, checked: known keys, a known stage, an id."""
+    if not isinstance(raw, dict) or not raw.get("id") or raw.get("stage") not in STEP_STAGES:
+        raise ConfigError(f"recipe step {raw!r}: needs an id and a stage of {', '.join(STEP_STAGES)}")
+    unknown = sorted(set(raw) - STEP_KEYS)
+    if unknown:
+        known = ", ".join(sorted(STEP_KEYS))
+        raise ConfigError(f"recipe step {raw['id']}: unknown key {unknown[0]!r} (known: {known})")
+    return Step(
+        id=str(raw["id"]), stage=raw["stage"], config=str(raw.get("config", default_config)),
+        args=tuple(_flat(raw.get("args", []))), needs=tuple(_flat(raw.get("needs", []))),
+        members=tuple(_flat(raw.get("members", []))), train=bool(raw.get("train", False)),
+        minutes=float(raw.get("minutes", 0)), extra=extra,
+    )  # fmt: skip
+
+
+def expand(step: Step) -> list[Step]:
+    """A train step as one step a fold (each its own process), or as it is; other steps as they are."""
+    if step.stage != "train":
+        return [step]
+    k = step_config(step).data.folds
+    ids = [f"{step.id}.{layout.fold_name(f)}" for f in range(k)]
+    return [replace(step, id=i, fold=f, minutes=step.minutes / k, group=step.id) for f, i in enumerate(ids)]
+
+
+def read_recipe(path: Path, extra: tuple[str, ...] = ()) -> list[Step]:
+    """The recipe's steps, train steps one a fold, in the file's order; each need a step above it."""
+    raw = config_mod.read_yaml(path)
+    if not isinstance(raw.get("steps"), list) or not raw["steps"]:
+        raise ConfigError(f"{path}: a recipe lists its steps under `steps:`")
+    unknown = sorted(set(raw) - {"config", "shared", "steps", "jobs"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r} (a recipe has config, shared, steps, jobs)")
+    steps: list[Step] = []
+    for item in raw["steps"]:
+        step = parse_step(item, str(raw.get("config", "sample")), extra)
+        known = {s.id for s in steps} | {s.group for s in steps}
+        if step.id in known:
+            raise ConfigError(f"{path}: step {step.id} is named twice")
+        missing = [n for n in step.needs if n not in known]
+        if missing:  # so the chain is in an order it can run in, with no cycle
+            raise ConfigError(f"{path}: step {step.id} needs {missing[0]}, which no step above it is")
+        steps.extend(expand(step))
+    return steps
+
+
+def needs_of(step: Step, steps: list[Step]) -> list[str]:
+    """The step ids `step` waits for: a train step's id stands for all its folds."""
+    return [s.id for n in step.needs for s in steps if n in (s.id, s.group)]
+
+
+# ---------------------------------------------------------------- is a step done: asked of its own files
+
+
+def step_config(step: Step) -> Config:
+    cfg = config_mod.load(step.config, step.overrides, device=False)
+    if step.stage == "stage1":
+        s1 = config_mod.stage1_config(cfg, device=False)
+        if s1 is None:
+            raise ConfigError(f"recipe step {step.id}: stage1 needs model.init_from in its args")
+        return s1
+    return cfg
+
+
+def newer(path: Path, than: list[Path]) -> bool:
+    """`path` exists and was written after every one of `than` (a report made from these very files)."""
+    return path.is_file() and all(path.stat().st_mtime >= p.stat().st_mtime for p in than if p.exists())
+
+
+def folds_problem(cfg: Config, name: str, needs: tuple[str, ...]) -> str:
+    """Why not every fold of models/<name>/ counts ('' when they all do), as the stages that read them ask it."""
+    use, left_out = experiments.experiment_check(cfg, name, needs)
+    return validity.describe(left_out) if left_out else ""
+
+
+def done_why(step: Step) -> str:
+    """'' when the step's stage would find nothing to do (its files count now), else why not, in a few words."""
+    try:
+        cfg = step_config(step)
+        if step.stage in ("data", "stage1") and not step.train:
+            validity.current_meta(cfg)  # the prepared tables, made from the inputs as they are now
+            return ""
+        if step.stage in ("train", "stage1"):
+            return validity.fold_status(
+                layout.fold_dir(cfg, step.fold if step.stage == "train" else layout.STAGE1),
+                validity.current_fingerprint(cfg), needs=(layout.WEIGHTS,))  # fmt: skip
+        return report_why(step, cfg)
+    except ConfigError:  # a step that cannot run at all: said before any step starts
+        raise
+    except PipelineError as e:  # its inputs are not there yet, or changed: it has to run
+        return str(e).split(": ", 1)[-1][:100]
+
+
+def report_why(step: Step, cfg: Config) -> str:
+    """done_why of the steps that read trained folds: cv, predict, baseline, blend."""
+    exp = layout.experiment_dir(cfg)
+    if step.stage in ("cv", "predict"):
+        digest = validity.current_fingerprint(cfg)
+        needs = (layout.OOF,) if step.stage == "cv" else (layout.OOF, layout.TEST_PREDS)
+        use, left_out = validity.select_folds(exp, digest, cfg.data.folds, needs)
+        if left_out:
+            return validity.describe(left_out)
+        if step.stage == "predict":
+            out, made = layout.submission_path(cfg), [d / layout.TEST_KEY for d in use]
+        else:  # written after every fold and of every fold: a fold's train may report before another's ends
+            out, made = exp / layout.CV_JSON, [d / layout.DONE for d in use]
+            if newer(out, made) and reported_folds(out) != list(range(cfg.data.folds)):
+                return f"{out.name} not made from every fold"
+        return "" if newer(out, made) else f"{out.name} not made from these folds yet"
+    name = layout.baseline_name(cfg) if step.stage == "baseline" else blend_name(cfg, step)
+    if not layout.experiment_dir(cfg, name).is_dir():
+        return "not made"
+    why = folds_problem(cfg, name, (layout.OOF, layout.TEST_PREDS))
+    return why or ("" if layout.submission_path(cfg, name).is_file() else "no submission")
+
+
+def reported_folds(cv_json: Path) -> list[int]:
+    """The folds a cv.json reports."""
+    try:
+        return sorted(int(k) for k in read_json(cv_json).get("folds", {}))
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def blend_name(cfg: Config, step: Step) -> str:
+    return layout.blend_name(cfg, list(step.members))
+
+
+def experiment_of(step: Step) -> str:
+    """The experiment a step writes: a blend's name, else its config's."""
+    cfg = step_config(step)
+    return blend_name(cfg, step) if step.stage == "blend" else cfg.name
