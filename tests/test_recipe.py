@@ -334,9 +334,10 @@ def test_a_step_whose_settings_cannot_load_stops_the_chain_before_any_step(tmp_p
     assert not (tmp_path / "input").exists()  # nothing ran
 
 
-@pytest.mark.parametrize(
-    "path", sorted((ROOT / "pipeline" / "configs" / "recipes").glob("*.yaml")), ids=lambda p: p.stem
-)
+RECIPES = sorted((ROOT / "pipeline" / "configs" / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_every_recipe_in_the_folder_reads_and_plans(path: Path, tmp_path: Path) -> None:
     """A recipe a user runs by name: its steps load, their needs are steps of the file, and the plan prints."""
     steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
@@ -347,3 +348,17 @@ def test_every_recipe_in_the_folder_reads_and_plans(path: Path, tmp_path: Path) 
     assert chain_plan.plan_text(path.stem, steps, done, minutes, 2).startswith(
         f"recipe {path.stem}: {len(steps)} steps"
     )
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_a_recipes_students_train_from_the_stage1_model_its_stage1_step_makes(path: Path, tmp_path: Path) -> None:
+    """A student's stage-1 settings are its own with `model.init_args` over them: a setting a student alone should
+    have (a second seed) would otherwise ask for another stage-1 model than the one the recipe trains."""
+    steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
+    made = {chain_steps.step_config(s).name: chain_steps.step_config(s).to_dict()
+            for s in steps if s.stage == "stage1" and s.train}  # fmt: skip
+    for s in steps:
+        cfg = chain_steps.step_config(s)
+        if s.stage == "train" and cfg.model.init_from:
+            wanted = config.stage1_config(cfg, device=False)
+            assert wanted.to_dict() == made[wanted.name], f"{s.id}: another stage-1 model than {wanted.name}'s step"
