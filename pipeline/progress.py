@@ -140,10 +140,18 @@ def run_in_child(fn: Callable, *args, desc: str):
     ctx = multiprocessing.get_context("fork")  # the child shares the parent's memory: no copy of the texts
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, fn, args), daemon=True)
-    proc.start()
+    # Ctrl-C held over the fork: one that lands while this process runs the fork's hooks (logging's lock release)
+    # is "ignored" there and lost, and the wait below runs to its end; released in the try, it stops the child
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        proc.start()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
     send.close()
     ticker, status = Ticker(desc), ""
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         while not recv.poll(0.2):
             if not proc.is_alive() and not recv.poll(0.2):
                 raise RuntimeError(f"{desc}: the worker process died (exit code {proc.exitcode})")

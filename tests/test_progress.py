@@ -4,6 +4,8 @@ work in a child process (the tokenizer's training) whose errors come back."""
 from __future__ import annotations
 
 import io
+import os
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -130,6 +132,28 @@ def test_tokenizer_child_errors_come_back(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="boom"):
         progress.run_in_child(_raise_boom, desc="x")
     assert progress.run_in_child(divmod, 7, 2, desc="x") == (3, 1)
+
+
+def test_a_ctrl_c_while_the_child_forks_still_stops_it() -> None:
+    """A Ctrl-C that lands while the parent runs the fork's own hooks (as logging's lock release after a fork) is
+    raised inside the hook, where Python ignores it: without the signal held over the fork, the wait runs on."""
+    armed = [True]
+
+    def ctrl_c_in_the_forks_hook() -> None:  # registered for the process's life: it fires once
+        if armed:
+            armed.clear()
+            os.kill(os.getpid(), signal.SIGINT)
+
+    os.register_at_fork(after_in_parent=ctrl_c_in_the_forks_hook)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        start = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            progress.run_in_child(time.sleep, 10, desc="sleep")
+        assert time.perf_counter() - start < 5
+    finally:
+        armed.clear()
+        signal.signal(signal.SIGINT, old)
 
 
 def _raise_boom():
