@@ -56,16 +56,26 @@ def contract() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
 
 
+def drivers() -> set[str]:
+    """The modules that run other stages: the import contract's top layer."""
+    return {m.strip() for m in contract()["layers"][0].split("|")}
+
+
+def test_every_driver_stage_is_in_the_contract_s_top_layer_and_no_other_stage_is() -> None:
+    assert {s.module for s in stages.STAGES if s.driver} <= drivers()
+    assert not drivers() & {s.module for s in stages.STAGES if not s.driver}
+
+
 def stage_imports(graph) -> list[str]:
     """Each import of a stage's module by a module that may not make it: only a driver (the import contract's top
     layer) imports a stage, and nothing imports a driver."""
-    drivers = {m.strip() for m in contract()["layers"][0].split("|")}
-    ordinary = {s.module for s in stages.STAGES} - drivers
+    top = drivers()
+    ordinary = {s.module for s in stages.STAGES} - top
     return [
         f"{importer} imports {module}"
-        for module in sorted(ordinary | drivers)
+        for module in sorted(ordinary | top)
         for importer in sorted(graph.find_modules_that_directly_import(module))
-        if module in drivers or importer not in drivers
+        if module in top or importer not in top
     ]
 
 

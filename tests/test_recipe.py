@@ -355,8 +355,8 @@ def test_a_recipes_students_train_from_the_stage1_model_its_stage1_step_makes(pa
     """A student's stage-1 settings are its own with `model.init_args` over them: a setting a student alone should
     have (a second seed) would otherwise ask for another stage-1 model than the one the recipe trains."""
     steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
-    made = {chain_steps.step_config(s).name: chain_steps.step_config(s).to_dict()
-            for s in steps if s.stage == "stage1" and s.train}  # fmt: skip
+    stage1 = [chain_steps.step_config(s) for s in steps if s.stage == "stage1" and s.train]
+    made = {cfg.name: cfg.to_dict() for cfg in stage1}
     for s in steps:
         cfg = chain_steps.step_config(s)
         if s.stage == "train" and cfg.model.init_from:
