@@ -8,10 +8,12 @@ always its last line: a ten-hour run leaves a log one can read line by line, and
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -130,6 +132,31 @@ def _child(conn, fn: Callable, args: tuple) -> None:
         conn.close()
 
 
+@contextlib.contextmanager
+def _ctrl_c_noted():
+    """A list that gains an entry whenever Ctrl-C comes, while the caller's own handler still runs.
+
+    A Ctrl-C that lands while this process runs a fork's hooks (logging's lock release) raises inside the hook,
+    where Python reports it and goes on; masking the signal over the fork does not hold it, since any other
+    thread (a test worker's, a tokenizer's) may take it instead. A note the wait reads cannot be lost that way.
+    """
+    came: list[int] = []
+    old = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(old):
+        yield came  # SIG_IGN or SIG_DFL as the caller set them; only the main thread can set a handler
+        return
+
+    def note(signum, frame):
+        came.append(signum)
+        old(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def run_in_child(fn: Callable, *args, desc: str):
     """fn(*args) in a forked child process, with an elapsed-time line; Ctrl-C stops it within a second.
 
@@ -140,32 +167,28 @@ def run_in_child(fn: Callable, *args, desc: str):
     ctx = multiprocessing.get_context("fork")  # the child shares the parent's memory: no copy of the texts
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, fn, args), daemon=True)
-    # Ctrl-C held over the fork: one that lands while this process runs the fork's hooks (logging's lock release)
-    # is "ignored" there and lost, and the wait below runs to its end; released in the try, it stops the child
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        proc.start()
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        raise
-    send.close()
     ticker, status = Ticker(desc), ""
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        while not recv.poll(0.2):
-            if not proc.is_alive() and not recv.poll(0.2):
-                raise RuntimeError(f"{desc}: the worker process died (exit code {proc.exitcode})")
-            ticker.tick()
-        status, value = recv.recv()
-    finally:
-        ticker.close("done in" if status else "stopped after")
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(2)
+    with _ctrl_c_noted() as came:
+        try:
+            proc.start()
+            send.close()
+            while not recv.poll(0.2):
+                if came:  # a Ctrl-C raised inside the fork's hooks, where Python drops it
+                    raise KeyboardInterrupt
+                if not proc.is_alive() and not recv.poll(0.2):
+                    raise RuntimeError(f"{desc}: the worker process died (exit code {proc.exitcode})")
+                ticker.tick()
+            status, value = recv.recv()
+        finally:
+            ticker.close("done in" if status else "stopped after")
             if proc.is_alive():
-                proc.kill()
-        proc.join()
-        recv.close()
+                proc.terminate()
+                proc.join(2)
+                if proc.is_alive():
+                    proc.kill()
+            if proc.pid is not None:
+                proc.join()
+            recv.close()
     if status == "error":
         raise value
     return value

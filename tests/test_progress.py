@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -134,15 +135,23 @@ def test_tokenizer_child_errors_come_back(tmp_path: Path) -> None:
     assert progress.run_in_child(divmod, 7, 2, desc="x") == (3, 1)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the hook's own, meant
 def test_a_ctrl_c_while_the_child_forks_still_stops_it() -> None:
     """A Ctrl-C that lands while the parent runs the fork's own hooks (as logging's lock release after a fork) is
-    raised inside the hook, where Python ignores it: without the signal held over the fork, the wait runs on."""
-    armed = [True]
+    raised inside the hook, where Python ignores it: unless the wait sees that it came, the wait runs on.
+
+    Another thread stays open to the signal throughout, as a test worker's or a tokenizer's threads are: the
+    kernel may hand it the signal, so masking the signal in the main thread alone does not hold it."""
+    armed, done = [True], threading.Event()
+    other = threading.Thread(target=done.wait, daemon=True)
+    other.start()  # made before anything masks SIGINT: it takes the signal whenever the main thread holds it
 
     def ctrl_c_in_the_forks_hook() -> None:  # registered for the process's life: it fires once
         if armed:
             armed.clear()
             os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(20):  # the hook runs on a while, as a slow one does: a signal let in arrives inside it
+                time.sleep(0.01)
 
     os.register_at_fork(after_in_parent=ctrl_c_in_the_forks_hook)
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -151,8 +160,10 @@ def test_a_ctrl_c_while_the_child_forks_still_stops_it() -> None:
         with pytest.raises(KeyboardInterrupt):
             progress.run_in_child(time.sleep, 10, desc="sleep")
         assert time.perf_counter() - start < 5
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler is back
     finally:
         armed.clear()
+        done.set()
         signal.signal(signal.SIGINT, old)
 
 
