@@ -49,6 +49,50 @@ steps:
     assert "train.folds=[1]" in words and f"models_dir={tmp_path / 'models'}" in words
 
 
+def test_a_step_of_some_folds_trains_and_waits_for_those_alone(tmp_path: Path, monkeypatch) -> None:
+    """A probe on fold 0 before all five: `folds: [0]` trains fold 0 alone, with the step's minutes, and its cv step
+    is done once fold 0 is reported, the folds it is not of untrained."""
+    path = write_recipe(
+        tmp_path,
+        """
+config: sample
+steps:
+  - {id: t, stage: train, args: [data.folds=3], folds: [1], minutes: 9}
+  - {id: c, stage: cv, needs: [t], args: [data.folds=3], folds: [1]}
+  - {id: every, stage: cv, needs: [t], args: [data.folds=3]}
+""",
+    )
+    train, cv, every = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
+    assert (train.id, train.fold, train.minutes) == ("t.fold1", 1, 9)
+    assert "train.folds=[1]" in config.split_args(recipe.command(train)[-1])
+    exp = layout.experiment_dir(chain_steps.step_config(cv))
+    write_json(exp / "fold1" / "done.json", {"digest": "d"})
+    write_json(exp / "cv.json", {"folds": {"1": {}}})  # written after fold 1's done.json
+    monkeypatch.setattr(chain_steps.validity, "current_fingerprint", lambda cfg: "d")
+    monkeypatch.setattr(
+        chain_steps.validity,
+        "select_folds",
+        lambda *a: ([exp / "fold1"], {"fold0": "not trained", "fold2": "not trained"}),
+    )
+    assert chain_steps.done_why(cv) == ""
+    assert chain_steps.done_why(every) == "fold0, fold2: not trained"
+
+
+@pytest.mark.parametrize(
+    "step, says",
+    [
+        ("{id: t, stage: train, args: [data.folds=3], folds: [3]}", "step t: fold 3 does not exist \\(data.folds=3\\)"),
+        ("{id: t, stage: train, folds: [0, 0]}", "a list of distinct fold numbers"),
+        ("{id: t, stage: train, folds: 0}", "a list of distinct fold numbers"),
+        ("{id: d, stage: data, folds: [0]}", "step d: folds is for a train, cv, predict step"),
+    ],
+)
+def test_a_steps_folds_are_fold_numbers_of_a_step_that_reads_folds(tmp_path: Path, step: str, says: str) -> None:
+    path = write_recipe(tmp_path, f"config: sample\nsteps:\n  - {step}\n")
+    with pytest.raises(ConfigError, match=says):
+        chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
+
+
 @pytest.mark.parametrize(
     "steps, says",
     [

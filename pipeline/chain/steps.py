@@ -14,6 +14,7 @@ from pipeline.schema import Config
 
 STEP_STAGES = ("data", "stage1", "train", "cv", "predict", "baseline", "blend")  # the stages a step may run
 STEP_KEYS = {"id", "stage", "config", "args", "needs", "members", "train", "folds", "minutes"}
+FOLD_STAGES = ("train", "cv", "predict")  # the stages a step's `folds:` may narrow
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class Step:
     members: tuple[str, ...] = ()  # a blend's members (BLEND)
     train: bool = False  # stage1: train the stage-1 model (`make stage1`'s second command), else its data
     fold: int | None = None  # a train step's one fold (train.folds=[fold])
+    folds: tuple[int, ...] = ()  # the folds a train, cv or predict step is of (`folds: [0]`); () every fold
     minutes: float = 0.0  # the recipe's figure: one-core minutes (a train step's: all its folds together)
     group: str = ""  # a fold's train step: the id its folds stand for together
     extra: tuple[str, ...] = field(default=(), compare=False)  # the run's own ARGS, applied after the step's
@@ -56,17 +58,40 @@ def parse_step(raw: dict, default_config: str, extra: tuple[str, ...]) -> Step:
         id=str(raw["id"]), stage=raw["stage"], config=str(raw.get("config", default_config)),
         args=tuple(_flat(raw.get("args", []))), needs=tuple(_flat(raw.get("needs", []))),
         members=tuple(_flat(raw.get("members", []))), train=bool(raw.get("train", False)),
-        minutes=float(raw.get("minutes", 0)), extra=extra,
+        folds=step_folds(raw), minutes=float(raw.get("minutes", 0)), extra=extra,
     )  # fmt: skip
+
+
+def step_folds(raw: dict) -> tuple[int, ...]:
+    """A step's `folds:` (a probe on fold 0 before all five), checked: whole numbers, on a step that reads folds."""
+    folds = raw.get("folds")
+    if folds is None or folds == []:
+        return ()
+    if raw["stage"] not in FOLD_STAGES:
+        raise ConfigError(f"recipe step {raw['id']}: folds is for a {', '.join(FOLD_STAGES)} step")
+    whole = isinstance(folds, list) and all(isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in folds)
+    if not whole or len(set(folds)) < len(folds):
+        raise ConfigError(f"recipe step {raw['id']}: folds={folds!r}: a list of distinct fold numbers, e.g. [0]")
+    return tuple(sorted(folds))
+
+
+def fold_numbers(step: Step, k: int) -> list[int]:
+    """The folds a step is of: its `folds:`, else every fold of data.folds=k."""
+    bad = [f for f in step.folds if f >= k]
+    if bad:
+        raise ConfigError(f"recipe step {step.id}: fold {bad[0]} does not exist (data.folds={k})")
+    return list(step.folds) or list(range(k))
 
 
 def expand(step: Step) -> list[Step]:
     """A train step as one step a fold (each its own process), or as it is; other steps as they are."""
     if step.stage != "train":
         return [step]
-    k = step_config(step).data.folds
-    ids = [f"{step.id}.{layout.fold_name(f)}" for f in range(k)]
-    return [replace(step, id=i, fold=f, minutes=step.minutes / k, group=step.id) for f, i in enumerate(ids)]
+    folds = fold_numbers(step, step_config(step).data.folds)
+    return [
+        replace(step, id=f"{step.id}.{layout.fold_name(f)}", fold=f, minutes=step.minutes / len(folds), group=step.id)
+        for f in folds
+    ]
 
 
 def read_recipe(path: Path, extra: tuple[str, ...] = ()) -> list[Step]:
@@ -144,13 +169,15 @@ def report_why(step: Step, cfg: Config) -> str:
         digest = validity.current_fingerprint(cfg)
         needs = (layout.OOF,) if step.stage == "cv" else (layout.OOF, layout.TEST_PREDS)
         use, left_out = validity.select_folds(exp, digest, cfg.data.folds, needs)
+        folds = fold_numbers(step, cfg.data.folds)  # a step of some folds waits for those alone
+        left_out = {f: why for f, why in left_out.items() if f in {layout.fold_name(n) for n in folds}}
         if left_out:
             return validity.describe(left_out)
         if step.stage == "predict":
             out, made = layout.submission_path(cfg), [d / layout.TEST_KEY for d in use]
         else:  # written after every fold and of every fold: a fold's train may report before another's ends
             out, made = exp / layout.CV_JSON, [d / layout.DONE for d in use]
-            if newer(out, made) and reported_folds(out) != list(range(cfg.data.folds)):
+            if newer(out, made) and not set(folds) <= set(reported_folds(out)):
                 return f"{out.name} not made from every fold"
         return "" if newer(out, made) else f"{out.name} not made from these folds yet"
     name = layout.baseline_name(cfg) if step.stage == "baseline" else blend_name(cfg, step)
