@@ -9,7 +9,7 @@ import pytest
 
 from pipeline import config, layout
 from pipeline.files import file_record
-from pipeline.scoring import summary
+from pipeline.scoring import metrics, summary
 from tests.helpers.tinyrun import TINY, overrides
 
 
@@ -31,9 +31,13 @@ def test_the_block_names_the_figures_the_test_auc_the_time_and_every_file(tmp_pa
     (subs / "submission.csv").write_text("id,toxic\n")
     record = {"name": "sample", "folds": ["fold0", "fold1"], "of": 5, "file": file_record(subs / "submission.csv")}
     (subs / "submission.json").write_text(json.dumps(record))
+    # every metric of the one list, in its order: the two given with their values, the others (Brier: NaN) '-'
+    given = {"6-lang AUC": "6-lang AUC 0.8123", "valid AUC": "valid AUC 0.8000"}
+    figures = " | ".join(given.get(m.header, f"{m.header} -") for m in metrics.METRICS)
+    assert figures.startswith("6-lang AUC 0.8123 | valid AUC 0.8000 |") and "Brier -" in figures
     assert summary.block(cfg, "train", 61.4, submission="(2 of 5 folds)") == "\n".join([
         "== train: sample ==",
-        "OOF         2 folds: 6-lang AUC 0.8123 | valid AUC 0.8000 | Brier -",
+        f"OOF         2 folds: {figures}",
         "languages   es 0.9000 fr -",
         "test AUC    1 fold: 0.7500 on 63,812 labelled rows (es 0.7000)",
         "wall time   61 s",
