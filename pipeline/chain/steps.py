@@ -170,7 +170,8 @@ def report_why(step: Step, cfg: Config) -> str:
         needs = (layout.OOF,) if step.stage == "cv" else (layout.OOF, layout.TEST_PREDS)
         use, left_out = validity.select_folds(exp, digest, cfg.data.folds, needs)
         folds = fold_numbers(step, cfg.data.folds)  # a step of some folds waits for those alone
-        left_out = {f: why for f, why in left_out.items() if f in {layout.fold_name(n) for n in folds}}
+        names = {layout.fold_name(n) for n in folds}
+        left_out = {f: why for f, why in left_out.items() if f in names}
         if left_out:
             return validity.describe(left_out)
         if step.stage == "predict":
