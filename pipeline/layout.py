@@ -204,6 +204,11 @@ def recipe_log(cfg: Config, recipe: str, step: str) -> Path:
     return input_dir(cfg) / "recipes" / recipe / f"{step}.log"
 
 
+def recipe_lock(cfg: Config, recipe: str) -> Path:
+    """The lock of a recipe's chain: a second `make recipe` of it stops at once, naming the run that holds it."""
+    return input_dir(cfg) / "recipes" / recipe / "recipe.lock"
+
+
 def precision_choice(cfg: Config) -> Path:
     """Where the first fold of an experiment leaves the rates its `auto` precision was chosen by (core.precision)."""
     return experiment_dir(cfg) / PRECISION_CHOICE

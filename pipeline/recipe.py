@@ -24,14 +24,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline import layout
+from pipeline import files, layout
 from pipeline.chain import plan
 from pipeline.chain.steps import Step, done_why, experiment_of, needs_of, read_recipe, step_config
 from pipeline.core.resume import Interrupted
-from pipeline.errors import PipelineError, run_stage
+from pipeline.errors import ConfigError, PipelineError, run_stage
 from pipeline.schema import Config
 from pipeline.scoring import summary as run_summary
 
@@ -72,7 +73,9 @@ def start(step: Step, log: Path) -> subprocess.Popen:
 
 
 def last_line(log: Path) -> str:
-    lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    """The last line this run's process of the step wrote: the log holds every run's, each after its `$` line."""
+    text = log.read_text(encoding="utf-8", errors="replace").rsplit("\n$ ", 1)[-1]
+    lines = [line for line in text.splitlines()[1:] if line.strip()]  # the first line: the command itself
     return lines[-1] if lines else "(no output)"
 
 
@@ -104,6 +107,10 @@ class Chain:
         while not (self.stopping or self.failed or self.stopped) and len(self.running) < self.jobs and self.ready():
             step = self.ready()[0]
             self.left.remove(step)
+            if not done_why(step):  # asked again now that its needs ran: its files may match what they made
+                self.done[step.id] = ""
+                print(f"current  {step.id} ({step.stage}): its files match what the steps it needs made", flush=True)
+                continue
             self.running[step.id] = (start(step, self.log(step)), time.perf_counter(), step)
             # a step may run for an hour: say at once that it began, and where its progress bars are
             print(f"started  {step.id} ({step.stage}), its output in {self.log(step)}", flush=True)
@@ -156,11 +163,15 @@ class Chain:
     def run(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self.stop)
-        self.launch()
-        while self.running:
-            time.sleep(0.2)
-            self.reap()
+        try:
             self.launch()
+            while self.running:
+                time.sleep(0.2)
+                self.reap()
+                self.launch()
+        finally:  # after the steps a Ctrl-C stops the chain's own work (the closing board) as it stops any stage
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
         if self.stopping or self.stopped:
             which = f": {', '.join(self.stopped)} stopped by a signal" if self.stopped and not self.stopping else ""
             raise Interrupted(f"the recipe {self.name} stopped{which}; `make recipe` again continues where it stopped")
@@ -174,20 +185,47 @@ class Chain:
 def end_of_run(config: str, extra: tuple[str, ...], last: Step, seconds: float) -> None:
     """After the last step: the board of every experiment under models/ (`make board`), then the end-of-run block
     of the chain's last step (the experiment or blend the recipe ends on)."""
-    subprocess.run(command(Step(id="board", stage="board", config=config, extra=extra)), check=False)
+    board = subprocess.run(command(Step(id="board", stage="board", config=config, extra=extra)), check=False)
+    if board.returncode in (130, -signal.SIGINT, -signal.SIGTERM):  # a Ctrl-C reaches the board's process too
+        raise KeyboardInterrupt
     print(run_summary.block(step_config(last), "recipe", seconds, name=experiment_of(last)), flush=True)
+
+
+def pending(steps: list[Step], own: dict[str, str]) -> dict[str, str]:
+    """Each step's state for the run: '' (done) where its own files count and no step it needs is to do, else
+    why not. A step after one to do waits, to be asked again once that one has run: a blend whose members are
+    retrained reads done by its files until then (the members' old folds still count)."""
+    out: dict[str, str] = {}
+    for s in steps:  # in file order: every need is above its step
+        after = [n for n in s.needs if any(out[i] for i in needs_of(replace(s, needs=(n,)), steps))]
+        out[s.id] = own[s.id] or (f"after {', '.join(after)}" if after else "")
+    return out
+
+
+def check_jobs(jobs: object, where: str) -> int:
+    """`jobs:` or --jobs, checked: a whole number of steps at a time, 1 or more."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ConfigError(f"{where}={jobs!r}: the steps to run at a time, a whole number from 1 (e.g. 2)")
+    return jobs
 
 
 def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     path = config_mod.recipe_path(name)
     raw = config_mod.read_yaml(path)
     steps = read_recipe(path, extra)
-    jobs = jobs or int(raw.get("jobs", 0)) or os.cpu_count() or 1
-    cfg = step_config(steps[0])
-    done = {s.id: done_why(s) for s in steps}
+    if jobs is not None:
+        jobs = check_jobs(jobs, "--jobs")
+    elif raw.get("jobs") is not None:
+        jobs = check_jobs(raw["jobs"], f"{path.name}: jobs")
+    jobs = jobs or os.cpu_count() or 1
+    cfg, _ = step_config(steps[0]), [step_config(s) for s in steps]  # a step's settings that cannot load: one line
+    # before any file is written; then one run of the recipe at a time (its steps' logs and the fold locks are its)
+    files.acquire_lock(layout.recipe_lock(cfg, path.stem), f"the recipe {path.stem}", "recipe")
+    own = {s.id: done_why(s) for s in steps}
+    done = pending(steps, own)
     chain = Chain(path.stem, cfg, steps, done, jobs)  # it reads the pace of the models trained already
-    minutes = {s.id: plan.measured_minutes(s, steps, done) for s in steps} | plan.step_minutes(
-        [s for s in steps if done[s.id]], steps, done, chain.took
+    minutes = {s.id: plan.measured_minutes(s, steps, own) for s in steps} | plan.step_minutes(
+        [s for s in steps if done[s.id]], steps, own, chain.took
     )
     print(plan.plan_text(path.stem, steps, done, minutes, jobs, plan.pace(chain.took)), flush=True)
     start = time.perf_counter()
@@ -198,7 +236,7 @@ def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
 
 def main(argv=None) -> int:
     parser = config_mod.parser("Run a recipe's chain of stages (pipeline/configs/recipes/<CONFIG>.yaml) to its end.")
-    parser.add_argument("--jobs", type=int, default=0, help="steps at a time (default: the recipe's, or the cores)")
+    parser.add_argument("--jobs", type=int, default=None, help="steps at a time (default: the recipe's, or the cores)")
     args = parser.parse_args(argv)
     extra = (*config_mod.split_args(args.args), *args.overrides)
-    return run_stage(lambda: run(args.config, tuple(extra), args.jobs or None))
+    return run_stage(lambda: run(args.config, tuple(extra), args.jobs))

@@ -134,9 +134,9 @@ def test_a_step_that_a_long_chain_waits_on_starts_before_the_folds_in_file_order
         tmp_path,
         """
 steps:
-  - {id: l256, stage: train, args: [data.folds=2], minutes: 20}
+  - {id: l256, stage: train, args: [data.folds=2, name=l256], minutes: 20}
   - {id: teacher, stage: data, minutes: 1}
-  - {id: pl, stage: train, needs: [teacher], args: [data.folds=3], minutes: 36}
+  - {id: pl, stage: train, needs: [teacher], args: [data.folds=3, name=pl], minutes: 36}
 """,
     )
     steps = chain_steps.read_recipe(path)
@@ -406,3 +406,190 @@ def test_a_recipes_students_train_from_the_stage1_model_its_stage1_step_makes(pa
         if s.stage == "train" and cfg.model.init_from:
             wanted = config.stage1_config(cfg, device=False)
             assert wanted.to_dict() == made[wanted.name], f"{s.id}: another stage-1 model than {wanted.name}'s step"
+
+
+# ---------------------------------------------------------------- a chain that never reports a stale result
+
+
+def test_a_step_after_one_to_do_waits_and_is_asked_again_when_its_needs_have_run(tmp_path: Path, capsys) -> None:
+    """A blend whose member is retrained reads done by its own files (the member's old folds still count) until
+    the member has run: it waits as a step to do, and is asked again once its needs are done."""
+    path = write_recipe(
+        tmp_path,
+        """
+config: sample
+steps:
+  - {id: d, stage: data}
+  - {id: t, stage: train, needs: [d], args: [data.folds=2]}
+  - {id: c, stage: cv, needs: [t], args: [data.folds=2]}
+  - {id: b, stage: baseline, needs: [d]}
+""",
+    )
+    steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
+    own = {"d": "", "t.fold0": "", "t.fold1": "trained with other settings", "c": "", "b": ""}
+    assert recipe.pending(steps, own) == {**own, "c": "after t"}
+    assert recipe.pending(steps, {**own, "d": "changed"}) == {
+        "d": "changed", "t.fold0": "after d", "t.fold1": "trained with other settings", "c": "after t", "b": "after d"
+    }  # fmt: skip
+    started = []
+    asked = {"t.fold1": "trained with other settings", "c": ""}  # c's own files: current once t.fold1 has run
+
+    def start(step, log):
+        started.append(step.id)
+        return Exited(0)
+
+    chain = recipe.Chain("chain", chain_steps.step_config(steps[0]), steps, recipe.pending(steps, own), jobs=1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recipe, "start", start)
+        mp.setattr(recipe, "done_why", lambda step: asked.pop(step.id, ""))
+        chain.run()
+    assert started == ["t.fold1"]  # c asked again after it: its files count, so it does not run
+    assert "current  c (cv)" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_blend_whose_member_was_made_again_is_blended_again(tmp_path: Path) -> None:
+    """A chain run to its end, then the first member's settings changed in the recipe: the member is made again
+    and so is the blend, whose end block and board then describe the new member, not the old one."""
+    body = """
+config: sample
+steps:
+  - {{id: d, stage: data}}
+  - {{id: d2, stage: data, args: [name=other]}}
+  - {{id: one, stage: baseline, needs: [d], args: [train.seed={seed}]}}
+  - {{id: two, stage: baseline, needs: [d2], args: [name=other]}}
+  - {{id: mix, stage: blend, needs: [one, two], members: [sample-tfidf, other-tfidf], args: [blend.name=mix]}}
+"""
+    path = write_recipe(tmp_path, body.format(seed=1))
+    cmd = [*chain(tmp_path)]
+    cmd[cmd.index("sample")] = str(path)
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0 and sorted(finished(first.stdout)) == ["d", "d2", "mix", "one", "two"], (
+        first.stdout + first.stderr
+    )
+    path.write_text(body.format(seed=2))
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "  mix  " in again.stdout and "after one" in again.stdout.split("\nETA", 1)[0]
+    assert finished(again.stdout) == ["one", "mix"], again.stdout
+    cfg = config.load("sample", overrides(tmp_path), device=False)
+    assert "(stale)" not in layout.board_path(cfg).read_text()
+
+
+def test_a_blend_step_is_done_only_when_its_folds_are_of_the_steps_members(tmp_path: Path) -> None:
+    exp = tmp_path / "mix"
+    for k in range(2):
+        write_json(
+            exp / f"fold{k}" / "done.json", {"digest": "x", "members": ["a", "b"] if k == 0 else ["a", "b", "c"]}
+        )
+    assert chain_steps.members_differ(exp, ("b", "a")).startswith("blended from a b c, not the step's b a")
+    write_json(exp / "fold1" / "done.json", {"digest": "x", "members": ["b", "a"]})
+    assert chain_steps.members_differ(exp, ("a", "b")) == ""
+    assert chain_steps.members_differ(exp, ("a", "b", "c")) == "blended from a b, not the step's a b c"
+
+
+@pytest.mark.parametrize(
+    "steps, says",
+    [
+        ("  - {id: m, stage: blend, members: [a]}", "step m: a blend step names two or more distinct experiments"),
+        ("  - {id: m, stage: blend}", "step m: a blend step names two or more distinct experiments"),
+        ("  - {id: m, stage: blend, members: [a, a]}", "step m: a blend step names two or more distinct"),
+        ("  - {id: m, stage: cv, members: [a, b]}", "step m: members is for a blend step"),
+        ("  - {id: t.fold0, stage: cv}\n  - {id: t, stage: train, folds: [0]}", "step t.fold0 is named twice"),
+        ("  - {id: t, stage: train, folds: [0]}\n  - {id: t.fold0, stage: cv}", "step t.fold0 is named twice"),
+        (
+            "  - {id: t, stage: train}\n  - {id: u, stage: train, folds: [1]}",
+            "steps t.fold1 and u.fold1 both write models/sample/fold1",
+        ),
+        (
+            "  - {id: m, stage: blend, members: [a, b]}\n"
+            "  - {id: n, stage: blend, members: [c, d], args: [blend.name=a+b]}",
+            "steps m and n both write models/a\\+b/: the second would replace the first",
+        ),
+        (
+            "  - {id: t, stage: train, args: ['train.folds=[1]']}",
+            "step t: train.folds in its args: .* `folds: \\[0, 1\\]`",
+        ),
+        ("  - {id: '../../../models/evil', stage: data}", "step id '../../../models/evil': a plain name"),
+        ("  - {id: d, stage: data, minutes: abc}", "step d: minutes='abc': a number of minutes, 0 or more"),
+        ("  - {id: d, stage: data, minutes: -5}", "step d: minutes=-5: a number of minutes"),
+        ("  - {id: d, stage: data, minutes: .nan}", "step d: minutes=nan: a number of minutes"),
+    ],
+)
+def test_a_recipe_whose_steps_would_collide_or_mislead_is_one_line(tmp_path: Path, steps: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        chain_steps.read_recipe(
+            write_recipe(tmp_path, f"config: sample\nsteps:\n{steps}\n"), tuple(overrides(tmp_path))
+        )
+
+
+def test_two_blend_steps_made_one_by_the_runs_args_are_refused(tmp_path: Path) -> None:
+    path = write_recipe(tmp_path, "steps:\n  - {id: m, stage: blend, members: [a, b]}\n"
+                                  "  - {id: n, stage: blend, members: [c, d]}\n")  # fmt: skip
+    assert len(chain_steps.read_recipe(path, tuple(overrides(tmp_path)))) == 2
+    with pytest.raises(ConfigError, match="steps m and n both write models/foo/"):
+        chain_steps.read_recipe(path, (*overrides(tmp_path), "blend.name=foo"))
+
+
+@pytest.mark.parametrize(
+    "recipe_body, argv, says",
+    [
+        ("jobs: two\n", [], "jobs='two': the steps to run at a time, a whole number from 1"),
+        ("jobs: -1\n", [], "jobs=-1: the steps to run at a time"),
+        ("", ["--jobs", "-3"], "--jobs=-3: the steps to run at a time"),
+        ("", ["--jobs", "0"], "--jobs=0: the steps to run at a time"),
+        ("", ["--args", "train.folds=[0]"], "train.folds in a recipe's ARGS: each train step names its folds"),
+    ],
+)
+def test_a_recipes_values_are_checked_when_read_in_one_line(tmp_path: Path, capsys, recipe_body, argv, says) -> None:
+    path = write_recipe(tmp_path, recipe_body + "steps:\n  - {id: d, stage: data}\n")
+    args = ["--args", " ".join([*overrides(tmp_path), *argv[1:]])] if argv[:1] == ["--args"] else argv
+    if argv[:1] != ["--args"]:
+        args += ["--args", " ".join(overrides(tmp_path))]
+    assert recipe.main(["--config", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and err.startswith("error: "), err
+    assert not (tmp_path / "input").exists()  # nothing ran, no file written
+
+
+def test_a_second_run_of_a_recipe_names_the_run_that_holds_it(tmp_path: Path, capsys) -> None:
+    path = write_recipe(tmp_path, "config: sample\nsteps:\n  - {id: d, stage: data}\n")
+    lock = layout.recipe_lock(config.load("sample", overrides(tmp_path), device=False), "chain")
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pipeline import files; files.acquire_lock(sys.argv[1], 'r', "
+         "'recipe'); print('held', flush=True); time.sleep(60)", str(lock)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert recipe.main(["--config", str(path), "--args", " ".join(overrides(tmp_path))]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert f"the recipe chain is in use by pid {holder.pid}" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "input" / "prepared").exists()
+
+
+def test_a_steps_last_line_is_this_runs_own(tmp_path: Path) -> None:
+    """A step's log holds every run of it, each after its `$` line: what the chain quotes is the last run's."""
+    log = tmp_path / "t.log"
+    log.write_text("$ python -m pipeline train\ntrain: epoch 1\nerror: an old failure\n$ python -m pipeline train\n")
+    assert recipe.last_line(log) == "(no output)"
+    log.write_text(log.read_text() + "train: stopped; its progress is saved\n")
+    assert recipe.last_line(log) == "train: stopped; its progress is saved"
+
+
+def test_a_ctrl_c_during_the_closing_board_stops_the_recipe_with_130(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The board's process gets the terminal's Ctrl-C too: the chain stops as every stage does, with no end block,
+    and the handler the chain ran its steps under is gone."""
+    path = write_recipe(tmp_path, "config: sample\nsteps:\n  - {id: d, stage: data}\n")
+    steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
+    monkeypatch.setattr(recipe, "command", lambda step: [sys.executable, "-c", "raise SystemExit(130)"])
+    chain = recipe.Chain("chain", chain_steps.step_config(steps[0]), steps, {"d": ""}, jobs=1)
+    chain.run()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), steps[0], 1.0)) == 130
+    assert "== recipe" not in capsys.readouterr().out

@@ -3,11 +3,13 @@ asked of its own files (pipeline.validity), never of a record of the chain's (pi
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline import experiments, layout, validity
+from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.files import read_json
 from pipeline.schema import Config
@@ -15,6 +17,8 @@ from pipeline.schema import Config
 STEP_STAGES = ("data", "stage1", "train", "cv", "predict", "baseline", "blend")  # the stages a step may run
 STEP_KEYS = {"id", "stage", "config", "args", "needs", "members", "train", "folds", "minutes"}
 FOLD_STAGES = ("train", "cv", "predict")  # the stages a step's `folds:` may narrow
+# a step's id names its log file (input/recipes/<recipe>/<id>.log): a plain name, never a path
+PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -47,19 +51,54 @@ def _flat(items) -> list[str]:
 
 
 def parse_step(raw: dict, default_config: str, extra: tuple[str, ...]) -> Step:
-    """One step of the recipe's list, checked: known keys, a known stage, an id."""
+    """One step of the recipe's list, checked: known keys, a known stage, a plain id, minutes, a blend's members."""
     if not isinstance(raw, dict) or not raw.get("id") or raw.get("stage") not in STEP_STAGES:
         raise ConfigError(f"recipe step {raw!r}: needs an id and a stage of {', '.join(STEP_STAGES)}")
     unknown = sorted(set(raw) - STEP_KEYS)
     if unknown:
         known = ", ".join(sorted(STEP_KEYS))
         raise ConfigError(f"recipe step {raw['id']}: unknown key {unknown[0]!r} (known: {known})")
-    return Step(
-        id=str(raw["id"]), stage=raw["stage"], config=str(raw.get("config", default_config)),
+    sid = str(raw["id"])
+    if not PLAIN_ID.fullmatch(sid):
+        raise ConfigError(f"recipe step id {sid!r}: a plain name of letters, digits, '.', '_' and '-' (it names a log)")
+    step = Step(
+        id=sid, stage=raw["stage"], config=str(raw.get("config", default_config)),
         args=tuple(_flat(raw.get("args", []))), needs=tuple(_flat(raw.get("needs", []))),
         members=tuple(_flat(raw.get("members", []))), train=bool(raw.get("train", False)),
-        folds=step_folds(raw), minutes=float(raw.get("minutes", 0)), extra=extra,
+        folds=step_folds(raw), minutes=step_minutes(raw), extra=extra,
     )  # fmt: skip
+    check_step(step)
+    return step
+
+
+def step_minutes(raw: dict) -> float:
+    """A step's `minutes:`, checked: a number of minutes, 0 or more (the plan adds and schedules them)."""
+    value = raw.get("minutes", 0)
+    try:
+        minutes = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        minutes = math.nan
+    if not math.isfinite(minutes) or minutes < 0:
+        raise ConfigError(f"recipe step {raw['id']}: minutes={value!r}: a number of minutes, 0 or more, e.g. 12.5")
+    return minutes
+
+
+def check_step(step: Step) -> None:
+    """What a step's stage needs of it: a blend its two or more members; a fold its folds from `folds:`, which a
+    train.folds in the step's args or the run's ARGS would undo (every fold's process training the same fold)."""
+    if step.stage == "blend" and (len(step.members) < 2 or len(set(step.members)) < len(step.members)):
+        raise ConfigError(f"recipe step {step.id}: a blend step names two or more distinct experiments under "
+                          f"members: (it has {list(step.members)})")  # fmt: skip
+    if step.members and step.stage != "blend":
+        raise ConfigError(f"recipe step {step.id}: members is for a blend step")
+    if step.stage in FOLD_STAGES and sets_folds(step.args):
+        raise ConfigError(f"recipe step {step.id}: train.folds in its args: a recipe's step names its folds with "
+                          "`folds: [0, 1]`, one process a fold")  # fmt: skip
+
+
+def sets_folds(args) -> bool:
+    """Whether key=value overrides set train.folds."""
+    return any(str(a).split("=", 1)[0].strip() == "train.folds" for a in args)
 
 
 def step_folds(raw: dict) -> tuple[int, ...]:
@@ -95,24 +134,61 @@ def expand(step: Step) -> list[Step]:
 
 
 def read_recipe(path: Path, extra: tuple[str, ...] = ()) -> list[Step]:
-    """The recipe's steps, train steps one a fold, in the file's order; each need a step above it."""
+    """The recipe's steps, train steps one a fold, in the file's order; each need a step above it, each id and
+    each experiment folder a step writes its own."""
     raw = config_mod.read_yaml(path)
     if not isinstance(raw.get("steps"), list) or not raw["steps"]:
         raise ConfigError(f"{path}: a recipe lists its steps under `steps:`")
     unknown = sorted(set(raw) - {"config", "shared", "steps", "jobs"})
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r} (a recipe has config, shared, steps, jobs)")
+    if sets_folds(extra):  # applied after each fold's own train.folds=[k]: every fold would train one fold
+        raise ConfigError("train.folds in a recipe's ARGS: each train step names its folds with `folds: [0, 1]` "
+                          "in the recipe, one process a fold")  # fmt: skip
     steps: list[Step] = []
     for item in raw["steps"]:
         step = parse_step(item, str(raw.get("config", "sample")), extra)
         known = {s.id for s in steps} | {s.group for s in steps}
-        if step.id in known:
-            raise ConfigError(f"{path}: step {step.id} is named twice")
         missing = [n for n in step.needs if n not in known]
         if missing:  # so the chain is in an order it can run in, with no cycle
             raise ConfigError(f"{path}: step {step.id} needs {missing[0]}, which no step above it is")
+        for new in [step, *expand(step)]:  # a fold's id too: `t.fold0` above a train step `t` would share its log
+            if new.id in known:
+                raise ConfigError(f"{path}: step {new.id} is named twice")
         steps.extend(expand(step))
+    check_writers(path, steps)
     return steps
+
+
+def writes(step: Step) -> tuple[str, str] | None:
+    """(the experiment folder a step writes, its fold or '*' for the whole folder), for the steps that make one:
+    a train fold, a stage-1 model, a baseline, a blend; None for the others (they read or report)."""
+    if step.stage == "train":
+        return step_config(step).name, layout.fold_name(step.fold)
+    if step.stage == "stage1" and step.train:
+        return step_config(step).name, layout.fold_name(layout.STAGE1)
+    if step.stage == "baseline":
+        return layout.baseline_name(step_config(step)), "*"
+    if step.stage == "blend":
+        return blend_name(step_config(step), step), "*"
+    return None
+
+
+def check_writers(path: Path, steps: list[Step]) -> None:
+    """No two steps make one folder: the second would replace the first, and both read as done."""
+    made: dict[tuple[str, str], str] = {}
+    for step in steps:
+        key = writes(step)
+        if key is None:
+            continue
+        exp, part = key
+        clash = [sid for (e, p), sid in made.items() if e == exp and (p == part or "*" in (p, part))]
+        if clash:
+            where = f"models/{exp}/{'' if part == '*' else part}"
+            raise ConfigError(f"{path}: steps {clash[0]} and {step.id} both write {where}: the second would replace "
+                              "the first; give one another name (name=... in a train step's args, blend.name=... in "
+                              "a blend's)")  # fmt: skip
+        made[key] = step.id
 
 
 def needs_of(step: Step, steps: list[Step]) -> list[str]:
@@ -184,8 +260,27 @@ def report_why(step: Step, cfg: Config) -> str:
     name = layout.baseline_name(cfg) if step.stage == "baseline" else blend_name(cfg, step)
     if not layout.experiment_dir(cfg, name).is_dir():
         return "not made"
-    why = folds_problem(cfg, name, (layout.OOF, layout.TEST_PREDS))
+    if step.stage == "baseline":  # by the step's own settings: the folder's pipeline.yaml is the last run's
+        meta = validity.current_meta(cfg)
+        digest = fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
+        needs = (layout.OOF, layout.TEST_PREDS)
+        why = validity.describe(
+            validity.select_folds(layout.experiment_dir(cfg, name), digest, cfg.data.folds, needs)[1]
+        )
+    else:
+        why = folds_problem(cfg, name, (layout.OOF, layout.TEST_PREDS))
+    if not why and step.stage == "blend":
+        why = members_differ(layout.experiment_dir(cfg, name), step.members)
     return why or ("" if layout.submission_path(cfg, name).is_file() else "no submission")
+
+
+def members_differ(exp: Path, members: tuple[str, ...]) -> str:
+    """Why a blend's folds are not of the step's `members` ('' when every fold is): each fold records its own."""
+    for folder in layout.done_dirs(exp).values():
+        made = (validity.read_done(folder) or {}).get("members") or []
+        if sorted(made) != sorted(members):
+            return f"blended from {' '.join(made) or 'no members'}, not the step's {' '.join(members)}"
+    return ""
 
 
 def reported_folds(cv_json: Path) -> list[int]:
