@@ -6,7 +6,7 @@ Writes  models/<blend>/fold<k>/oof.csv    fold k's rows, blended with weights fi
         models/<blend>/fold<k>/test.csv   the members' fold-k test predictions, blended with those weights:
                                           `toxic` their ranks' weighted mean, `prob` their probabilities'
                                           (what a pseudo-labelling student reads)
-        models/<blend>/fold<k>/done.json  members, weights and a digest of the members' digests
+        models/<blend>/fold<k>/done.json  members, weights, blend.step and a digest of the members' digests
         models/<blend>/oof.csv, cv.json, cv.png   the report of `make cv`, plus members and weights
         submissions/<blend>.csv           weights fit on all OOF, on each member's test predictions
                                           (its folds ensembled first, by predict.ensemble); checked like
@@ -372,6 +372,7 @@ def write_folds(
             "scale": layout.RANK,  # of oof.csv's pred and test.csv's toxic; test.csv's prob is a probability
             "members": [m.name for m in members],
             "weights": [round(float(x), 4) for x in w],
+            "step": step,  # the weight search's grid step: a recipe's blend step is made again when it changes
             "auc": score,
             "metric": by,
             "auc_per_lang": per_lang,

@@ -248,19 +248,20 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     return f"{what} at line {mark.line + 1}, column {mark.column + 1}" if mark else what
 
 
-def read_yaml(path: Path) -> dict:
-    """A config file's tree; a syntax error or a file that is not a mapping is one line naming the file."""
+def read_yaml(path: Path, shape: str = "a config is a mapping of keys (name: ..., train: ...)") -> dict:
+    """A config file's tree; a syntax error or a file that is not a mapping (`shape` says of what) is one line
+    naming the file."""
     try:
         tree = parse_yaml(Path(path).read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({_yaml_problem(e)}); fix the file") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read the config ({e.__class__.__name__}: {e})") from None
+        raise ConfigError(f"{path}: cannot read it ({e.__class__.__name__}: {e})") from None
     tree = tree.value if isinstance(tree, _Written) else tree  # a file of only `null` or `true`
     if tree is None:
         return {}
     if not isinstance(tree, dict):
-        raise ConfigError(f"{path}: a config is a mapping of keys (name: ..., train: ...), not {type(tree).__name__}")
+        raise ConfigError(f"{path}: {shape}, not {type(tree).__name__}")
     return tree
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from pipeline import config as config_mod
 from pipeline import files, layout
 from pipeline.chain import plan
-from pipeline.chain.steps import Step, done_why, experiment_of, needs_of, read_recipe, step_config
+from pipeline.chain.steps import RECIPE_SHAPE, Step, done_why, experiment_of, needs_of, read_recipe, step_config
 from pipeline.core.resume import Interrupted
 from pipeline.errors import ConfigError, PipelineError, run_stage
 from pipeline.schema import Config
@@ -211,7 +211,7 @@ def check_jobs(jobs: object, where: str) -> int:
 
 def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     path = config_mod.recipe_path(name)
-    raw = config_mod.read_yaml(path)
+    raw = config_mod.read_yaml(path, RECIPE_SHAPE)
     steps = read_recipe(path, extra)
     if jobs is not None:
         jobs = check_jobs(jobs, "--jobs")
@@ -238,5 +238,5 @@ def main(argv=None) -> int:
     parser = config_mod.parser("Run a recipe's chain of stages (pipeline/configs/recipes/<CONFIG>.yaml) to its end.")
     parser.add_argument("--jobs", type=int, default=None, help="steps at a time (default: the recipe's, or the cores)")
     args = parser.parse_args(argv)
-    extra = (*config_mod.split_args(args.args), *args.overrides)
-    return run_stage(lambda: run(args.config, tuple(extra), args.jobs))
+    # ARGS split inside the stage: an unclosed quote is one line too
+    return run_stage(lambda: run(args.config, (*config_mod.split_args(args.args), *args.overrides), args.jobs))

@@ -477,16 +477,16 @@ steps:
     assert "(stale)" not in layout.board_path(cfg).read_text()
 
 
-def test_a_blend_step_is_done_only_when_its_folds_are_of_the_steps_members(tmp_path: Path) -> None:
+def test_a_blend_step_is_done_only_when_its_folds_are_of_the_steps_members_and_step(tmp_path: Path) -> None:
     exp = tmp_path / "mix"
     for k in range(2):
-        write_json(
-            exp / f"fold{k}" / "done.json", {"digest": "x", "members": ["a", "b"] if k == 0 else ["a", "b", "c"]}
-        )
-    assert chain_steps.members_differ(exp, ("b", "a")).startswith("blended from a b c, not the step's b a")
-    write_json(exp / "fold1" / "done.json", {"digest": "x", "members": ["b", "a"]})
-    assert chain_steps.members_differ(exp, ("a", "b")) == ""
-    assert chain_steps.members_differ(exp, ("a", "b", "c")) == "blended from a b, not the step's a b c"
+        members = ["a", "b"] if k == 0 else ["a", "b", "c"]
+        write_json(exp / f"fold{k}" / "done.json", {"digest": "x", "members": members, "step": 0.05})
+    assert chain_steps.blend_differs(exp, ("b", "a"), 0.05).startswith("blended from a b c, not the step's b a")
+    write_json(exp / "fold1" / "done.json", {"digest": "x", "members": ["b", "a"], "step": 0.05})
+    assert chain_steps.blend_differs(exp, ("a", "b"), 0.05) == ""
+    assert chain_steps.blend_differs(exp, ("a", "b", "c"), 0.05) == "blended from a b, not the step's a b c"
+    assert chain_steps.blend_differs(exp, ("a", "b"), 0.1) == "blended with blend.step=0.05, not the step's 0.1"
 
 
 @pytest.mark.parametrize(

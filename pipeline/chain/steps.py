@@ -18,6 +18,7 @@ STEP_STAGES = ("data", "stage1", "train", "cv", "predict", "baseline", "blend") 
 STEP_KEYS = {"id", "stage", "config", "args", "needs", "members", "train", "folds", "minutes"}
 FOLD_STAGES = ("train", "cv", "predict")  # the stages a step's `folds:` may narrow
 # a step's id names its log file (input/recipes/<recipe>/<id>.log): a plain name, never a path
+RECIPE_SHAPE = "a recipe is a mapping of keys (config: ..., steps: [...])"
 PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -91,6 +92,8 @@ def check_step(step: Step) -> None:
                           f"members: (it has {list(step.members)})")  # fmt: skip
     if step.members and step.stage != "blend":
         raise ConfigError(f"recipe step {step.id}: members is for a blend step")
+    if step.train and step.stage != "stage1":
+        raise ConfigError(f"recipe step {step.id}: train: true is for a stage1 step (it trains the stage-1 model)")
     if step.stage in FOLD_STAGES and sets_folds(step.args):
         raise ConfigError(f"recipe step {step.id}: train.folds in its args: a recipe's step names its folds with "
                           "`folds: [0, 1]`, one process a fold")  # fmt: skip
@@ -136,7 +139,7 @@ def expand(step: Step) -> list[Step]:
 def read_recipe(path: Path, extra: tuple[str, ...] = ()) -> list[Step]:
     """The recipe's steps, train steps one a fold, in the file's order; each need a step above it, each id and
     each experiment folder a step writes its own."""
-    raw = config_mod.read_yaml(path)
+    raw = config_mod.read_yaml(path, RECIPE_SHAPE)
     if not isinstance(raw.get("steps"), list) or not raw["steps"]:
         raise ConfigError(f"{path}: a recipe lists its steps under `steps:`")
     unknown = sorted(set(raw) - {"config", "shared", "steps", "jobs"})
@@ -170,7 +173,10 @@ def writes(step: Step) -> tuple[str, str] | None:
     if step.stage == "baseline":
         return layout.baseline_name(step_config(step)), "*"
     if step.stage == "blend":
-        return blend_name(step_config(step), step), "*"
+        name = blend_name(step_config(step), step)
+        if name in step.members:  # the blend would replace its own member's folder
+            raise ConfigError(f"recipe step {step.id}: blend.name={name!r} is one of its members; choose another")
+        return name, "*"
     return None
 
 
@@ -270,16 +276,20 @@ def report_why(step: Step, cfg: Config) -> str:
     else:
         why = folds_problem(cfg, name, (layout.OOF, layout.TEST_PREDS))
     if not why and step.stage == "blend":
-        why = members_differ(layout.experiment_dir(cfg, name), step.members)
+        why = blend_differs(layout.experiment_dir(cfg, name), step.members, cfg.blend.step)
     return why or ("" if layout.submission_path(cfg, name).is_file() else "no submission")
 
 
-def members_differ(exp: Path, members: tuple[str, ...]) -> str:
-    """Why a blend's folds are not of the step's `members` ('' when every fold is): each fold records its own."""
+def blend_differs(exp: Path, members: tuple[str, ...], step: float) -> str:
+    """Why a blend's folds are not the step's ('' when every fold is): each fold records its members and the
+    weight search's grid step (blend.step)."""
     for folder in layout.done_dirs(exp).values():
-        made = (validity.read_done(folder) or {}).get("members") or []
+        done = validity.read_done(folder) or {}
+        made = done.get("members") or []
         if sorted(made) != sorted(members):
             return f"blended from {' '.join(made) or 'no members'}, not the step's {' '.join(members)}"
+        if done.get("step") != step:
+            return f"blended with blend.step={done.get('step')}, not the step's {step}"
     return ""
 
 
