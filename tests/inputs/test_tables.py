@@ -13,6 +13,7 @@ import pytest
 
 from pipeline import data, layout
 from pipeline.errors import DataError
+from pipeline.files import read_json, write_json
 from pipeline.inputs import sample, tables
 from tests.helpers import SCALE, make_cfg
 
@@ -167,6 +168,17 @@ def test_load_table_refuses_other_data_settings(tmp_path: Path) -> None:
         tables.load_table(make_cfg(tmp_path, "data.seed=5"))
     with pytest.raises(DataError, match="no prepared data"):
         tables.load_table(make_cfg(tmp_path, "name=never-built"))
+
+
+@pytest.mark.parametrize("field", ["raw", "table_digest"])
+def test_a_data_json_without_a_field_its_readers_use_is_one_line(tmp_path: Path, field: str) -> None:
+    """Valid JSON that lacks a field predict and the baseline read (`raw`: where sample_submission.csv is)."""
+    cfg = make_cfg(tmp_path)
+    data.prepare(cfg, log=quiet)
+    path = layout.prepared_dir(cfg) / layout.DATA_JSON
+    write_json(path, {k: v for k, v in read_json(path).items() if k != field})
+    with pytest.raises(DataError, match="not written by `make data`; run `make data` again"):
+        tables.load_table(cfg)
 
 
 # ---------------------------------------------------------------- the extra translated files
