@@ -117,14 +117,24 @@ def alive(pid: int) -> bool:
 
 def remove_dead_temporaries(folder: Path | str) -> list[Path]:
     """Remove the temporaries in `folder` of processes that are gone (killed while they wrote them: never
-    trusted, never renamed into place); a live process's are left alone. Returns what went."""
+    trusted, never renamed into place); a live process's are left alone. A dead atomic_dir's `.x.old-<pid>`
+    whose `x` is missing is renamed back to `x`, not removed. Returns what went."""
     folder = Path(folder)
     gone = []
     for p in sorted(folder.glob(".*")) if folder.is_dir() else ():
         match = _TEMPORARY.match(p.name)
-        if match and not alive(int(match["pid"] or match["save"])):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
-            gone.append(p)
+        if not match or alive(int(match["pid"] or match["save"])):
+            continue
+        was = match["name"] if p.name.endswith(f".old-{match['pid']}") else None  # an atomic_dir's old copy
+        # atomic_dir renames `x` to .x.old-<pid> only once its block has succeeded, then .x.tmp-<pid> to `x`:
+        # killed between the two renames, both are complete, and the old one is what the rest of the tree
+        # still refers to (the writer's later steps, such as a pointer to the new folder, never ran). Back it
+        # goes, as if the run had been killed a moment earlier; the tmp is removed below as any other.
+        if was and not (folder / was).exists() and not (folder / was).is_symlink():
+            os.replace(p, folder / was)
+            continue
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+        gone.append(p)
     return gone
 
 
