@@ -22,6 +22,11 @@ def make_cfg(tmp_path: Path, *overrides: str) -> Config:
     return config.load("sample", stage_args(tmp_path, *overrides))
 
 
+def turkish_upper(text: str) -> str:
+    """Upper case as Turkish writes it: i to İ, ı to I (str.upper makes both I)."""
+    return text.replace("i", "İ").replace("ı", "I").upper()
+
+
 def digests(folder: Path) -> dict[str, str]:
     """Every file under `folder` (relative path) with its sha256: equal before and after means untouched."""
     return {str(p.relative_to(folder)): file_digest(p) for p in sorted(folder.rglob("*")) if p.is_file()}
