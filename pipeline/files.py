@@ -11,6 +11,7 @@ import csv
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -188,8 +189,21 @@ def atomic_write_text(path: Path | str, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def finite(obj):
+    """`obj` with every NaN or infinite float (an AUC over one class) made None, in dicts, lists and tuples."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def write_json(path: Path | str, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    """`obj` as JSON, a figure that is not a number as null: Python writes NaN bare, which is not JSON and which
+    strict readers (JavaScript, jq, pandas' engine) refuse. allow_nan=False: one that slipped past is an error."""
+    atomic_write_text(path, json.dumps(finite(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def read_json(path: Path | str):

@@ -19,7 +19,7 @@ from pipeline import baseline, blend, board, cv, data, experiments, files, layou
 from pipeline.core.foldmodel import save_model
 from pipeline.errors import PipelineError
 from pipeline.layout import VALID
-from tests.helpers import digests, make_cfg, one_line_error, prepare_tokens, stage_args
+from tests.helpers import digests, make_cfg, one_line_error, prepare_tokens, stage_args, strict_json
 from tests.helpers.tinyrun import TINY, overrides
 
 
@@ -119,6 +119,19 @@ def test_write_json_crash_keeps_old_file(tmp_path: Path, monkeypatch: pytest.Mon
     assert target.read_bytes() == before
     assert json.loads(target.read_text()) == {"version": 1}
     assert leftovers(tmp_path) == []
+
+
+def test_write_json_writes_null_for_a_figure_that_is_not_a_number(tmp_path: Path) -> None:
+    """An AUC over one class is NaN: the file holds null, which every JSON reader reads, never a bare NaN."""
+    import numpy as np
+
+    path = tmp_path / "cv.json"
+    figures = {"auc": float("nan"), "brier": np.float64("nan"), "per_lang": {"es": 0.8, "tr": float("inf")}}
+    files.write_json(path, {**figures, "corners": [0.7, -float("inf")], "rows": (3, 4), "name": "x"})
+    assert strict_json(path.read_text()) == {
+        "auc": None, "brier": None, "per_lang": {"es": 0.8, "tr": None}, "corners": [0.7, None], "rows": [3, 4],
+        "name": "x",
+    }  # fmt: skip
 
 
 def test_write_csv_round_trips_carriage_returns(tmp_path: Path) -> None:
