@@ -195,9 +195,11 @@ def row(cfg: Config, exp: Path) -> dict | None:
     six = summary.get("six") or {}
     figures = dict(summary["metrics"])
     calibrated = six.get("calibrated")  # the submission is calibrated, with or without a 6-lang AUC to show it
-    # judged by the calibrated OOF's (nested) estimate; a record without each fold's C is of an older predict,
-    # whose after figure was the best of four estimates, chosen on the rows it scores: not ranked by
-    if calibrated and not math.isnan(figures[metrics.SIX.key]) and calibrated.get("c_by_fold"):
+    # judged by the calibrated OOF's (nested) estimate where the record has one (null in cv.json where it was not a
+    # number); a record without each fold's C is of an older predict, whose after figure was the best of four
+    # estimates, chosen on the rows it scores: not ranked by
+    ranked = calibrated and calibrated.get("c_by_fold") and metrics.defined(calibrated.get("oof_after"))
+    if ranked and not math.isnan(figures[metrics.SIX.key]):
         calibrated = {**calibrated, "ranked": True}
         figures[metrics.SIX.key] = calibrated["oof_after"]
     return {
@@ -376,7 +378,13 @@ def calibrated_note(r: dict) -> str:
         return (
             f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}); its figures are of the "
             f"uncalibrated OOF: the calibration's record is older than the choice of C inside each fold, and its "
-            f"{six} after calibration, {c['oof_after']:.4f}, chose C on the rows it scores (rerun `make predict`)"
+            f"{six} after calibration, {metrics.shown(c['oof_after'], '.4f')}, chose C on the rows it scores (rerun "
+            "`make predict`)"
+        )
+    if not c.get("ranked") and not math.isnan(r["metrics"][metrics.SIX.key]):
+        return (
+            f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}); its figures are of the "
+            f"uncalibrated OOF: the calibration's record has no {six} after calibration to rank it by"
         )
     if not c.get("ranked"):  # its before and after are of the languages the OOF has: no 6-lang AUC to rank by
         return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}); its figures are of the "
@@ -385,7 +393,8 @@ def calibrated_note(r: dict) -> str:
     after = "after (nested, each fold's C chosen on the others)"
     if c["how"] != "lang":
         after = "after lang (nested, each fold's C chosen on the others; the move to the test's rates: not scored)"
-    return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}): {six} {c['oof_before']:.4f} "
+    before = metrics.shown(c.get("oof_before"), ".4f")
+    return (f"- {r['name']} (calibrated): its submission is calibrated ({c['how']}): {six} {before} "
             f"before, {c['oof_after']:.4f} {after}, which it is ranked by; its other figures are of the "
             "uncalibrated OOF")  # fmt: skip
 

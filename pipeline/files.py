@@ -11,6 +11,7 @@ import csv
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -117,14 +118,24 @@ def alive(pid: int) -> bool:
 
 def remove_dead_temporaries(folder: Path | str) -> list[Path]:
     """Remove the temporaries in `folder` of processes that are gone (killed while they wrote them: never
-    trusted, never renamed into place); a live process's are left alone. Returns what went."""
+    trusted, never renamed into place); a live process's are left alone. A dead atomic_dir's `.x.old-<pid>`
+    whose `x` is missing is renamed back to `x`, not removed. Returns what went."""
     folder = Path(folder)
     gone = []
     for p in sorted(folder.glob(".*")) if folder.is_dir() else ():
         match = _TEMPORARY.match(p.name)
-        if match and not alive(int(match["pid"] or match["save"])):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
-            gone.append(p)
+        if not match or alive(int(match["pid"] or match["save"])):
+            continue
+        was = match["name"] if p.name.endswith(f".old-{match['pid']}") else None  # an atomic_dir's old copy
+        # atomic_dir renames `x` to .x.old-<pid> only once its block has succeeded, then .x.tmp-<pid> to `x`:
+        # killed between the two renames, both are complete, and the old one is what the rest of the tree
+        # still refers to (the writer's later steps, such as a pointer to the new folder, never ran). Back it
+        # goes, as if the run had been killed a moment earlier; the tmp is removed below as any other.
+        if was and not (folder / was).exists() and not (folder / was).is_symlink():
+            os.replace(p, folder / was)
+            continue
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+        gone.append(p)
     return gone
 
 
@@ -178,8 +189,21 @@ def atomic_write_text(path: Path | str, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def finite(obj):
+    """`obj` with every NaN or infinite float (an AUC over one class) made None, in dicts, lists and tuples."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def write_json(path: Path | str, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    """`obj` as JSON, a figure that is not a number as null: Python writes NaN bare, which is not JSON and which
+    strict readers (JavaScript, jq, pandas' engine) refuse. allow_nan=False: one that slipped past is an error."""
+    atomic_write_text(path, json.dumps(finite(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def read_json(path: Path | str):

@@ -54,9 +54,10 @@ CACHE_META = "meta.json"  # in a token cache: key, sizes and digests of its arra
 LENGTHS, LENGTHS_KEY = "lengths.csv", "lengths.json"
 # how data.held_out groups translated rows (pipeline.inputs.groups); a new way rebuilds the tables held out before
 HELD_OUT_GROUPING = 2
-# how validation.csv's near-copies are grouped into one fold (pipeline.inputs.groups.copy_groups); a new way
-# rebuilds every table, whose folds it decides
-VALIDATION_GROUPING = 1
+# how validation.csv's near-copies are grouped into one fold (pipeline.inputs.groups.copy_groups) and its copies
+# found among the training rows; a new way rebuilds every table, whose folds and rows it decides. 2: Turkish's
+# dotted and dotless i are one letter when texts are compared without case (groups.normalised)
+VALIDATION_GROUPING = 2
 VALID_SOURCE = Path(VALID).stem  # the `source` of validation.csv's rows in the table and the OOF
 OOF_COLUMNS = ["id", "lang", "toxic", "fold", "source"]  # an oof.csv: these, then pred
 # the scale of an oof.csv's pred and a fold test.csv's toxic, recorded in the fold's done.json (`scale`): a

@@ -62,7 +62,8 @@ def read_data_json(cfg: Config) -> dict:
         raise DataError(f"{path.parent}: {why}") from None
     except (OSError, ValueError):
         meta = None
-    if not isinstance(meta, dict) or not {"signature", "table_digest", "test_digest"} <= set(meta):
+    # `raw` too: predict and the baseline read sample_submission.csv there (a KeyError after every fold otherwise)
+    if not isinstance(meta, dict) or not {"signature", "table_digest", "test_digest", "raw"} <= set(meta):
         raise DataError(f"{path}: unreadable or not written by `make data`; run `make data` again")
     return meta
 

@@ -14,7 +14,7 @@ from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
 from pipeline.inputs import tables
 from pipeline.scoring import metrics
-from tests.helpers import make_cfg, one_line_error, stage_args
+from tests.helpers import make_cfg, one_line_error, stage_args, strict_json
 
 # the fields a trained fold's done.json has that mean something for a model fitted once
 TRAINED_FIELDS = {"fold", "digest", "epochs", "best_epoch", "auc", "auc_per_lang", "minutes"}
@@ -75,6 +75,17 @@ def test_baseline_writes_folds_like_an_experiment(prepared: Path, capsys: pytest
     assert (exp / "fold0" / "test.csv").stat().st_mtime_ns == before
     baseline.run(cfg_at(prepared, "train.seed=7", "train.folds=[0]"))
     assert read_json(exp / "fold0" / "done.json")["digest"] != read_json(exp / "fold1" / "done.json")["digest"]
+
+
+def test_a_cv_json_with_a_figure_the_folds_cannot_make_is_strict_json(prepared: Path) -> None:
+    """The sample holds no translated rows out: no 6-lang AUC (NaN in memory). cv.json, written by the function
+    `make cv` runs, holds null there, and parses with a JSON parser that refuses a bare NaN."""
+    cfg = cfg_at(prepared)
+    assert math.isnan(baseline.run(cfg)["metrics"][metrics.SIX.key])
+    for path in (Path(cfg.models_dir) / f"{cfg.name}-tfidf").rglob("*.json"):
+        strict_json(path.read_text())  # cv.json and every fold's done.json
+    saved = strict_json((Path(cfg.models_dir) / f"{cfg.name}-tfidf" / "cv.json").read_text())
+    assert saved["metrics"][metrics.SIX.key] is None and saved["metrics"]["valid_auc"] > 0.5
 
 
 def test_baseline_refuses_a_fold_that_does_not_exist(prepared: Path) -> None:

@@ -219,7 +219,7 @@ def test_a_metric_added_to_the_one_list_reaches_every_report(tmp_path: Path, mon
     assert cv["metrics"]["rows"] == 600 and sum(f["rows"] for f in cv["folds"].values()) == 600
     assert "OOF rows" in report.fold_table(cv)
     blended = read_json(models / "xlmr+xlmr-tfidf" / "cv.json")
-    assert blended["blend"]["member_metrics"]["xlmr"]["mean"] > 0 and np.isnan(blended["metrics"]["mean"])
+    assert blended["blend"]["member_metrics"]["xlmr"]["mean"] > 0 and blended["metrics"]["mean"] is None  # NaN
     assert "OOF rows" in out.split("blend xlmr+xlmr-tfidf")[0]  # the blend's table of members
     (row,) = [r for r in board_rows(board.run(board_config(models))) if r["experiment"] == "xlmr"]
     assert row["OOF rows"] == "600" and row["mean pred"] == f"{cv['metrics']['mean']:.4f}"
@@ -297,6 +297,21 @@ def test_an_older_calibration_record_whose_estimate_chose_its_c_is_not_ranked_by
     assert ("- xlmr (calibrated): its submission is calibrated (lang); its figures are of the uncalibrated OOF: "
             "the calibration's record is older than the choice of C inside each fold, and its 6-lang AUC after "
             "calibration, 0.7500, chose C on the rows it scores (rerun `make predict`)") in text  # fmt: skip
+
+
+def test_a_calibration_record_without_an_after_figure_is_marked_not_ranked_by(tmp_path: Path) -> None:
+    """cv.json holds null for a figure that was not a number when predict wrote it: the board marks the submission
+    calibrated and ranks it by its uncalibrated OOF (not a TypeError, not a row ranked by nothing)."""
+    comp = Competition(tmp_path, 600)
+    three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
+             "rate_from": dict.fromkeys(("es", "it", "tr"), "validation.csv")}  # fmt: skip
+    exp = comp.experiment("xlmr", noisy(comp.rows["toxic"].to_numpy(), 1.0, 1), None, profile=three)
+    write_json(exp / "cv.json", {"calibration": {**calibrated(exp), "oof_after": None}})
+    text = board.run(board_config(comp.models))
+    (row,) = board_rows(text)
+    assert row["experiment"] == "xlmr (calibrated)" and row[metrics.SIX.header] not in ("0.7500", "-")
+    assert ("- xlmr (calibrated): its submission is calibrated (lang); its figures are of the uncalibrated OOF: "
+            "the calibration's record has no 6-lang AUC after calibration to rank it by") in text  # fmt: skip
 
 
 def test_a_calibrated_submission_without_a_six_language_auc_is_still_marked(tmp_path: Path) -> None:

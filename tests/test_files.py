@@ -19,7 +19,7 @@ from pipeline import baseline, blend, board, cv, data, experiments, files, layou
 from pipeline.core.foldmodel import save_model
 from pipeline.errors import PipelineError
 from pipeline.layout import VALID
-from tests.helpers import digests, make_cfg, one_line_error, prepare_tokens, stage_args
+from tests.helpers import digests, make_cfg, one_line_error, prepare_tokens, stage_args, strict_json
 from tests.helpers.tinyrun import TINY, overrides
 
 
@@ -119,6 +119,19 @@ def test_write_json_crash_keeps_old_file(tmp_path: Path, monkeypatch: pytest.Mon
     assert target.read_bytes() == before
     assert json.loads(target.read_text()) == {"version": 1}
     assert leftovers(tmp_path) == []
+
+
+def test_write_json_writes_null_for_a_figure_that_is_not_a_number(tmp_path: Path) -> None:
+    """An AUC over one class is NaN: the file holds null, which every JSON reader reads, never a bare NaN."""
+    import numpy as np
+
+    path = tmp_path / "cv.json"
+    figures = {"auc": float("nan"), "brier": np.float64("nan"), "per_lang": {"es": 0.8, "tr": float("inf")}}
+    files.write_json(path, {**figures, "corners": [0.7, -float("inf")], "rows": (3, 4), "name": "x"})
+    assert strict_json(path.read_text()) == {
+        "auc": None, "brier": None, "per_lang": {"es": 0.8, "tr": None}, "corners": [0.7, None], "rows": [3, 4],
+        "name": "x",
+    }  # fmt: skip
 
 
 def test_write_csv_round_trips_carriage_returns(tmp_path: Path) -> None:
@@ -268,12 +281,17 @@ def test_the_lock_is_taken_on_a_full_disk(tmp_path: Path, monkeypatch) -> None:
         files.release_lock(path)
 
 
-def test_temporaries_of_dead_processes_are_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+def dead_pid() -> int:
+    """The id of a process that has ended."""
     import subprocess
     import sys
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    pid = int(dead.stdout)  # that process has ended
+    return int(dead.stdout)
+
+
+def test_temporaries_of_dead_processes_are_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    pid = dead_pid()
     stale = [tmp_path / f".resume.pt.tmp-{pid}", tmp_path / f".metrics.jsonl.tmp-{pid}"]
     for p in stale:
         p.write_bytes(b"half")
@@ -286,6 +304,30 @@ def test_temporaries_of_dead_processes_are_removed_and_a_live_ones_kept(tmp_path
     gone = files.remove_dead_temporaries(tmp_path)
     assert sorted(gone) == sorted([*stale, tmp_path / f".save-{pid}"])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_atomic_dir_killed_between_its_renames_gets_its_old_folder_back(tmp_path: Path) -> None:
+    """atomic_dir renames `x` to .x.old-<pid>, then .x.tmp-<pid> to `x`: killed between the two, no `x` is
+    left. The cleanup puts the previous folder back instead of removing both temporaries."""
+    pid = dead_pid()
+    for kind, text in (("old", "previous"), ("tmp", "new")):
+        (tmp_path / f".cache.{kind}-{pid}").mkdir()
+        (tmp_path / f".cache.{kind}-{pid}" / "a.npy").write_text(text)
+    gone = files.remove_dead_temporaries(tmp_path)
+    assert gone == [tmp_path / f".cache.tmp-{pid}"]
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+    assert (tmp_path / "cache" / "a.npy").read_text() == "previous"
+
+
+def test_a_dead_old_folder_beside_its_replacement_is_removed(tmp_path: Path) -> None:
+    """Killed after both renames, before the old copy was removed: `x` is the new folder, the old one goes."""
+    pid = dead_pid()
+    for name, text in ((f".cache.old-{pid}", "previous"), ("cache", "new")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.npy").write_text(text)
+    assert files.remove_dead_temporaries(tmp_path) == [tmp_path / f".cache.old-{pid}"]
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+    assert (tmp_path / "cache" / "a.npy").read_text() == "new"
 
 
 def test_check_free_space_passes_with_room(tmp_path: Path) -> None:

@@ -40,6 +40,9 @@ _NUMBER = re.compile(r"\d+")
 _LATIN = re.compile(r"[A-Za-z][A-Za-z'\-]{2,}")
 _MARKS = re.compile(r"[!?]{2,}|\.{3,}|={2,}|\[\[|\]\]|\{\{|\}\}|~{3,}|'{2,}|\*+|#+|:\)|:\(|;\)|<3")
 _NOT_WORD = re.compile(r"\W+")
+# Turkish writes ı/I and i/İ, str.lower() knows only i/I: 'ILIK'.lower() is 'ilik', not 'ılık', and 'İ'.lower() is
+# i with a combining dot (U+0307). The four i's are one letter here, the combining dot dropped.
+_ONE_I = str.maketrans({"İ": "i", "I": "i", "ı": "i", "\u0307": None})
 SIGNATURE_FLOOR = 0.5  # rough matching: a translation less like any original than this is its own group
 # validation rows of one language this alike in character 3-5-grams are copies of one comment (a template with
 # another user's name in it, a comment pasted again with a word changed): one group, in one fold
@@ -50,8 +53,9 @@ NEAR_COPY_COSINE = 0.9
 
 
 def normalised(text: str) -> str:
-    """A text without case, spaces or punctuation: equal for duplicates that differ only in those."""
-    return _NOT_WORD.sub(" ", str(text).lower()).strip()
+    """A text without case (Turkish's dotted and dotless i alike), spaces or punctuation: equal for duplicates
+    that differ only in those."""
+    return _NOT_WORD.sub(" ", str(text).translate(_ONE_I).casefold()).strip()
 
 
 def duplicate_links(texts: list[str]) -> list[tuple[int, int]]:

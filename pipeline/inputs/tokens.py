@@ -182,10 +182,20 @@ def write_lengths(prepared: Path, tokenizer, tok_digest: str, table, test, meta:
     write_json(key, stamp)
 
 
-def check_cache(folder: Path, deep: bool = True) -> dict | None:
-    """meta.json if every array is present with the size (and, if deep, the digest) it records; else None."""
+# the fields of a cache's meta.json that its readers use (load_cache, `make data`'s report), and their types
+META_FIELDS = {"key": str, "max_length": int, "table_digest": str, "test_digest": str, "tokens": int, "files": dict}
+
+
+def check_cache(folder: Path, deep: bool = True, expect: dict | None = None) -> dict | None:
+    """meta.json if it holds every field of META_FIELDS (with the values in `expect`) and every array is present
+    with the size (and, if deep, the digest) it records; else None."""
     try:
         meta = read_json(folder / layout.CACHE_META)
+        # valid JSON without a field is as damaged as a truncated file: a KeyError in train otherwise
+        if any(not isinstance(meta.get(k), t) for k, t in META_FIELDS.items()):
+            return None
+        if any(meta[k] != v for k, v in (expect or {}).items()):
+            return None
         for name, info in meta["files"].items():
             p = folder / name
             if p.stat().st_size != info["bytes"] or (deep and file_digest(p) != info["sha256"]):
@@ -207,11 +217,13 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
     pointer = Path(prepared) / layout.TOKENS_POINTER
     write_lengths(prepared, tokenizer, tok_digest, table, test, meta)
     if folder.exists():
-        cached = check_cache(folder)
+        # a meta.json naming other inputs than its key's would be a hit here and refused by train: rebuilt
+        made_of = {"key": key, "max_length": cfg.model.max_length, "table_digest": meta["table_digest"]}
+        cached = check_cache(folder, expect={**made_of, "test_digest": meta["test_digest"]})
         if cached is not None:
             write_json(pointer, {"key": key})
             return {**cached, "status": "hit"}
-        log(f"tokens: {folder} fails its own check (size or digest); rebuilding it")
+        log(f"tokens: {folder} fails its own check (a field, size or digest); rebuilding it")
     texts = {"train": list(table["text"]), "test": list(test["text"])}
     chars = sum(len(t) for ts in texts.values() for t in ts)
     need = chars * 2 + (1 << 20)

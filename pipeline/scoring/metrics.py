@@ -389,9 +389,14 @@ def headline(figures: dict) -> tuple[Metric, float] | None:
     has), with its metric; None without one."""
     for m in RANKED_BY:
         value = figures.get(m.key) if isinstance(figures, dict) else None
-        if isinstance(value, (int, float)) and not math.isnan(value):
+        if defined(value):
             return m, float(value)
     return None
+
+
+def defined(value) -> bool:
+    """A figure that is there: a number, not NaN (cv.json holds null for one that is not; older ones NaN)."""
+    return isinstance(value, int | float) and not math.isnan(value)
 
 
 def saved_figures(cv) -> dict:

@@ -141,7 +141,7 @@ def figures_line(lead: str, scores: dict, langs: list[str], minutes=None) -> str
 def six_line(value: float, six: dict) -> str:
     """`6-lang AUC 0.8812 (es 0.87 fr 0.84 ...): the estimate of the test AUC, ...`: the OOF's languages
     and what they are weighted to; where a test language has no stand-in rows, why there is no figure."""
-    per = " ".join(f"{lg} {v:.4f}" for lg, v in six["per_lang"].items())
+    per = " ".join(f"{lg} {metrics.shown(v, '.4f')}" for lg, v in six["per_lang"].items())
     profile = six["profile"]
     priors = [lg for lg, how in profile["rate_from"].items() if how == FROM_PRIOR]
     said = f"; {', '.join(priors)} at the prior {profile['rates'][priors[0]]:.3f}" if priors else ""
@@ -187,8 +187,8 @@ def best_step_line(summary: dict) -> str:
     """What the figures would read with each fold's best step, chosen on the very rows it is scored on, beside
     the OOF's (each half's step chosen on the other half); '' for folds without both."""
     best, held = summary.get("best_step"), summary["metrics"]
-    m = next((m for m in metrics.RANKED_BY if not math.isnan(held.get(m.key, math.nan))), None)
-    if not best or m is None or math.isnan(best.get(m.key, math.nan)):
+    m = next((m for m in metrics.RANKED_BY if metrics.defined(held.get(m.key))), None)  # a cv.json's: null or NaN
+    if not best or m is None or not metrics.defined(best.get(m.key)):
         return ""
     gap = best[m.key] - held[m.key]
     return (

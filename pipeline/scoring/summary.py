@@ -40,7 +40,7 @@ def test_line(cv: dict) -> str | None:
     score = cv.get("test_auc")
     if not isinstance(score, dict) or not isinstance(score.get("auc"), (int, float)):
         return None
-    per = " ".join(f"{lg} {v:.4f}" for lg, v in (score.get("per_lang") or {}).items())
+    per = " ".join(f"{lg} {metrics.shown(v, '.4f')}" for lg, v in (score.get("per_lang") or {}).items())
     return f"{folds_of(score)}{score['auc']:.4f} on {score.get('rows', 0):,} labelled rows" + (
         f" ({per})" if per else ""
     )

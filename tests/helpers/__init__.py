@@ -3,6 +3,7 @@ as `make data` builds it, the real data slice, a free port. The fixtures are in 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -20,6 +21,20 @@ SCALE = 0.2  # the built-in sample at a fifth of its size: 690 training rows, 18
 def make_cfg(tmp_path: Path, *overrides: str) -> Config:
     """The sample config, small and fast, reading and writing under tmp_path only; later overrides win."""
     return config.load("sample", stage_args(tmp_path, *overrides))
+
+
+def strict_json(text: str):
+    """JSON as the standard has it: a bare NaN or Infinity (Python's json writes them) is an error."""
+
+    def refuse(word: str):
+        raise ValueError(f"not JSON: {word}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def turkish_upper(text: str) -> str:
+    """Upper case as Turkish writes it: i to İ, ı to I (str.upper makes both I)."""
+    return text.replace("i", "İ").replace("ı", "I").upper()
 
 
 def digests(folder: Path) -> dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 from pipeline import data
 from pipeline.errors import ConfigError
 from pipeline.inputs import groups, tables
-from tests.helpers import ROOT, make_cfg
+from tests.helpers import ROOT, make_cfg, turkish_upper
 
 PRETRAINED = ROOT.parent / "shared" / "pretrained" / "multilingual-e5-small-jigsaw"
 
@@ -88,6 +88,14 @@ def test_versions_of_one_comment_are_found_by_content() -> None:
 def test_duplicates_are_one_group_and_look_alikes_are_not() -> None:
     texts = ["You are a FOOL!!", "you are a fool", "You are a fool, really", "Something else entirely"]
     assert groups.duplicate_links(texts) == [(0, 1)]
+
+
+def test_turkish_capitals_are_duplicates_of_their_small_letters() -> None:
+    """'ILIK'.lower() is 'ilik', not 'ılık', and 'İ'.lower() is 'i' with a combining dot: the four i's are one."""
+    text = "ılık bir gün, iyi insanlar ve sıcak çay"
+    copies = [turkish_upper(text), text.upper(), turkish_upper(text).lower(), text.casefold()]
+    assert groups.duplicate_links([text, *copies, "başka bir yorum, hiç benzemez"]) == [(0, i) for i in (1, 2, 3, 4)]
+    assert len({groups.normalised(t) for t in [text, *copies]}) == 1
 
 
 def test_held_out_groups_are_whole_seeded_and_even_per_language() -> None:

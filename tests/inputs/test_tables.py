@@ -13,8 +13,9 @@ import pytest
 
 from pipeline import data, layout
 from pipeline.errors import DataError
+from pipeline.files import read_json, write_json
 from pipeline.inputs import sample, tables
-from tests.helpers import SCALE, make_cfg
+from tests.helpers import SCALE, make_cfg, turkish_upper
 
 LANGS_TEST = {"es", "fr", "it", "pt", "ru", "tr"}
 
@@ -167,6 +168,17 @@ def test_load_table_refuses_other_data_settings(tmp_path: Path) -> None:
         tables.load_table(make_cfg(tmp_path, "data.seed=5"))
     with pytest.raises(DataError, match="no prepared data"):
         tables.load_table(make_cfg(tmp_path, "name=never-built"))
+
+
+@pytest.mark.parametrize("field", ["raw", "table_digest"])
+def test_a_data_json_without_a_field_its_readers_use_is_one_line(tmp_path: Path, field: str) -> None:
+    """Valid JSON that lacks a field predict and the baseline read (`raw`: where sample_submission.csv is)."""
+    cfg = make_cfg(tmp_path)
+    data.prepare(cfg, log=quiet)
+    path = layout.prepared_dir(cfg) / layout.DATA_JSON
+    write_json(path, {k: v for k, v in read_json(path).items() if k != field})
+    with pytest.raises(DataError, match="not written by `make data`; run `make data` again"):
+        tables.load_table(cfg)
 
 
 # ---------------------------------------------------------------- the extra translated files
@@ -333,6 +345,19 @@ def test_training_rows_holding_a_validation_text_are_dropped_and_said(tmp_path: 
     assert kept == ["una frase del todo nueva aquí"]
     assert ("data: 3 training rows hold the text of a validation row (3 of more-es): dropped before any row is "
             "held out, so that no fold trains on a comment it scores") in said  # fmt: skip
+
+
+def test_a_turkish_validation_text_in_capitals_in_training_is_dropped(tmp_path: Path, raw_sample: Path) -> None:
+    """Upper-cased as Turkish writes it (ı to I, i to İ), a validation row is still the same text."""
+    valid = pd.read_csv(raw_sample / layout.VALID, dtype={"id": str}, keep_default_na=False)
+    turkish = valid[valid["lang"] == "tr"]["comment_text"]
+    text = next(t for t in turkish if "ı" in t and "i" in t and len(t) > 20)
+    extra = tmp_path / "more-tr.csv"
+    write_translated(extra, [turkish_upper(text), "tamamen yeni bir cümle burada"], [0, 1])
+    cfg = make_cfg(tmp_path, "data.source=dir", f"data.dir={raw_sample}", f"data.extra_files=[{extra}]")
+    data.prepare(cfg, log=quiet)
+    table, _, _ = tables.load_table(cfg)
+    assert table.loc[table["source"] == "more-tr", "text"].tolist() == ["tamamen yeni bir cümle burada"]
 
 
 def test_held_out_rows_holding_a_validation_text_are_dropped_before_the_split(tmp_path: Path, raw_sample: Path) -> None:

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from pipeline import data, layout
 from pipeline.errors import PipelineError
-from pipeline.files import read_json
+from pipeline.files import read_json, write_json
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.inputs.tokens import Ragged
@@ -169,6 +169,32 @@ def test_same_size_corruption_is_rebuilt(built) -> None:
     target.write_bytes(bytes(raw))
     assert prepare_tokens(cfg, log=quiet)["status"] == "built"
     assert tokens.check_cache(cache_folder(cfg, info)) is not None
+
+
+@pytest.mark.parametrize("field", ["table_digest", "max_length", "tokens"])
+def test_a_meta_json_without_a_field_is_a_damaged_cache(built, field: str) -> None:
+    """Valid JSON whose arrays check out but that lacks a field its readers use: one line, then rebuilt."""
+    cfg, info = built
+    meta = tables.load_table(cfg)[2]
+    path = cache_folder(cfg, info) / layout.CACHE_META
+    write_json(path, {k: v for k, v in read_json(path).items() if k != field})
+    with pytest.raises(PipelineError, match="missing or damaged"):
+        tokens.load_cache(cfg, meta)  # train and predict: not a KeyError
+    said: list[str] = []
+    assert prepare_tokens(cfg, log=said.append)["status"] == "built"
+    assert any("rebuilding" in line for line in said)
+    assert tokens.load_cache(cfg, meta)[1][field] == info[field]
+
+
+def test_a_meta_json_of_other_settings_is_rebuilt_not_a_hit(built) -> None:
+    """A meta.json naming other tables than its key was made of: `make data` would call it a hit, and train
+    would refuse it and send the user back to `make data`, forever."""
+    cfg, info = built
+    meta = tables.load_table(cfg)[2]
+    path = cache_folder(cfg, info) / layout.CACHE_META
+    write_json(path, {**read_json(path), "table_digest": "0" * 16})
+    assert prepare_tokens(cfg, log=quiet)["status"] == "built"
+    assert tokens.load_cache(cfg, meta)[1]["table_digest"] == meta["table_digest"]
 
 
 def test_load_refuses_other_settings(built) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.files import read_json, write_json
 from pipeline.scoring import metrics
 
 # ---------------------------------------------------------------- metrics
@@ -99,6 +100,23 @@ def test_the_fold_table_names_a_fold_judged_by_its_valid_auc_where_the_oof_has_a
     assert "best steps chosen by AUC (folds 0, 1); AUC: made before folds named it" in old
     alike = report.fold_table({**summary, "fold_details": {0: {"metric": "six"}, 1: {"metric": "six"}}})
     assert "best steps chosen by" not in alike
+
+
+def test_the_fold_table_of_a_cv_json_read_back_is_the_one_it_was_written_with(tmp_path) -> None:
+    """fr's stand-in rows are all of one class: its AUC is NaN in memory, null in cv.json; both tables read '-'."""
+    from pipeline.scoring import report
+
+    rng, i = np.random.default_rng(0), np.arange(40)
+    frames = [pd.DataFrame({"id": [f"{lang}{n}" for n in i], "lang": lang, "toxic": y.astype(int), "fold": i % 2,
+                            "source": source, "pred": y + rng.normal(0, 1, 40)})
+              for lang, source, y in (("es", "validation", i % 3 == 0), ("it", "validation", i % 3 == 0),
+                                      ("fr", "translated-train", i < 0))]  # fmt: skip
+    mix = {"es": 0.3, "fr": 0.4, "it": 0.3}
+    profile = {"mix": mix, "rates": dict.fromkeys(mix, 0.2), "rate_from": dict.fromkeys(mix, "validation.csv")}
+    summary = report.cv_summary(pd.concat(frames, ignore_index=True), {0: {}, 1: {}}, profile)
+    write_json(tmp_path / "cv.json", summary)
+    table = report.fold_table(summary)
+    assert "(es 0.7857 fr - it 0.6923)" in table and report.fold_table(read_json(tmp_path / "cv.json")) == table
 
 
 def six_language_oof(n: int = 3000, seed: int = 0) -> pd.DataFrame:

@@ -51,6 +51,17 @@ def test_the_block_names_the_figures_the_test_auc_the_time_and_every_file(tmp_pa
     assert "submission.csv" not in summary.block(cfg, "train", 1)
 
 
+def test_a_test_auc_of_a_language_with_one_class_is_a_dash(tmp_path: Path) -> None:
+    """cv.json holds null for a figure that is not a number (the test AUC of a language whose labels are of one
+    class): the block shows '-' for it."""
+    cfg = config.load("sample", overrides(tmp_path))
+    exp = layout.experiment_dir(cfg)
+    exp.mkdir(parents=True)
+    score = {"auc": 0.75, "rows": 10, "per_lang": {"es": 0.7, "tr": None}, "folds": ["fold0"]}
+    (exp / layout.CV_JSON).write_text(json.dumps({"metrics": {"six": None}, "per_lang": {}, "test_auc": score}))
+    assert "test AUC    1 fold: 0.7500 on 10 labelled rows (es 0.7000 tr -)" in summary.block(cfg, "predict", 1)
+
+
 @pytest.mark.slow  # trains two folds of the tiny model: seconds
 def test_train_and_predict_each_end_with_the_block(tmp_path: Path, capsys, torch_one_thread) -> None:
     from pipeline import data, predict, train
