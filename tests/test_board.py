@@ -6,15 +6,14 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from pipeline import blend, board, config, layout, validity
 from pipeline.errors import PipelineError
-from pipeline.files import read_json, write_csv, write_json
+from pipeline.files import read_json, write_json
 from pipeline.scoring import metrics, report
 from tests.helpers import board_rows
-from tests.helpers.experiments import Competition
+from tests.helpers.experiments import Competition, write_lengths
 
 VALID = metrics.BY_KEY["valid_auc"].header
 
@@ -332,18 +331,6 @@ def test_a_blend_of_some_folds_is_k_of_n_and_ranked_only_among_the_same_folds(tm
     assert "experiments are ranked among those scored on the same folds, the most folds first" in text
 
 
-def write_lengths(prepared: Path, seed: int = 0) -> None:
-    """A prepared folder's lengths.csv as `make data` writes it: a token count for every scored and test row."""
-    table = pd.read_csv(prepared / layout.TABLE, dtype={"id": str}, keep_default_na=False)
-    table = table[table["fold"] >= 0]
-    test = pd.read_csv(prepared / layout.TEST_TABLE, dtype={"id": str}, keep_default_na=False)
-    rng = np.random.default_rng(seed)
-    frames = [pd.DataFrame({"split": split, "id": rows["id"], "source": source, "lang": rows["lang"],
-                            "tokens": rng.integers(2, 200, len(rows))})
-              for split, rows, source in (("train", table, table["source"]), ("test", test, "test"))]  # fmt: skip
-    write_csv(prepared / layout.LENGTHS, pd.concat(frames, ignore_index=True))
-
-
 def test_a_figure_without_the_length_mix_is_marked_and_ranked_apart_from_those_with_it(tmp_path: Path) -> None:
     """One experiment's prepared folder has lengths.csv, the other's not (tables prepared before it existed): the
     second's 6-lang AUC, weighted by language and class only, is another estimate. However high, it is ranked
@@ -356,7 +343,8 @@ def test_a_figure_without_the_length_mix_is_marked_and_ranked_apart_from_those_w
     comp.experiment("with-length", noisy(y, 1.0, 1), None, profile=three)
     comp.experiment("no-length", noisy(y, 0.4, 2), None, profile=three)  # far better predictions
     prepared = layout.prepared_dir(comp.config("name=with-length"))
-    write_lengths(prepared)
+    rng = np.random.default_rng(0)
+    write_lengths(prepared, lambda split, rows: rng.integers(2, 200, len(rows)))
     text = board.run(board_config(comp.models))
     listed = board_rows(text)
     assert [r["experiment"] for r in listed] == ["with-length", "no-length (no length)"], text
