@@ -150,6 +150,8 @@ def six_line(value: float, six: dict) -> str:
                 f"(data.held_out holds translated rows of data.extra_files out for them) ({per})")  # fmt: skip
     lengths = six.get("lengths")
     mix = " and its length mix" if lengths else ""
+    if lengths and unmatched(lengths):  # not claimed whole: the line below says which language lacks what
+        mix = " and, in part, its length mix (not matched: below)"
     line = (f"{metrics.SIX.header} {value:.4f} ({per}): the estimate of the test AUC, each language "
             f"weighted to its share of the test, its toxic rate there{mix}{said}")  # fmt: skip
     span = metrics.prior_span(profile)
@@ -177,10 +179,23 @@ def length_lines(lengths: dict, value: float) -> list[str]:
         out.append(f"    {lang} {' '.join(f'{v:.3f}' for v in test)} / {' '.join(f'{v:.3f}' for v in rows)}; "
                    f"{ess.get('toxic', 0):.0f}, {ess.get('clean', 0):.0f} ({was.get('toxic', 0):.0f}, "
                    f"{was.get('clean', 0):.0f})")  # fmt: skip
+    short = unmatched(lengths)
+    if short:
+        which = ", ".join(f"{g} ({v:.3f} of its test rows)" for g, v in short.items())
+        out.append(f"  length mix not matched for {which}: "
+                   f"token buckets with no stand-in rows, or under {metrics.MIN_BUCKET_ROWS} of a class, merged into a "
+                   "neighbour, whose rows of other lengths carry their share")  # fmt: skip
     by = " ".join(f"{n} {metrics.shown(lengths['valid_by_bucket'].get(n), '.4f')} (n={c})"
                   for n, c in zip(names, lengths["valid_bucket_rows"]))  # fmt: skip
     out.append(f"  valid AUC per token bucket (validation.csv's rows): {by}")
     return out
+
+
+def unmatched(lengths: dict) -> dict[str, float]:
+    """The languages whose test length mix the stand-ins could not match (metrics.unmatched_lengths), by the share
+    of their test rows left so; one that rounds to 0.000 as printed is matched. A cv.json written before it was
+    recorded: none."""
+    return {g: v for g, v in (lengths.get("unmatched") or {}).items() if round(v, 3) > 0}
 
 
 def best_step_line(summary: dict) -> str:
