@@ -300,54 +300,6 @@ def six_corners(oof: pd.DataFrame, profile: dict) -> list[float] | None:
     return out
 
 
-def unmatched_lengths(oof: pd.DataFrame, profile: dict) -> dict[str, float]:
-    """Each test language's share of its test rows whose length bucket its weighted stand-ins do not fill: the
-    test's bucket shares less the weighted stand-ins', summed where these fall short. 0 where every bucket holds
-    rows enough; else the share of buckets with no stand-in rows, or too few of a class, which merged_buckets
-    gave to a neighbour whose rows, of other lengths, carry it (a stand-in without a token count fills none)."""
-    weights, langs = row_weights(oof, profile), oof["lang"].to_numpy()
-    tokens = pd.to_numeric(oof["tokens"], errors="coerce").to_numpy(np.float64)
-    out = {}
-    for lang, test in (profile.get("lengths") or {}).items():
-        at = (langs == lang) & (weights > 0)
-        if lang not in profile["mix"] or not at.any():
-            continue
-        known = at & ~np.isnan(tokens)
-        filled = np.bincount(length_buckets(tokens[known]), weights=weights[known], minlength=len(LENGTH_EDGES) + 1)
-        # the language's weight sums to its share of the test: as shares of it, comparable with the test's
-        short = np.asarray(test, np.float64) - filled / weights[at].sum()
-        out[lang] = round(float(np.clip(short, 0.0, None).sum()), 4)
-    return out
-
-
-def length_figures(oof: pd.DataFrame, profile: dict) -> dict | None:
-    """What length does to the estimate (cv.json's six.lengths): the test's and the stand-ins' bucket shares
-    per language, the share of each language's test rows whose length its stand-ins could not match
-    (unmatched_lengths), the effective sample sizes with and without length, the estimate without length, and
-    the AUC per length bucket of validation.csv's rows; None where the rows carry no token counts or the profile
-    no test lengths."""
-    if "tokens" not in oof or not profile.get("lengths"):
-        return None
-    at = stand_in_mask(oof, profile["mix"])
-    tokens = pd.to_numeric(oof["tokens"], errors="coerce")
-    rows = {g: bucket_shares(tokens[at & (oof["lang"] == g).to_numpy()].dropna()) for g in profile["mix"]}
-    valid = on_validation(oof) & tokens.notna().to_numpy()
-    buckets = length_buckets(tokens[valid])
-    y, p = oof["toxic"].to_numpy()[valid], oof["pred"].to_numpy()[valid]
-    by_bucket = {name: auc(y[buckets == b], p[buckets == b]) for b, name in enumerate(bucket_names())}
-    return {
-        "edges": list(LENGTH_EDGES),
-        "test": profile["lengths"],
-        "rows": rows,
-        "unmatched": unmatched_lengths(oof, profile),
-        "without": six_language(oof, without_lengths(profile))["auc"],
-        "ess": effective_sizes(oof, profile),
-        "ess_without": effective_sizes(oof, without_lengths(profile)),
-        "valid_by_bucket": by_bucket,
-        "valid_bucket_rows": np.bincount(buckets, minlength=len(LENGTH_EDGES) + 1).tolist(),
-    }
-
-
 @dataclass(frozen=True)
 class Metric:
     """A figure every report shows of OOF rows: the fold table, cv.json, the blend's table and the board all
