@@ -13,8 +13,10 @@ data.folds), minutes (a blend: its members'), test AUC where the experiment's cv
 (written when the competition's test labels are known), and the settings that matter: model, max_length,
 epochs, lr, effective batch. An experiment with folds still to train is marked (incomplete); one with
 folds that no longer match their inputs, (stale); one made by a newer version of the pipeline (settings this
-version does not know), (newer version), with one line that says so. Where experiments have a test AUC, a line
-counts the pairs each estimate orders as the test does.
+version does not know), (newer version), with one line that says so. One whose 6-lang AUC is without the test's
+length mix (its prepared folder has no lengths.csv) where others have it, (no length): another estimate, ranked
+apart below them, never a tie or a disagreement with them. Where experiments have a test AUC, a line counts the
+pairs each estimate orders as the test does.
 """
 
 from __future__ import annotations
@@ -215,6 +217,8 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "test": (summary.get("test_auc") or {}).get("auc"),  # {auc, per_lang, rows} from predict or blend
         # the estimate weighted by language and class only (the uncalibrated OOF's): what length changed
         "without": (six.get("lengths") or {}).get("without"),
+        # whether its 6-lang AUC is weighted to the test's length mix: not where its rows have no token counts
+        "length": bool(six.get("lengths")),
         "stale": stale,  # folds that are there but no longer count: left out of the numbers
         "incomplete": incomplete,  # folds still to train (or being trained)
         "newer": newer,  # made by a newer version (or a member was): this one cannot say whether its folds count
@@ -236,23 +240,40 @@ def rows(cfg: Config) -> list[dict]:
             continue
         if found is not None:
             out.append(found)
-    return mark_ties(mark_disagreements(sorted(out, key=rank)))
+    return mark_ties(mark_disagreements(mark_no_length(sorted(out, key=rank))))
 
 
 def rank(r: dict) -> tuple:
     """Experiments scored on the most folds first, each set of folds apart (figures compare only over the same
     rows); within one, the six-language AUC first (it ranks experiments as the test does: docs/recipes.md
-    measures it), then the validation AUC of experiments without held-out translated rows; NaN last."""
+    measures it), those weighted to the test's length mix before those without it (another estimate: apart),
+    then the validation AUC of experiments without held-out translated rows; NaN last."""
     folds = r.get("scored_folds") or []
     for i, m in enumerate(metrics.RANKED_BY):
         if not math.isnan(r["metrics"][m.key]):
-            return (-len(folds), folds, i, -r["metrics"][m.key])
-    return (-len(folds), folds, len(metrics.RANKED_BY), 0.0)
+            apart = m is metrics.SIX and r.get("length") is False  # a row made by hand (tests) has no flag
+            return (-len(folds), folds, i, apart, -r["metrics"][m.key])
+    return (-len(folds), folds, len(metrics.RANKED_BY), False, 0.0)
+
+
+def mark_no_length(board: list[dict]) -> list[dict]:
+    """`no_length`: a row ranked by a 6-lang AUC without the test's length mix on a board where others have it
+    (rank puts it below them); on a board where no row has it, nothing is marked: every figure is alike."""
+    if any(by_six(r) and r.get("length") for r in board):
+        for r in board:
+            r["no_length"] = by_six(r) and r.get("length") is False
+    return board
+
+
+def by_six(r: dict) -> bool:
+    return not math.isnan(r["metrics"][metrics.SIX.key])
 
 
 def comparable(r: dict, q: dict) -> bool:
-    """Two rows whose figures compare: of the same test, over the same folds' rows."""
-    return r.get("test_of") == q.get("test_of") and r.get("scored_folds") == q.get("scored_folds")
+    """Two rows whose figures compare: of the same test, over the same folds' rows, and where they are compared
+    by the 6-lang AUC, both weighted to the test's length mix or neither."""
+    same_estimate = compared_by(r, q) is not metrics.SIX or r.get("length") == q.get("length")
+    return r.get("test_of") == q.get("test_of") and r.get("scored_folds") == q.get("scored_folds") and same_estimate
 
 
 def mark_ties(board: list[dict]) -> list[dict]:
@@ -325,6 +346,7 @@ def board_table(board: list[dict]) -> str:
             + (" (incomplete)" if r.get("incomplete") else "")
             + (" (newer version)" if r.get("newer") else "")
             + (" (calibrated)" if r.get("calibrated") else "")
+            + (" (no length)" if r.get("no_length") else "")
             + (" (!)" if r.get("below") else "")
             + (" (~)" if r.get("tie") else ""),
             *(cell(r["metrics"].get(m.key), m.fmt) for m in metrics.METRICS),
@@ -356,6 +378,10 @@ def stale_notes(board: list[dict]) -> str:
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
     notes += [f"- {r['name']} (newer version): {r['newer']}" for r in board if r.get("newer")]
     notes += [calibrated_note(r) for r in board if r.get("calibrated")]
+    notes += [f"- {r['name']} (no length): its {metrics.SIX.header} is weighted by language and class only, not to "
+              "the test's length mix (its rows have no token counts: its prepared folder has no lengths.csv, which "
+              "`make data` writes); ranked apart, below those weighted by length, with which it does not compare"
+              for r in board if r.get("no_length")]  # fmt: skip
     notes += [f"- {r['name']} (~): a tie with {r['tie']}: their order flips as the test's toxic rates move within "
               "the range under the validation-rate assumption (`make cv` shows it)" for r in board
               if r.get("tie")]  # fmt: skip

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,14 +75,42 @@ def say(line: str, code: int) -> int:
     """Print a stage's last line on stderr and return its exit status. Under pipeline.core.launcher the first
     process prints it and every process keeps it for the launcher, which prints the others' that differ."""
     folder, rank = os.environ.get(LINES_ENV), os.environ.get("RANK", "0")
-    if folder:
-        try:
-            Path(folder, f"rank{rank}.json").write_text(json.dumps({"line": line, "code": code}))
-        except OSError:
-            rank = "0"  # not kept: printed here instead
-    if rank == "0" or not folder:
-        print(line, file=sys.stderr)
+    # torchrun stops the other processes (SIGTERM) as soon as one has failed, maybe this one between keeping its
+    # line and printing it: the launcher takes the first process's kept line as said, so a stop waits for both
+    with stops_held():
+        if folder:
+            try:
+                Path(folder, f"rank{rank}.json").write_text(json.dumps({"line": line, "code": code}))
+            except OSError:
+                rank = "0"  # not kept: printed here instead
+        if rank == "0" or not folder:
+            print(line, file=sys.stderr, flush=True)
     return code
+
+
+STOPS = (signal.SIGINT, signal.SIGTERM)  # what ends a process at once: torchrun's stop, Ctrl-C
+
+
+@contextlib.contextmanager
+def stops_held():
+    """The block runs whole: a stop that arrives in it is taken once the block is done, as it would have been
+    taken at that moment (its previous handler, by default the end of the process). A handler, not a blocked
+    signal mask: a signal blocked in this thread alone would reach another (torch's) and end the process there."""
+    if threading.current_thread() is not threading.main_thread():  # handlers are set in the main thread only
+        yield
+        return
+    arrived: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in STOPS}
+    held = [sig for sig, handler in previous.items() if handler is not None]  # None: set outside Python, left so
+    for sig in held:
+        signal.signal(sig, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        for sig in held:
+            signal.signal(sig, previous[sig])
+        for sig in dict.fromkeys(arrived):  # each stop once, in the order they came
+            os.kill(os.getpid(), sig)
 
 
 def one_of(choices) -> str:

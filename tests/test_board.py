@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import blend, board, config, validity
+from pipeline import blend, board, config, layout, validity
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
 from pipeline.scoring import metrics, report
 from tests.helpers import board_rows
-from tests.helpers.experiments import Competition
+from tests.helpers.experiments import Competition, write_lengths
 
 VALID = metrics.BY_KEY["valid_auc"].header
 
@@ -344,6 +344,48 @@ def test_a_blend_of_some_folds_is_k_of_n_and_ranked_only_among_the_same_folds(tm
     order = [r["experiment"].split(" ")[0] for r in listed]
     assert order[0] == "all" and set(order[1:]) == {"few", "few2", "few-blend"}
     assert "experiments are ranked among those scored on the same folds, the most folds first" in text
+
+
+def test_a_figure_without_the_length_mix_is_marked_and_ranked_apart_from_those_with_it(tmp_path: Path) -> None:
+    """One experiment's prepared folder has lengths.csv, the other's not (tables prepared before it existed): the
+    second's 6-lang AUC, weighted by language and class only, is another estimate. However high, it is ranked
+    below the length-aware one, marked, and a note says why; on a board where no row has the length mix, nothing
+    is marked."""
+    comp = Competition(tmp_path, 600)
+    y = comp.rows["toxic"].to_numpy()
+    three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
+             "rate_from": dict.fromkeys(("es", "it", "tr"), "validation.csv")}  # fmt: skip
+    comp.experiment("with-length", noisy(y, 1.0, 1), None, profile=three)
+    comp.experiment("no-length", noisy(y, 0.4, 2), None, profile=three)  # far better predictions
+    prepared = layout.prepared_dir(comp.config("name=with-length"))
+    rng = np.random.default_rng(0)
+    write_lengths(prepared, lambda split, rows: rng.integers(2, 200, len(rows)))
+    text = board.run(board_config(comp.models))
+    listed = board_rows(text)
+    assert [r["experiment"] for r in listed] == ["with-length", "no-length (no length)"], text
+    assert float(listed[1][metrics.SIX.header]) > float(listed[0][metrics.SIX.header])  # ranked apart, not by it
+    assert listed[0]["w/o length"] != "-" and listed[1]["w/o length"] == "-"
+    assert ("- no-length (no length): its 6-lang AUC is weighted by language and class only, not to the test's "
+            "length mix (its rows have no token counts: its prepared folder has no lengths.csv") in text  # fmt: skip
+    (prepared / layout.LENGTHS).unlink()
+    listed = board_rows(board.run(board_config(comp.models)))
+    assert [r["experiment"] for r in listed] == ["no-length", "with-length"]  # one estimate: ranked by it
+
+
+def test_a_row_with_the_length_mix_and_one_without_are_never_a_tie_or_a_disagreement() -> None:
+    """Their 6-lang AUCs are two estimates: an order flip at a corner, a test AUC the other way round, or a pair the
+    estimate orders as the test are read between rows of one kind only."""
+
+    def row(name: str, corners, test: float, length: bool) -> dict:
+        return {"name": name, "metrics": {metrics.SIX.key: corners[0], "valid_auc": 0.9}, "test": test,
+                "test_of": "t", "scored_folds": [0, 1], "corners": corners, "length": length}  # fmt: skip
+
+    a, b = row("a", [0.910, 0.900], 0.88, True), row("b", [0.905, 0.903], 0.89, False)
+    marked = board.mark_ties(board.mark_disagreements([a, b]))
+    assert marked[0].get("tie") is None and marked[0]["below"] == "" and board.order_agreement(marked) == ""
+    b["length"] = True  # the same estimate: b flips with a at the second corner, its test AUC above a's
+    marked = board.mark_ties(board.mark_disagreements([a, b]))
+    assert marked[0]["tie"] == "b" and marked[0]["below"] == "b" and board.order_agreement(marked) != ""
 
 
 def test_two_experiments_whose_order_flips_inside_the_estimates_range_are_a_tie() -> None:

@@ -300,32 +300,6 @@ def six_corners(oof: pd.DataFrame, profile: dict) -> list[float] | None:
     return out
 
 
-def length_figures(oof: pd.DataFrame, profile: dict) -> dict | None:
-    """What length does to the estimate (cv.json's six.lengths): the test's and the stand-ins' bucket shares
-    per language, the effective sample sizes with and without length, the estimate without length, and the
-    AUC per length bucket of validation.csv's rows; None where the rows carry no token counts or the profile
-    no test lengths."""
-    if "tokens" not in oof or not profile.get("lengths"):
-        return None
-    at = stand_in_mask(oof, profile["mix"])
-    tokens = pd.to_numeric(oof["tokens"], errors="coerce")
-    rows = {g: bucket_shares(tokens[at & (oof["lang"] == g).to_numpy()].dropna()) for g in profile["mix"]}
-    valid = on_validation(oof) & tokens.notna().to_numpy()
-    buckets = length_buckets(tokens[valid])
-    y, p = oof["toxic"].to_numpy()[valid], oof["pred"].to_numpy()[valid]
-    by_bucket = {name: auc(y[buckets == b], p[buckets == b]) for b, name in enumerate(bucket_names())}
-    return {
-        "edges": list(LENGTH_EDGES),
-        "test": profile["lengths"],
-        "rows": rows,
-        "without": six_language(oof, without_lengths(profile))["auc"],
-        "ess": effective_sizes(oof, profile),
-        "ess_without": effective_sizes(oof, without_lengths(profile)),
-        "valid_by_bucket": by_bucket,
-        "valid_bucket_rows": np.bincount(buckets, minlength=len(LENGTH_EDGES) + 1).tolist(),
-    }
-
-
 @dataclass(frozen=True)
 class Metric:
     """A figure every report shows of OOF rows: the fold table, cv.json, the blend's table and the board all

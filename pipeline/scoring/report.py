@@ -59,12 +59,62 @@ def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = 
         corners = metrics.six_corners(oof, profile) if not six["missing"] else None
         if corners:  # the estimate under every plausible toxic rate of the languages (the validation-rate assumption)
             summary["six"].update(corners=corners, range=[min(corners), max(corners)])
-        lengths = metrics.length_figures(oof, profile) if not six["missing"] else None
+        lengths = length_figures(oof, profile) if not six["missing"] else None
         if lengths:  # what weighting by length did, and the AUC per length bucket of validation.csv's rows
             summary["six"]["lengths"] = lengths
     if "best" in oof:  # each fold's best step, chosen on the rows it is scored on: the figure reads high
         summary["best_step"] = metrics.scores(oof.assign(pred=oof["best"]), profile, scale)
     return summary
+
+
+def unmatched_lengths(oof: pd.DataFrame, profile: dict) -> dict[str, float]:
+    """Each test language's share of its test rows whose length bucket its weighted stand-ins do not fill: the
+    test's bucket shares less the weighted stand-ins', summed where these fall short. 0 where every bucket holds
+    rows enough; else the share of buckets with no stand-in rows, or too few of a class, which metrics.merged_buckets
+    gave to a neighbour whose rows, of other lengths, carry it (a stand-in without a token count fills none)."""
+    weights, langs = metrics.row_weights(oof, profile), oof["lang"].to_numpy()
+    tokens = pd.to_numeric(oof["tokens"], errors="coerce").to_numpy(np.float64)
+    out = {}
+    for lang, test in (profile.get("lengths") or {}).items():
+        at = (langs == lang) & (weights > 0)
+        if lang not in profile["mix"] or not at.any():
+            continue
+        known = at & ~np.isnan(tokens)
+        filled = np.bincount(
+            metrics.length_buckets(tokens[known]), weights=weights[known], minlength=len(metrics.LENGTH_EDGES) + 1
+        )
+        # the language's weight sums to its share of the test: as shares of it, comparable with the test's
+        short = np.asarray(test, np.float64) - filled / weights[at].sum()
+        out[lang] = round(float(np.clip(short, 0.0, None).sum()), 4)
+    return out
+
+
+def length_figures(oof: pd.DataFrame, profile: dict) -> dict | None:
+    """What length does to the estimate (cv.json's six.lengths): the test's and the stand-ins' bucket shares
+    per language, the share of each language's test rows whose length its stand-ins could not match
+    (unmatched_lengths), the effective sample sizes with and without length, the estimate without length, and
+    the AUC per length bucket of validation.csv's rows; None where the rows carry no token counts or the profile
+    no test lengths."""
+    if "tokens" not in oof or not profile.get("lengths"):
+        return None
+    at = metrics.stand_in_mask(oof, profile["mix"])
+    tokens = pd.to_numeric(oof["tokens"], errors="coerce")
+    rows = {g: metrics.bucket_shares(tokens[at & (oof["lang"] == g).to_numpy()].dropna()) for g in profile["mix"]}
+    valid = metrics.on_validation(oof) & tokens.notna().to_numpy()
+    buckets = metrics.length_buckets(tokens[valid])
+    y, p = oof["toxic"].to_numpy()[valid], oof["pred"].to_numpy()[valid]
+    by_bucket = {name: metrics.auc(y[buckets == b], p[buckets == b]) for b, name in enumerate(metrics.bucket_names())}
+    return {
+        "edges": list(metrics.LENGTH_EDGES),
+        "test": profile["lengths"],
+        "rows": rows,
+        "unmatched": unmatched_lengths(oof, profile),
+        "without": metrics.six_language(oof, metrics.without_lengths(profile))["auc"],
+        "ess": metrics.effective_sizes(oof, profile),
+        "ess_without": metrics.effective_sizes(oof, metrics.without_lengths(profile)),
+        "valid_by_bucket": by_bucket,
+        "valid_bucket_rows": np.bincount(buckets, minlength=len(metrics.LENGTH_EDGES) + 1).tolist(),
+    }
 
 
 def pred_scale(done: dict[int, dict]) -> str:
@@ -150,6 +200,8 @@ def six_line(value: float, six: dict) -> str:
                 f"(data.held_out holds translated rows of data.extra_files out for them) ({per})")  # fmt: skip
     lengths = six.get("lengths")
     mix = " and its length mix" if lengths else ""
+    if lengths and unmatched(lengths):  # not claimed whole: the line below says which language lacks what
+        mix = " and, in part, its length mix (not matched: below)"
     line = (f"{metrics.SIX.header} {value:.4f} ({per}): the estimate of the test AUC, each language "
             f"weighted to its share of the test, its toxic rate there{mix}{said}")  # fmt: skip
     span = metrics.prior_span(profile)
@@ -177,10 +229,23 @@ def length_lines(lengths: dict, value: float) -> list[str]:
         out.append(f"    {lang} {' '.join(f'{v:.3f}' for v in test)} / {' '.join(f'{v:.3f}' for v in rows)}; "
                    f"{ess.get('toxic', 0):.0f}, {ess.get('clean', 0):.0f} ({was.get('toxic', 0):.0f}, "
                    f"{was.get('clean', 0):.0f})")  # fmt: skip
+    short = unmatched(lengths)
+    if short:
+        which = ", ".join(f"{g} ({v:.3f} of its test rows)" for g, v in short.items())
+        out.append(f"  length mix not matched for {which}: "
+                   f"token buckets with no stand-in rows, or under {metrics.MIN_BUCKET_ROWS} of a class, merged into a "
+                   "neighbour, whose rows of other lengths carry their share")  # fmt: skip
     by = " ".join(f"{n} {metrics.shown(lengths['valid_by_bucket'].get(n), '.4f')} (n={c})"
                   for n, c in zip(names, lengths["valid_bucket_rows"]))  # fmt: skip
     out.append(f"  valid AUC per token bucket (validation.csv's rows): {by}")
     return out
+
+
+def unmatched(lengths: dict) -> dict[str, float]:
+    """The languages whose test length mix the stand-ins could not match (unmatched_lengths), by the share
+    of their test rows left so; one that rounds to 0.000 as printed is matched. A cv.json written before it was
+    recorded: none."""
+    return {g: v for g, v in (lengths.get("unmatched") or {}).items() if round(v, 3) > 0}
 
 
 def best_step_line(summary: dict) -> str:

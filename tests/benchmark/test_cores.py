@@ -11,6 +11,26 @@ from pipeline.benchmark import cores
 from tests.helpers import stage_args
 
 
+@pytest.mark.parametrize(
+    ("more", "said"),
+    [
+        (["nosuch.key=1"], "unknown config key nosuch"),
+        (["--config", "nosuch"], "no config named 'nosuch'"),
+        (["--steps", "0"], "--steps 0: the timed steps a process, a whole number from 1"),
+        (["--steps", "two"], "--steps two: the timed steps a process, a whole number from 1"),
+        ([], "no prepared tokenizer; the tiny model's is made from the data: run `make data CONFIG=sample`"),
+    ],
+    ids=["unknown-key", "unknown-config", "steps-0", "steps-not-a-number", "no-prepared-data"],
+)
+def test_a_mistake_is_one_error_line_and_exit_2(tmp_path: Path, capsys, more: list[str], said: str) -> None:
+    """No traceback, no process started; without `make data` the line says to run it, not to check the network."""
+    assert cores.main(["--config", "sample", *stage_args(tmp_path), *more]) == 2
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0], captured.err
+    assert "network" not in lines[0] and "cores:" not in captured.out  # nothing was measured
+
+
 def test_the_table_reads_each_layout_against_one_process_alone() -> None:
     text = cores.table({"1 x 1": [4.0], "2 x 1": [2.2, 2.0], "1 x 2": [6.0]})
     assert "| 2 x 1 | 2.20 / 2.00 | 4.20 | 1.05x |" in text and "| 1 x 2 | 6.00 | 6.00 | 1.50x |" in text

@@ -10,6 +10,7 @@ checks them as it checks a trained experiment's, so a test can damage one and se
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,18 @@ def write_competition(raw: Path, n: int = 600, n_test: int = 90, seed: int = 0) 
     write_csv(raw / layout.TRAIN, en)
     sample_submission(raw, n_test)
     return rows
+
+
+def write_lengths(prepared: Path, count: Callable[[str, pd.DataFrame], np.ndarray]) -> None:
+    """A prepared folder's lengths.csv as `make data` writes it: a token count for every scored row (split train)
+    and every test row, `count(split, rows)` giving those of each split's rows."""
+    table = pd.read_csv(prepared / layout.TABLE, dtype={"id": str}, keep_default_na=False)
+    table = table[table["fold"] >= 0]
+    test = pd.read_csv(prepared / layout.TEST_TABLE, dtype={"id": str}, keep_default_na=False)
+    frames = [pd.DataFrame({"split": split, "id": rows["id"], "source": source, "lang": rows["lang"],
+                            "tokens": count(split, rows)})
+              for split, rows, source in (("train", table, table["source"]), ("test", test, "test"))]  # fmt: skip
+    write_csv(prepared / layout.LENGTHS, pd.concat(frames, ignore_index=True))
 
 
 class Competition:

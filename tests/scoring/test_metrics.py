@@ -259,6 +259,52 @@ def test_cv_json_and_the_fold_table_show_what_length_did() -> None:
     assert f"; {ess['toxic']:.0f}, {ess['clean']:.0f} (" in table
 
 
+def test_the_synthetic_stand_ins_fill_every_length_bucket_of_the_test() -> None:
+    """Every bucket holds 10 rows of a class of every language's stand-ins: the test's length mix matched whole."""
+    from pipeline.scoring import report
+    from tests.helpers import lengths
+
+    oof, test = lengths.oof_and_test(1, test_rows=30_000)
+    profile = metrics.test_profile(oof[oof["source"] == "validation"], test["lang"], test["tokens"])
+    summary = report.cv_summary(oof, {k: {"epochs": 1, "metric": "six"} for k in range(5)}, profile)
+    assert summary["six"]["lengths"]["unmatched"] == pytest.approx(dict.fromkeys(profile["mix"], 0.0), abs=1e-4)
+    table = report.fold_table(summary)
+    assert "its toxic rate there and its length mix" in table and "not matched" not in table
+
+
+def test_cv_says_which_languages_test_length_mix_has_no_stand_ins_and_records_it(tmp_path: Path, capsys) -> None:
+    """es's stand-ins (validation.csv's rows) are all at most 64 tokens long, while half its test rows are over
+    128: no weighting gives those rows' share to rows of their length, and `make cv` says so, naming es and the
+    share of its test rows left unmatched, in cv.json too, rather than claiming the length mix. it and tr, their
+    stand-ins as long as their test rows, are matched."""
+    from pipeline import cv, layout
+    from tests.helpers.experiments import Competition, write_lengths
+
+    comp = Competition(tmp_path, 600)
+    three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
+             "rate_from": dict.fromkeys(("es", "it", "tr"), metrics.FROM_VALIDATION)}  # fmt: skip
+    y = comp.rows["toxic"].to_numpy()
+    comp.experiment("x", y + np.random.default_rng(1).normal(0, 1.0, len(y)), None, profile=three)
+
+    def count(split: str, rows: pd.DataFrame) -> np.ndarray:
+        every_other = rows.groupby("lang").cumcount().to_numpy() % 2  # of each language's rows
+        es = np.where(every_other, 50, 20 if split == "train" else 150)  # 33-64, and <=32 or >128
+        return np.where(rows["lang"] == "es", es, 40)
+
+    cfg = comp.config("name=x")
+    write_lengths(layout.prepared_dir(cfg), count)
+    test = pd.read_csv(layout.prepared_dir(cfg) / layout.TEST_TABLE, dtype={"id": str}, keep_default_na=False)
+    long = float((count("test", test)[test["lang"] == "es"] > 128).mean())  # the share of es's test rows over 128
+    cv.run(cfg)
+    out = capsys.readouterr().out
+    got = read_json(layout.experiment_dir(cfg) / layout.CV_JSON)["six"]["lengths"]["unmatched"]
+    assert got["es"] == pytest.approx(long, abs=1e-4) and 0.4 < long < 0.6
+    assert got["it"] == pytest.approx(0.0, abs=1e-4) and got["tr"] == pytest.approx(0.0, abs=1e-4)
+    assert "its toxic rate there and, in part, its length mix (not matched: below)" in out
+    assert f"  length mix not matched for es ({long:.3f} of its test rows): token buckets with no stand-in" in out
+    assert "its toxic rate there and its length mix" not in out
+
+
 def test_the_brier_score_is_of_the_kept_models_probabilities_not_the_halves_of_two_steps() -> None:
     rows = pd.DataFrame({"toxic": [0, 1, 0, 1], "source": "validation", "pred": [0.9, 0.1, 0.2, 0.8],
                          "best": [0.1, 0.9, 0.2, 0.8]})  # fmt: skip
