@@ -593,3 +593,14 @@ def test_a_ctrl_c_during_the_closing_board_stops_the_recipe_with_130(tmp_path: P
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), steps[0], 1.0)) == 130
     assert "== recipe" not in capsys.readouterr().out
+
+
+def test_a_report_step_of_other_settings_than_its_train_step_is_refused_when_read(tmp_path: Path) -> None:
+    """A train.lr= in the train step's args alone: the cv step would find no folds of its settings, after training."""
+    body = "config: sample\nsteps:\n  - {id: t, stage: train, args: [%s]}\n  - {id: c, stage: cv, needs: [t]}\n"
+    with pytest.raises(ConfigError, match=r"step c reads the folds step t trains, with other settings: train.lr "):
+        chain_steps.read_recipe(write_recipe(tmp_path, body % "train.lr=2e-3"), tuple(overrides(tmp_path)))
+    quiet = chain_steps.read_recipe(
+        write_recipe(tmp_path, body % "train.log_every_steps=5"), tuple(overrides(tmp_path))
+    )
+    assert quiet[-1].id == "c"  # a setting that does not change the weights: the same folds

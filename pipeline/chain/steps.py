@@ -160,7 +160,23 @@ def read_recipe(path: Path, extra: tuple[str, ...] = ()) -> list[Step]:
                 raise ConfigError(f"{path}: step {new.id} is named twice")
         steps.extend(expand(step))
     check_writers(path, steps)
+    check_readers(path, steps)
     return steps
+
+
+def check_readers(path: Path, steps: list[Step]) -> None:
+    """A cv or predict step reads the folds a train step of its experiment makes: with other weight-changing
+    settings (a train.lr= in the train step's args alone) it would find none and fail after the training."""
+    trained = {}
+    for step in steps:
+        if step.stage == "train":
+            trained.setdefault(step_config(step).name, (step.group, step_config(step)))
+        elif step.stage in ("cv", "predict") and step_config(step).name in trained:
+            group, cfg = trained[step_config(step).name]
+            differ = fingerprint.settings_differ(step_config(step), cfg)
+            if differ:
+                raise ConfigError(f"{path}: step {step.id} reads the folds step {group} trains, with other settings: "
+                                  f"{differ.replace('there', f'in {group}')}; give both the same args")  # fmt: skip
 
 
 def writes(step: Step) -> tuple[str, str] | None:
