@@ -188,6 +188,8 @@ def end_of_run(config: str, extra: tuple[str, ...], last: Step, seconds: float) 
     board = subprocess.run(command(Step(id="board", stage="board", config=config, extra=extra)), check=False)
     if board.returncode in (130, -signal.SIGINT, -signal.SIGTERM):  # a Ctrl-C reaches the board's process too
         raise KeyboardInterrupt
+    if board.returncode:  # its own line above says why
+        raise PipelineError("every step is done, but the board could not be made (its error above); `make board`")
     print(run_summary.block(step_config(last), "recipe", seconds, name=experiment_of(last)), flush=True)
 
 
@@ -220,7 +222,11 @@ def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     jobs = jobs or os.cpu_count() or 1
     cfg, _ = step_config(steps[0]), [step_config(s) for s in steps]  # a step's settings that cannot load: one line
     # before any file is written; then one run of the recipe at a time (its steps' logs and the fold locks are its)
-    files.acquire_lock(layout.recipe_lock(cfg, path.stem), f"the recipe {path.stem}", "recipe")
+    lock = layout.recipe_lock(cfg, path.stem)
+    files.check_writable_dir(lock.parent, "the recipe's logs")
+    for step in steps:  # a log that cannot be written: one line now, not a traceback an hour in
+        files.check_file_target(layout.recipe_log(cfg, path.stem, step.id), f"step {step.id}'s log")
+    files.acquire_lock(lock, f"the recipe {path.stem}", "recipe")
     own = {s.id: done_why(s) for s in steps}
     done = pending(steps, own)
     chain = Chain(path.stem, cfg, steps, done, jobs)  # it reads the pace of the models trained already

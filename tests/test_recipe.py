@@ -604,3 +604,20 @@ def test_a_report_step_of_other_settings_than_its_train_step_is_refused_when_rea
         write_recipe(tmp_path, body % "train.log_every_steps=5"), tuple(overrides(tmp_path))
     )
     assert quiet[-1].id == "c"  # a setting that does not change the weights: the same folds
+
+
+def test_a_log_that_cannot_be_written_is_one_line_before_any_step(tmp_path: Path, capsys) -> None:
+    path = write_recipe(tmp_path, "config: sample\nsteps:\n  - {id: d, stage: data}\n")
+    (tmp_path / "input" / "recipes" / "chain" / "d.log").mkdir(parents=True)
+    assert recipe.main(["--config", str(path), "--args", " ".join(overrides(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert "d.log" in err and "step d's log" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "input" / "prepared").exists()
+
+
+def test_a_board_that_fails_after_the_steps_is_not_a_finished_recipe(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(recipe, "command", lambda step: [sys.executable, "-c", "raise SystemExit(2)"])
+    step = chain_steps.Step(id="d", stage="data", config="sample")
+    assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), step, 1.0)) == 2
+    captured = capsys.readouterr()
+    assert "the board could not be made" in captured.err and "== recipe" not in captured.out
