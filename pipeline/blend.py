@@ -68,6 +68,7 @@ class Member:
     tests: dict[int, pd.DataFrame]  # fold -> that fold's test predictions (id, toxic)
     done: dict[int, dict]  # fold -> done.json
     left_out: dict[str, str] = field(default_factory=dict)  # fold name -> why: the folds not made yet
+    made: dict[int, dict] = field(default_factory=dict)  # fold -> its predictions' sha256 (prediction_record)
 
 
 # ---------------------------------------------------------------- members
@@ -117,7 +118,8 @@ def load_member(cfg: Config, name: str) -> Member:
     oof = report.read_oof(list(dirs.values()), member_prepared(cfg, name))
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
         raise BlendError(f"blend member {name!r}: its OOF rows in {exp}/fold*/oof.csv repeat an id or hold NaN")
-    return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done, left_out)
+    made = {k: experiments.prediction_record(d) for k, d in dirs.items()}
+    return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done, left_out, made)
 
 
 def member_prepared(cfg: Config, name: str) -> Path | None:
@@ -146,7 +148,8 @@ def shared_folds(members: list[Member]) -> list[Member]:
         if len(shared) < len(m.done):
             print(f"blend: {m.name} blended on folds {shared} only, the folds every member has", file=sys.stderr)
         oof = m.oof[m.oof["fold"].isin(shared)].reset_index(drop=True)
-        cut.append(Member(m.name, oof, {k: m.tests[k] for k in shared}, {k: m.done[k] for k in shared}, m.left_out))
+        cut.append(Member(m.name, oof, {k: m.tests[k] for k in shared}, {k: m.done[k] for k in shared}, m.left_out,
+                          {k: m.made[k] for k in shared if k in m.made}))  # fmt: skip
     return cut
 
 
@@ -380,6 +383,7 @@ def write_folds(
             "minutes": round(sum(m.done[k].get("minutes", 0) for m in members), 2),
             # what the fold was blended from: checked again whenever the blend is read (experiments.experiment_folds)
             "member_digests": {m.name: m.done[k]["digest"] for m in members},
+            "member_files": {m.name: m.made.get(k) for m in members},  # and the very predictions it blended
             "files": {name: file_record(folder / name) for name in (layout.OOF, layout.TEST_PREDS)},
         }
         write_json(folder / layout.DONE, done[k])

@@ -48,7 +48,25 @@ def blend_fold_problem(cfg: Config, folder: Path, needs: tuple[str, ...], chain:
             return f"member {member}'s fold{k} no longer counts ({left_out[layout.fold_name(k)]})"
         if k not in folds or validity.read_done(folds[k])["digest"] != digest:
             return f"member {member}'s fold{k} changed since the blend was made (make the blend again)"
+        # the same settings need not give the same predictions (a fold retrained on a GPU, predicted again):
+        # the blend's weights and test rows were made from the files it recorded (older blends: not recorded)
+        made = (done.get("member_files") or {}).get(member)
+        if made and prediction_record(folds[k]) != made:
+            return f"member {member}'s fold{k} predictions changed since the blend was made (make the blend again)"
     return "" if done.get("member_digests") else "made by an older version (make the blend again)"
+
+
+def prediction_record(folder: Path) -> dict:
+    """The sha256 of a fold's OOF and test predictions, as its done.json (or a trained fold's test.json) records
+    them: what a blend of the fold was made from."""
+    recorded = (validity.read_done(folder) or {}).get("files") or {}
+    test = recorded.get(layout.TEST_PREDS)
+    if test is None:  # a trained fold's test predictions: predict's cache, with a record of its own
+        try:
+            test = files.read_json(folder / layout.TEST_KEY).get("file")
+        except (OSError, ValueError, AttributeError):
+            test = None
+    return {"oof": (recorded.get(layout.OOF) or {}).get("sha256"), "test": (test or {}).get("sha256")}
 
 
 def experiment_check(

@@ -299,3 +299,15 @@ def test_the_blend_weights_maximise_the_estimate_it_reports() -> None:
     assert f.weights[0] > plain[0] + 0.2  # on every row, b's English rows would pull the weights its way
     est = metrics.six_language(oof.assign(pred=blending.mix(ranks, f.weights)), profile)["auc"]
     assert est >= metrics.six_language(oof.assign(pred=blending.mix(ranks, plain)), profile)["auc"]
+
+
+def test_a_blend_whose_member_predicts_otherwise_with_the_same_settings_no_longer_counts(tmp_path: Path) -> None:
+    """A member fold made again with the same settings (its digest unchanged) but other predictions, as a GPU run
+    gives: the blend was fit on the old ones, so it is made again rather than shown as current."""
+    comp, made = two_members(tmp_path)
+    cfg = comp.config("blend.members=[a,b]")
+    blend.run(cfg)
+    assert experiments.experiment_check(cfg, "a+b")[1] == {}
+    comp.experiment("a", made["pred"]["a"][::-1].copy(), made["test"]["a"])  # same digest, other predictions
+    left_out = experiments.experiment_check(cfg, "a+b")[1]
+    assert left_out["fold0"] == "member a's fold0 predictions changed since the blend was made (make the blend again)"
