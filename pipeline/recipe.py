@@ -182,9 +182,14 @@ class Chain:
             raise PipelineError(f"the recipe {self.name}: {', '.join(s.id for s in self.left)} could not start")
 
 
-def end_of_run(config: str, extra: tuple[str, ...], last: Step, seconds: float) -> None:
-    """After the last step: the board of every experiment under models/ (`make board`), then the end-of-run block
-    of the chain's last step (the experiment or blend the recipe ends on)."""
+def end_of_run(config: str, extra: tuple[str, ...], steps: list[Step], seconds: float) -> None:
+    """After the last step: the board of every experiment under models/ (`make board`; a recipe of data steps
+    alone has none to list), then the end-of-run block of the chain's last step (the experiment or blend the
+    recipe ends on)."""
+    last = steps[-1]
+    if all(s.stage == "data" or s.stage == "stage1" and not s.train for s in steps):
+        print(run_summary.block(step_config(last), "recipe", seconds, name=experiment_of(last)), flush=True)
+        return
     board = subprocess.run(command(Step(id="board", stage="board", config=config, extra=extra)), check=False)
     if board.returncode in (130, -signal.SIGINT, -signal.SIGTERM):  # a Ctrl-C reaches the board's process too
         raise KeyboardInterrupt
@@ -237,7 +242,7 @@ def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     start = time.perf_counter()
     chain.run()
     print(f"recipe {path.stem}: every step done", flush=True)
-    end_of_run(str(raw.get("config", "sample")), extra, steps[-1], time.perf_counter() - start)
+    end_of_run(str(raw.get("config", "sample")), extra, steps, time.perf_counter() - start)
 
 
 def main(argv=None) -> int:

@@ -591,7 +591,8 @@ def test_a_ctrl_c_during_the_closing_board_stops_the_recipe_with_130(tmp_path: P
     chain = recipe.Chain("chain", chain_steps.step_config(steps[0]), steps, {"d": ""}, jobs=1)
     chain.run()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), steps[0], 1.0)) == 130
+    cv = chain_steps.Step(id="c", stage="cv", config="sample")
+    assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), [cv], 1.0)) == 130
     assert "== recipe" not in capsys.readouterr().out
 
 
@@ -617,7 +618,15 @@ def test_a_log_that_cannot_be_written_is_one_line_before_any_step(tmp_path: Path
 
 def test_a_board_that_fails_after_the_steps_is_not_a_finished_recipe(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(recipe, "command", lambda step: [sys.executable, "-c", "raise SystemExit(2)"])
-    step = chain_steps.Step(id="d", stage="data", config="sample")
-    assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), step, 1.0)) == 2
+    step = chain_steps.Step(id="c", stage="cv", config="sample")
+    assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), [step], 1.0)) == 2
     captured = capsys.readouterr()
     assert "the board could not be made" in captured.err and "== recipe" not in captured.out
+
+
+def test_a_recipe_of_data_steps_alone_ends_without_a_board(tmp_path: Path, monkeypatch, capsys) -> None:
+    """No experiment to list: the board would fail with nothing to list, which is no failure of the recipe."""
+    monkeypatch.setattr(recipe, "command", lambda step: [sys.executable, "-c", "raise SystemExit(2)"])
+    step = chain_steps.Step(id="d", stage="data", config="sample", extra=tuple(overrides(tmp_path)))
+    assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), [step], 1.0)) == 0
+    assert "== recipe: sample ==" in capsys.readouterr().out
