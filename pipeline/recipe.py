@@ -163,15 +163,11 @@ class Chain:
     def run(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self.stop)
-        try:
+        self.launch()
+        while self.running:
+            time.sleep(0.2)
+            self.reap()
             self.launch()
-            while self.running:
-                time.sleep(0.2)
-                self.reap()
-                self.launch()
-        finally:  # after the steps a Ctrl-C stops the chain's own work (the closing board) as it stops any stage
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGTERM, signal.default_int_handler)
         if self.stopping or self.stopped:
             which = f": {', '.join(self.stopped)} stopped by a signal" if self.stopped and not self.stopping else ""
             raise Interrupted(f"the recipe {self.name} stopped{which}; `make recipe` again continues where it stopped")
@@ -180,6 +176,10 @@ class Chain:
                                 "fix it and run `make recipe` again: the steps done are not run again")  # fmt: skip
         if self.left:
             raise PipelineError(f"the recipe {self.name}: {', '.join(s.id for s in self.left)} could not start")
+        # every step done: a Ctrl-C from here stops the chain's own work (the closing board) as it stops any stage
+        # (a stopped chain keeps its handler: a second signal while it says so is no traceback)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def end_of_run(config: str, extra: tuple[str, ...], steps: list[Step], seconds: float) -> None:
