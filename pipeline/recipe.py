@@ -229,6 +229,8 @@ def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     # before any file is written; then one run of the recipe at a time (its steps' logs and the fold locks are its)
     lock = layout.recipe_lock(cfg, path.stem)
     files.check_writable_dir(lock.parent, "the recipe's logs")
+    for where in dict.fromkeys(p for s in steps for p in (step_config(s).models_dir, step_config(s).submissions_dir)):
+        files.check_writable_dir(where, "the models and submissions folders")  # not a failure an hour in
     for step in steps:  # a log that cannot be written: one line now, not a traceback an hour in
         files.check_file_target(layout.recipe_log(cfg, path.stem, step.id), f"step {step.id}'s log")
     files.acquire_lock(lock, f"the recipe {path.stem}", "recipe")

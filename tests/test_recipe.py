@@ -609,12 +609,15 @@ def test_a_report_step_of_other_settings_than_its_train_step_is_refused_when_rea
     assert quiet[-1].id == "c"  # a setting that does not change the weights: the same folds
 
 
-def test_a_log_that_cannot_be_written_is_one_line_before_any_step(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("where, says", [("input/recipes/chain/d.log/", "step d's log"), ("models", "models")])
+def test_a_folder_that_cannot_be_written_is_one_line_before_any_step(tmp_path: Path, capsys, where, says) -> None:
+    """A step's log that is a folder, a models folder that is a file: said before the first step, not an hour in."""
     path = write_recipe(tmp_path, "config: sample\nsteps:\n  - {id: d, stage: data}\n")
-    (tmp_path / "input" / "recipes" / "chain" / "d.log").mkdir(parents=True)
+    (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / where).mkdir() if where.endswith("/") else (tmp_path / where).write_text("x")
     assert recipe.main(["--config", str(path), "--args", " ".join(overrides(tmp_path))]) == 2
     err = capsys.readouterr().err
-    assert "d.log" in err and "step d's log" in err and err.count("\n") == 1, err
+    assert says in err and err.count("\n") == 1, err
     assert not (tmp_path / "input" / "prepared").exists()
 
 
