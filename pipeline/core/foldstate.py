@@ -46,7 +46,7 @@ def write_state(path: Path, state: dict, model) -> None:
     # through a Python file: a full disk is then an OSError (ENOSPC), which atomic_path says in one line;
     # torch's own writer says only "unexpected pos"
     with atomic_path(path, need=need) as tmp, open(tmp, "wb") as f:
-        torch.save(state, f)
+        torch.save(resume.saved_form(state), f)  # tensors and plain values only: resume.read_state loads it safely
 
 
 def restore(state: dict, optimizer, scheduler, scaler, d: distributed.Dist, fold: int, windows: int) -> FoldState:

@@ -4,13 +4,15 @@ A state (fold<k>/resume.pt) holds the weights (a LoRA fold's adapters and head, 
 built again), the optimizer, the schedule, the GradScaler, where the epoch is (`FoldState`) and every rank's
 random state, so that a resumed run ends with the same weights and OOF as an uninterrupted one, under DDP too.
 It is saved at each epoch end, every `train.save_every_steps` optimizer steps, and at the next optimizer step
-after SIGINT or SIGTERM.
+after SIGINT or SIGTERM. It holds only tensors and plain Python values (saved_form), so that it is read back with
+torch.load(weights_only=True): a resume.pt from elsewhere (another user's kernel output) never runs code.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import random
 import signal
 import sys
@@ -94,7 +96,10 @@ def set_seed(seed: int) -> None:
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    # numpy's keys as a list of ints: a numpy array in the state would need numpy's classes to load (read_state)
+    numpy_state = (name, keys.tolist(), pos, has_gauss, gauss)
+    state = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -102,19 +107,43 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def saved_form(value):
+    """`value` as a resume state stores it: numpy arrays as tensors, numpy scalars as Python numbers, so that
+    read_state loads it with weights_only=True and no numpy class allowed (fold_state turns predictions back)."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))  # from_numpy refuses negative strides
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: saved_form(v) for k, v in value.items()}
+    if type(value) in (list, tuple):  # exactly these: a named tuple is not rebuilt from a generator
+        return type(value)(saved_form(v) for v in value)
+    return value
+
+
 def read_state(path: Path, mmap: bool = False) -> dict | None:
     """The resume state at `path`, or None where there is none; a damaged one is refused, never half-loaded.
-    `mmap`: its tensors mapped, not read (a look at what it holds, whatever its size)."""
+    `mmap`: its tensors mapped, not read (a look at what it holds, whatever its size).
+
+    Loaded with weights_only=True, never by plain pickle: a file holding anything but tensors and plain values
+    (one an older version saved, or a crafted one from another user's kernel output) stops the run in one line.
+    """
     if not path.exists():
         return None
     try:
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError:  # the safe loader refused a class: unpickling it could run any code
+        raise PipelineError(
+            f"{path} is not a resume state this version can load safely (it holds more than tensors and plain "
+            "values: saved by an older version, or not by this pipeline); delete it to train that fold from its start"
+        ) from None
     except Exception as e:  # a damaged state is refused, not half-loaded
         print(f"warning: {path} is unreadable ({type(e).__name__}); starting the fold again", file=sys.stderr)
         return None
@@ -185,7 +214,13 @@ def fold_state(state: dict, rank: int = 0) -> FoldState:
         seconds = sum(last.values()) + step.seconds
     return FoldState(state["epoch"], step, state["history"], best,
                      carries[rank] if rank < len(carries) else {}, seconds,
-                     state.get("predictions") or {})  # fmt: skip
+                     predictions(state))  # fmt: skip
+
+
+def predictions(state: dict) -> dict:
+    """A state's predictions by step as numpy arrays (saved_form stored them as tensors)."""
+    saved = state.get("predictions") or {}
+    return {step: p.numpy() if isinstance(p, torch.Tensor) else p for step, p in saved.items()}
 
 
 def own_rng(state: dict, rank: int) -> dict:

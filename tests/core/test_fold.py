@@ -39,7 +39,7 @@ def test_stop_at_an_epochs_last_step_resumes_into_its_evaluation(prepared, tmp_p
     with pytest.raises(Interrupted):
         run.run()
     fold_dir = layout.experiment_dir(cfg) / "fold0"
-    state = torch.load(fold_dir / layout.RESUME, weights_only=False)
+    state = torch.load(fold_dir / layout.RESUME, weights_only=True)
     assert state["step"]["window"] == run.windows and state["history"] == []  # trained, not yet evaluated
     assert not (fold_dir / "done.json").exists()
 
@@ -195,7 +195,7 @@ def test_a_fold_resumed_from_its_first_step_records_every_step_once(prepared, tm
     with pytest.raises(SystemExit):
         fold_run(cfg, KillAt(2)).run()
     folder = layout.fold_dir(cfg, 0)
-    assert torch.load(folder / layout.RESUME, weights_only=False)["step"]["window"] == 1
+    assert torch.load(folder / layout.RESUME, weights_only=True)["step"]["window"] == 1
     assert fold_run(cfg, StopAt(10**9)).run()["steps"] == 19
 
     def records(models) -> tuple[list, dict]:
@@ -259,7 +259,7 @@ def test_a_resumed_folds_minutes_count_the_time_before_the_resume(prepared) -> N
     with pytest.raises(Interrupted):
         fold_run(prepared, StopAt(5)).run()
     path = layout.experiment_dir(prepared) / "fold0" / layout.RESUME
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=True)
     assert state["seconds"] > 0  # the time the fold ran before it was cut
     state["seconds"] = 600.0  # as if it had trained ten minutes before the cut
     torch.save(state, path)

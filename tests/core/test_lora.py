@@ -286,7 +286,7 @@ def test_a_killed_lora_fold_resumes_to_the_uninterrupted_result(lora_fold) -> No
     cfg = config.with_overrides(lora_fold.cfg, ["train.save_every_steps=6"], device=False)
     with pytest.raises(SystemExit):
         fold_run(cfg, KillAt(9)).run()
-    state = torch.load(layout.fold_dir(cfg, 0) / layout.RESUME, weights_only=False)
+    state = torch.load(layout.fold_dir(cfg, 0) / layout.RESUME, weights_only=True)
     assert state["step"]["window"] == 6
     assert {k for k in state["model"] if "lora_" not in k} == {"head.weight", "head.bias"}  # no base
     resumed = fold_run(cfg, StopAt(10**9))
