@@ -196,12 +196,13 @@ def earlier_world(mount: Path, cfg: Config, record: dict) -> int | None:
 
 
 def resume_world(path: Path) -> int:
-    """The processes a resume state was saved by, read without loading its tensors (mmap)."""
+    """The processes a resume state was saved by, read without loading its tensors (mmap). Read with
+    weights_only=True: the state comes from a kernel's output, maybe another user's, and plain pickle runs code."""
     import torch
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:  # an unreadable state is refused where it is loaded; here it says nothing
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # one unreadable, or unsafe, is refused where it is loaded (core.resume); here it says nothing
         return 1
     return int(state.get("world", 1)) if isinstance(state, dict) else 1
 

@@ -14,6 +14,7 @@ from pipeline.kaggle import continuation
 from pipeline.kaggle.plan import KernelError
 from tests.helpers.fake_kaggle import FakeKaggleApi
 from tests.helpers.kernels import make_cfg
+from tests.helpers.pickles import write_crafted_state
 
 
 @pytest.fixture(autouse=True)
@@ -130,6 +131,15 @@ def test_the_earlier_world_comes_from_the_folds(tmp_path: Path) -> None:
     (mount / "models" / "sample" / "fold0" / layout.DONE).write_text('{"fold": 0, "digest": "d", "world": 1}')
     with pytest.raises(KernelError, match="trained by 1 and 2 processes: they are not one experiment"):
         continuation.earlier_world(mount, cfg, continuation.read_record(mount))
+
+
+def test_a_crafted_resume_state_in_the_mounted_output_runs_no_code(tmp_path: Path) -> None:
+    """The processes of a cut fold, read from a resume state another user's output may hold: loaded safely (no
+    code runs); what it is not is refused where the fold loads it (pipeline.core.resume.read_state)."""
+    state = tmp_path / "mount" / "models" / "sample" / "fold1" / layout.RESUME
+    write_crafted_state(state, tmp_path / "ran")
+    assert continuation.resume_world(state) == 1
+    assert not (tmp_path / "ran").exists()
 
 
 def test_earlier_folds_are_linked_not_copied(tmp_path: Path) -> None:
