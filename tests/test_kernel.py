@@ -26,7 +26,7 @@ import pytest
 
 from pipeline import config, cv, data, kernel, layout, notebook, predict, train
 from pipeline.inputs import sample
-from pipeline.kaggle import client, datasets, launch, output, session
+from pipeline.kaggle import client, datasets, kernels, launch, output, session
 from pipeline.kaggle import clock as kaggle_clock
 from pipeline.kaggle import plan as kaggle_plan
 from pipeline.kaggle.client import KaggleError
@@ -381,6 +381,29 @@ def test_output_is_downloaded_and_installed(tmp_path: Path) -> None:
     assert not (tmp_path / "kernel" / "jigsaw-sample" / "output" / "input").exists()
     assert (tmp_path / "kernel" / "jigsaw-sample" / "output" / "jigsaw-sample.log").is_file()
     assert len(installed) == 5
+
+
+# each matches the pattern of the files worth downloading (output.output_pattern), as a crafted name would
+@pytest.mark.parametrize(
+    "name", ["models/sample/../../../escaped.csv", "models/sample/fold0/../../../../../escaped.csv"]
+)
+def test_an_output_file_named_outside_its_folder_is_refused(tmp_path: Path, name: str) -> None:
+    """Another user's output could name a file `../x`: kaggle refuses that itself, and so does this, in one line,
+    before anything is installed (the fake writes it where the name says, as a library that did not refuse)."""
+    api = FakeKaggleApi()
+    api.outputs = {"models/sample/fold0/model.safetensors": b"weights", name: b"id,toxic\n"}
+    with pytest.raises(KaggleError, match=r"the output lists .*escaped.csv, outside .*output: refused") as err:
+        output.fetch_output(make_cfg(tmp_path), api=api)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "models" / "sample" / "fold0").exists()  # nothing installed
+
+
+def test_a_version_whose_output_names_a_file_outside_its_folder_is_refused(tmp_path: Path) -> None:
+    """The files `make kernel` fetches to choose the version a continued run attaches: checked the same way."""
+    api = FakeKaggleApi()
+    api.outputs = {"../kernel-session.json": b"{}"}
+    with pytest.raises(KaggleError, match="kernel-session.json, outside .*v1: refused"):
+        kernels.download_output_files("me/jigsaw-sample", tmp_path / "v1", r"session", api)
 
 
 def test_output_of_an_unfinished_kernel_is_refused(tmp_path: Path) -> None:

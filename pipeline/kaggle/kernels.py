@@ -102,9 +102,25 @@ def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: s
         listed, _ = api.kernels_output(ref, str(dest), file_pattern=file_pattern, force=False, quiet=True)
     except Exception as exc:
         raise _kernel_access(exc, what) from exc
-    files = sorted(Path(p) for p in listed or [])
+    files = sorted(inside(dest, listed or [], what))
     if not [p for p in files if p.suffix != ".log"]:
         raise KaggleError(f"{what}: the kernel has no output (has it run to the end?)")
+    return files
+
+
+def inside(dest: Path, listed, what: str) -> list[Path]:
+    """The files kaggle listed for `dest`, each checked to lie under it: a name in another user's output such as
+    `../x` or `/x` is refused in one line before anything reads it (kaggle 2.2.5 refuses `..` itself; this does
+    not rest on it)."""
+    root = dest.resolve()
+    files = [Path(p) for p in listed]
+    for path in files:
+        # kaggle lists <dest>/<name> as written (relative to here); resolved, `a/../../x` and a link out count
+        if not path.resolve().is_relative_to(root):
+            raise KaggleError(
+                f"{what}: the output lists {path}, outside {dest}: refused (an output file names a path "
+                "that escapes the folder it is downloaded into)"
+            )
     return files
 
 
@@ -135,11 +151,12 @@ def download_output_files(ref: str, dest: Path, pattern: str, api: KaggleApi) ->
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        api.kernels_output(ref, str(dest), file_pattern=pattern, force=True, quiet=True)
+        listed, _ = api.kernels_output(ref, str(dest), file_pattern=pattern, force=True, quiet=True)
     except Exception as exc:
         if http_status(exc) == 404:  # no output (yet): nothing matches
             return []
         raise _kernel_access(exc, f"kernel {ref}") from exc
+    inside(dest, listed or [], f"kernel {ref}")
     return [p for p in files_under(dest) if p.suffix != ".log"]
 
 
