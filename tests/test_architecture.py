@@ -1,7 +1,7 @@
 """docs/architecture.md's hand-written tables checked against what they describe: the table of where a module
 without its own test file is tested (against the tree) and the layers table (against the import contract in
 pyproject.toml), so that neither goes stale when a module or a test file comes or goes; and the stages' import rule,
-from their records in pipeline/stages.py."""
+from their records in pipeline/stages.py. Also rules of the whole code: its length, and torch.load's safe mode."""
 
 from __future__ import annotations
 
@@ -109,3 +109,30 @@ def test_no_module_and_no_function_is_too_long_to_read() -> None:
                 if lines > FUNCTION_LINES:
                     long.append(f"{name}: {node.name} is {lines} lines")
     assert not long, f"split by concern (at most {MODULE_LINES} lines a module, {FUNCTION_LINES} a function): {long}"
+
+
+def torch_loads(text: str) -> list[ast.Call]:
+    """The calls `torch.load(...)` in Python source."""
+    return [
+        node
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.load"
+    ]
+
+
+def safe(call: ast.Call) -> bool:
+    return any(k.arg == "weights_only" and ast.unparse(k.value) == "True" for k in call.keywords)
+
+
+def test_every_torch_load_reads_weights_only() -> None:
+    """A file torch.load reads may come from elsewhere (another user's kernel output): read with weights_only=True,
+    never by plain pickle, which runs whatever code the file names. docs/export.md's loader too."""
+    unsafe = []
+    for path in sorted((ROOT / "pipeline").rglob("*.py")):
+        calls = torch_loads(path.read_text(encoding="utf-8"))
+        unsafe += [f"{path.relative_to(ROOT)}:{c.lineno}" for c in calls if not safe(c)]
+    page = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
+    loader = torch_loads(page.split("<!-- loader -->\n```python\n", 1)[1].split("```", 1)[0])
+    assert loader, "docs/export.md's loader no longer reads head.pt with torch.load: update this test"
+    unsafe += [f"docs/export.md loader:{c.lineno}" for c in loader if not safe(c)]
+    assert not unsafe, f"torch.load without weights_only=True: {unsafe}"
