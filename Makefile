@@ -1,11 +1,18 @@
 # Each target runs one stage: `python -m pipeline <stage> --config NAME --args "key=value ..."`. CONFIG picks
 # pipeline/configs/<name>.yaml, ARGS adds overrides, e.g.  make train CONFIG=xlmr-large ARGS="train.folds=[0]"
 # CONFIG, ARGS, BLEND and GPUS reach the commands through the environment, each in double quotes: the shell
-# never runs what they hold (ARGS='name=x;touch y': "error: override 'y' is not key=value", nothing run).
+# never runs what they hold (ARGS='name=x;touch y': "error: override 'y' is not key=value", nothing run), nor does
+# make: `$(shell ...)` in them stays text.
 CONFIG ?= sample
 ARGS ?=
 BLEND ?=
 GPUS ?= 1
+# taken literally: make would expand `$(...)` in them (`$(shell ...)` run, a lone `$` dropped) when it exports them;
+# `override` because a command-line variable can be changed only by it, `:=` so the text is never expanded again
+override CONFIG := $(value CONFIG)
+override ARGS := $(value ARGS)
+override BLEND := $(value BLEND)
+override GPUS := $(value GPUS)
 export CONFIG ARGS BLEND GPUS
 PYTHON ?= python3
 VENV := .venv
