@@ -61,6 +61,13 @@ def test_make_expands_nothing_in_the_variables(origin: str, tmp_path: Path) -> N
     assert result.stderr.startswith("error: override 'a$b' is not key=value"), result.stderr
 
 
+def test_make_venv_installs_a_pinned_pip() -> None:
+    """`make venv` pins pip like every requirement: an unpinned upgrade takes whatever the index serves that day."""
+    dry = make("-n", "-W", "requirements.txt", "venv")  # -W: as if requirements.txt had changed; -n: nothing run
+    assert re.search(r"-m pip install --quiet pip==\d+\.\d+(\.\d+)?\n", dry.stdout), dry.stdout
+    assert "--upgrade" not in dry.stdout
+
+
 @pytest.mark.parametrize("target", ["train", "predict"])
 @pytest.mark.parametrize("gpus", ["0", "abc", "-1", "1.5", ""])
 def test_gpus_must_be_a_whole_number_from_one(gpus: str, target: str, tmp_path: Path) -> None:
