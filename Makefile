@@ -1,11 +1,18 @@
 # Each target runs one stage: `python -m pipeline <stage> --config NAME --args "key=value ..."`. CONFIG picks
 # pipeline/configs/<name>.yaml, ARGS adds overrides, e.g.  make train CONFIG=xlmr-large ARGS="train.folds=[0]"
 # CONFIG, ARGS, BLEND and GPUS reach the commands through the environment, each in double quotes: the shell
-# never runs what they hold (ARGS='name=x;touch y': "error: override 'y' is not key=value", nothing run).
+# never runs what they hold (ARGS='name=x;touch y': "error: override 'y' is not key=value", nothing run), nor does
+# make: `$(shell ...)` in them stays text.
 CONFIG ?= sample
 ARGS ?=
 BLEND ?=
 GPUS ?= 1
+# taken literally: make would expand `$(...)` in them (`$(shell ...)` run, a lone `$` dropped) when it exports them;
+# `override` because a command-line variable can be changed only by it, `:=` so the text is never expanded again
+override CONFIG := $(value CONFIG)
+override ARGS := $(value ARGS)
+override BLEND := $(value BLEND)
+override GPUS := $(value GPUS)
 export CONFIG ARGS BLEND GPUS
 PYTHON ?= python3
 VENV := .venv
@@ -34,9 +41,11 @@ help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 	@echo "  CONFIG=$$CONFIG (pipeline/configs/*.yaml)  ARGS=\"key.sub=value ...\"  GPUS=N (torchrun)"
 
+# pip pinned like the requirements: an unpinned upgrade installs whatever the index serves that day
+PIP_VERSION := 26.3
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 

@@ -118,7 +118,8 @@ def prune_caches(cfg: Config) -> list[Path]:
     """Remove the token caches that no prepared folder's tokens.json points at; returns what went.
 
     Staging folders (.<name>.tmp-<pid>) of a `make data` running for another experiment count too (those of a
-    killed one are removed first), and folders being written (hidden names) are never touched.
+    killed one are removed first), and folders being written (hidden names) are never touched, nor any folder that
+    is not a token cache (tokens.is_cache).
     """
     root = layout.cache_root(cfg)
     prepared = layout.prepared_root(cfg)
@@ -133,7 +134,8 @@ def prune_caches(cfg: Config) -> list[Path]:
             return []  # a pointer that cannot be read: keep everything rather than guess
     gone = []
     for folder in sorted(root.iterdir()) if root.is_dir() else ():
-        if folder.is_dir() and not folder.name.startswith(".") and folder.name not in used:
+        # only a token cache: input_dir may be a folder of the user's, whose cache/ holds folders of theirs
+        if folder.is_dir() and folder.name not in used and tokens.is_cache(folder):
             shutil.rmtree(folder, ignore_errors=True)
             gone.append(folder)
     return gone

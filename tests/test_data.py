@@ -407,6 +407,26 @@ def test_make_data_removes_token_caches_no_table_uses(tmp_path: Path, capsys) ->
     assert "tokens      cache" in out
 
 
+def test_make_data_removes_only_token_caches_from_the_cache_folder(tmp_path: Path) -> None:
+    """input_dir may name a folder of the user's: of its cache/, only what carries a token cache's marker (a key
+    for a name and a meta.json naming it) goes when no table uses it; the user's folders stay, whatever their name."""
+    cfg = make_cfg(tmp_path)
+    cache = layout.cache_root(cfg)
+    unused = "0123456789abcdef"
+    theirs = {
+        "photos": {"a.jpg": "x"},
+        "fedcba9876543210": {"notes.txt": "x"},  # a key's shape, no meta.json
+        "00000000000000aa": {"meta.json": json.dumps({"key": "something else"})},
+        "00000000000000bb": {"meta.json": "[1, 2]"},
+    }
+    for name, files in {**theirs, unused: {"meta.json": json.dumps({"key": unused})}}.items():
+        for file, text in files.items():
+            (cache / name).mkdir(parents=True, exist_ok=True)
+            (cache / name / file).write_text(text)
+    assert data.prune_caches(cfg) == [cache / unused]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(theirs)
+
+
 def built_files(folder: Path) -> dict[str, object]:
     """Every file under `folder`: a JSON record as read less a build's own timing (never alike), else its digest."""
     timing = ("seconds", "comments_per_second")

@@ -498,6 +498,25 @@ def test_kernel_status_shows_state_and_tail_and_follows(tmp_path: Path, capsys: 
     assert kernel.main(argv) == 2  # no credentials
 
 
+def test_a_kernels_log_reaches_the_terminal_without_its_escape_sequences(tmp_path: Path, capsys) -> None:
+    """The log is whatever the kernel's code printed: an OSC 52 sequence in it (it sets the clipboard in many
+    terminals) is shown written out by kernel-status, followed or not, and kernel-output, and kept as it is."""
+    osc52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+    api = FakeKaggleApi()
+    api.kernel_state, api.failure_message = "RUNNING", f"failed{osc52}"
+    api.log = json.dumps([{"data": f"step 1{osc52}\n"}])
+    api.log_connections = [iter([{"data": f"step 2{osc52}"}])]
+    output.kernel_status(make_cfg(tmp_path), api=api, follow=True, sleep=lambda s: None)
+    api.kernel_state = "ERROR"
+    with pytest.raises(KernelError) as e:
+        output.fetch_output(make_cfg(tmp_path), api=api)
+    out = capsys.readouterr().out + str(e.value)
+    assert "\x1b" not in out and "\x07" not in out, out
+    assert "  | step 1\\x1b]52;c;ZWNobyBwd25lZA==\\x07\n" in out and "  | step 2\\x1b]52" in out, out
+    log = tmp_path / "kernel" / "jigsaw-sample" / "output" / "jigsaw-sample.log"
+    assert log.read_text() == f"step 1{osc52}\n"  # the file keeps what the kernel wrote
+
+
 def test_following_survives_a_dropped_log_stream(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The load balancer cuts idle connections: the stream is opened again (kaggle 2.2.5's own follow does, up to five
     times without news), the replayed events are skipped, and no line is shown twice or lost."""

@@ -1,8 +1,8 @@
 """The Makefile and `python -m pipeline`: what a user types reaches the stages as they meant it, and nothing else.
 
 CONFIG, ARGS and BLEND reach the stages through the environment as single quoted words (the shell never
-splits or runs what they hold), GPUS must be a whole number from 1, and Ctrl-C while a stage still loads
-its libraries is one line, like Ctrl-C later.
+splits or runs what they hold, nor does make expand it), GPUS must be a whole number from 1, and Ctrl-C while
+a stage still loads its libraries is one line, like Ctrl-C later.
 """
 
 from __future__ import annotations
@@ -44,6 +44,28 @@ def test_args_reach_the_stage_as_one_word_and_never_run(tmp_path: Path) -> None:
     result = make("cv", f"CONFIG=sample;touch {victim}")
     assert result.stderr.startswith("error: no config named 'sample;touch "), result.stderr
     assert not victim.exists()
+
+
+@pytest.mark.parametrize("origin", ["command line", "environment"])
+def test_make_expands_nothing_in_the_variables(origin: str, tmp_path: Path) -> None:
+    """`$(shell ...)` in ARGS, CONFIG, BLEND or GPUS is text, not a command make runs, and a `$` reaches the stage."""
+    victim = tmp_path / "afile"
+    values = {name: f"x $(shell touch {victim})" for name in ("CONFIG", "ARGS", "BLEND", "GPUS")}
+    if origin == "command line":
+        make("help", *(f"{name}={value}" for name, value in values.items()))
+    else:
+        subprocess.run(["make", "-s", "help"], cwd=ROOT, env={**os.environ, **values}, capture_output=True, timeout=300)
+    assert not victim.exists()
+    # make would drop `$b` (an empty variable) and the stage would see `a`
+    result = make("cv", f"ARGS=models_dir={tmp_path} a$b")
+    assert result.stderr.startswith("error: override 'a$b' is not key=value"), result.stderr
+
+
+def test_make_venv_installs_a_pinned_pip() -> None:
+    """`make venv` pins pip like every requirement: an unpinned upgrade takes whatever the index serves that day."""
+    dry = make("-n", "-W", "requirements.txt", "venv")  # -W: as if requirements.txt had changed; -n: nothing run
+    assert re.search(r"-m pip install --quiet pip==\d+\.\d+(\.\d+)?\n", dry.stdout), dry.stdout
+    assert "--upgrade" not in dry.stdout
 
 
 @pytest.mark.parametrize("target", ["train", "predict"])

@@ -45,7 +45,7 @@ def model_config(cfg: Config):
 
     b = cfg.bench
     if Path(b.model).is_dir():
-        config = AutoConfig.from_pretrained(b.model)
+        config = AutoConfig.from_pretrained(b.model, trust_remote_code=False)  # never the folder's own code
         offset = PAD + 1 if config.model_type in CLS else 0  # RoBERTa's position ids start after the pad id
         if b.seq_len + offset > getattr(config, "max_position_embeddings", b.seq_len + offset):
             raise PipelineError(f"bench.seq_len={b.seq_len}: {b.model} has {config.max_position_embeddings} positions")

@@ -139,9 +139,9 @@ def encoder_from_config(config, dtype: torch.dtype | None = None) -> nn.Module:
 
     kwargs = {} if dtype is None else {"dtype": dtype}
     try:
-        return AutoModel.from_config(config, add_pooling_layer=False, **kwargs)
+        return AutoModel.from_config(config, add_pooling_layer=False, trust_remote_code=False, **kwargs)
     except TypeError:  # an architecture without a pooler to switch off
-        return AutoModel.from_config(config, **kwargs)
+        return AutoModel.from_config(config, trust_remote_code=False, **kwargs)
 
 
 def _first_line(e: BaseException) -> str:
@@ -161,7 +161,8 @@ def pretrained_encoder(name: str, dropout: float, dtype: torch.dtype = torch.flo
     from transformers import AutoConfig, AutoModel
 
     try:
-        config = AutoConfig.from_pretrained(name)
+        # never a folder's own code, nor the y/N question about it: a stage's stdout goes to a log, unseen
+        config = AutoConfig.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError) as e:
         if Path(name, "config.json").is_file():  # a local folder whose config.json is damaged, not a hub name
             raise _damaged(Path(name, "config.json"), "the model's config", e, "copy the folder again") from None
@@ -177,7 +178,7 @@ def pretrained_encoder(name: str, dropout: float, dtype: torch.dtype = torch.flo
     # master weights in fp32 whatever the folder stores: transformers 5 keeps a checkpoint's own dtype, and
     # fp16/bf16 trainable weights round most AdamW updates away (and GradScaler refuses fp16 gradients). A frozen
     # LoRA base is read straight into half precision: XLM-R XL read in fp32 first would need 14 GB of host memory
-    kwargs = {"config": config, "dtype": dtype}
+    kwargs = {"config": config, "dtype": dtype, "trust_remote_code": False}
     if quantized is not None:
         kwargs |= {"quantization_config": quantized, "device_map": {"": device.index or 0}}
     try:
@@ -222,7 +223,7 @@ def load_fold_model(folder: Path, dropout: float | None = None, cfg: Config | No
             raise ModelError(f"{folder}: a LoRA fold holds its adapters only; it loads with its config (build_model)")
         return load_lora_fold(Path(folder), head, cfg, tokenizer, precision, device, dropout)
     try:
-        config = AutoConfig.from_pretrained(folder)
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise _damaged(Path(folder) / "config.json", "the fold's config", e, "retrain the fold") from None
     if dropout is not None:

@@ -28,11 +28,12 @@ def load(folder: Path):
     from transformers import AutoModel, AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        # never a folder's own code, nor the y/N question about it: a stage's stdout goes to a log, unseen
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         try:  # a BERT-style folder without a pooler: none is built (nor reported missing)
-            model = AutoModel.from_pretrained(folder, dtype="float32", add_pooling_layer=False)
+            model = AutoModel.from_pretrained(folder, dtype="float32", add_pooling_layer=False, trust_remote_code=False)
         except TypeError:  # an architecture without that switch
-            model = AutoModel.from_pretrained(folder, dtype="float32")
+            model = AutoModel.from_pretrained(folder, dtype="float32", trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise DataError(f"data.group_encoder={folder}: not a model folder transformers can load ({e})") from None
     return tokenizer, model.eval()

@@ -81,7 +81,8 @@ def train_tokenizer(texts, vocab_size: int, dest: Path, note: dict | None = None
 def load_tokenizer(source: str | Path):
     """A fast tokenizer from a folder or the hub; offline failures say what to do."""
     try:
-        tok = AutoTokenizer.from_pretrained(str(source), use_fast=True)
+        # never a folder's own code, nor the y/N question about it: a stage's stdout goes to a log, unseen
+        tok = AutoTokenizer.from_pretrained(str(source), use_fast=True, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise TokenizerError(
             f"cannot load the tokenizer {source!r}: not a folder and not in the Hugging Face cache "

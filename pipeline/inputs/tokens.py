@@ -131,9 +131,21 @@ def tokenizer_digest(source: Path | str, tokenizer) -> str:
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
 
 
+KEY = re.compile(r"[0-9a-f]{16}")  # what cache_key makes: a token cache's folder name
+
+
 def cache_key(tok_digest: str, max_length: int, table_digest: str, test_digest: str) -> str:
     parts = [tok_digest, str(max_length), table_digest, test_digest]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def is_cache(folder: Path) -> bool:
+    """`folder` is a token cache `build` made: a key for a name, and a meta.json that names that key (whatever
+    else it holds: a damaged cache is still one). A folder without them is someone else's, never removed."""
+    try:
+        return bool(KEY.fullmatch(folder.name)) and read_json(folder / layout.CACHE_META).get("key") == folder.name
+    except (OSError, ValueError, AttributeError):  # no meta.json, not JSON, or JSON that is not an object
+        return False
 
 
 def tokenize(tokenizer, texts: list[str], max_length: int, desc: str = "tokenize") -> Ragged:
@@ -269,7 +281,7 @@ def load_cache(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:
         raise PipelineError(f"no token cache for {pointer.parent}; run `make data` with this config first") from None
     except (OSError, ValueError, KeyError, TypeError):
         key = None
-    if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{16}", key):  # never a path out of the cache
+    if not isinstance(key, str) or not KEY.fullmatch(key):  # never a path out of the cache
         raise PipelineError(f"{pointer}: not a token cache pointer; run `make data` again")
     folder = layout.cache_root(cfg) / key
     cmeta = check_cache(folder)  # by content: a damaged id of the same size would train on other tokens

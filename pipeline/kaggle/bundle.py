@@ -70,10 +70,21 @@ def check_bundle(folder: Path) -> list[Path]:
     return files
 
 
+def check_replaceable(dest: Path, marker: str) -> None:
+    """`dest`, about to be replaced whole, is absent or a folder `make kernel` wrote (it holds `marker`); else one
+    line: kaggle.dir may name a folder of the user's, whose <slug>/code or /notebook would go with no word."""
+    if (dest.exists() or dest.is_symlink()) and not (dest / marker).is_file():
+        raise KernelError(
+            f"{dest}: not a folder `make kernel` wrote (no {marker}), and it would replace it whole; "
+            "move it, or set kaggle.dir to another folder"
+        )
+
+
 def write_bundle(cfg: Config, plan: Plan, dest: Path) -> list[Path]:
     """The code bundle (a Kaggle dataset folder) at `dest`, replaced whole; returns its files."""
     meta = dataset_metadata(plan)
     check_dataset_metadata(meta)
+    check_replaceable(dest, DATASET_METADATA)
     with atomic_dir(dest) as tmp:
         for src, rel in bundle_files():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +138,7 @@ def write_kernel(cfg: Config, plan: Plan, dest: Path, digest: str = "") -> dict:
     the code bundle's (launch.code_digest), which the notebook checks the attached bundle against."""
     meta = kernel_metadata(cfg, plan)
     source = script_text(cfg, plan, digest)
+    check_replaceable(dest, KERNEL_METADATA)
     with atomic_dir(dest) as tmp:
         atomic_write_text(tmp / plan.code_file, notebook_json(source) if plan.kernel_type == "notebook" else source)
         write_json(tmp / KERNEL_METADATA, meta)

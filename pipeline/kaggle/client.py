@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -172,11 +173,22 @@ def known_secrets() -> list[str]:
     return sorted({v for v in values if len(v) >= 8}, key=len, reverse=True)
 
 
+# C0 and C1 control characters but tab and newline, and DEL: ESC starts a terminal's escape sequences (OSC 52
+# writes the clipboard, others retitle the window or hide text), \r overwrites the line a reader sees
+CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` that came from Kaggle (a kernel's log, a failure message) as a terminal may show it: each control
+    character written out as `\\xNN`, so it is seen and never obeyed."""
+    return CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def clean(text: str) -> str:
-    """Make `text` safe for a KaggleError: one line, no secret values."""
+    """Make `text` safe for a KaggleError: one line, no secret values, no control characters."""
     for secret in known_secrets():
         text = text.replace(secret, "***")
-    return " ".join(text.split())
+    return printable(" ".join(text.split()))
 
 
 def get_api() -> KaggleApi:

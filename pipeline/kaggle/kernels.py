@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.kaggle.client import KaggleError, authenticated_username, clean, explain, http_status
+from pipeline.kaggle.client import KaggleError, authenticated_username, clean, explain, http_status, printable
 from pipeline.kaggle.downloads import files_under
 
 if TYPE_CHECKING:  # only for type checkers: importing kaggle at run time authenticates
@@ -85,7 +85,7 @@ def kernel_status(ref: str, api: KaggleApi) -> tuple[str, str]:
         raise _kernel_access(exc, f"kernel {ref}") from exc
     status = getattr(result, "status", "")
     name = getattr(status, "name", status)  # a KernelWorkerStatus enum in kagglesdk
-    return str(name).lower(), str(getattr(result, "failure_message", "") or "")
+    return str(name).lower(), printable(str(getattr(result, "failure_message", "") or ""))  # printed as it is
 
 
 def download_kernel_output(ref: str, dest: Path, api: KaggleApi, file_pattern: str | None = None) -> list[Path]:

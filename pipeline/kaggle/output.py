@@ -25,6 +25,7 @@ from pathlib import Path
 from pipeline import layout, validity
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_path, atomic_write_text
+from pipeline.kaggle.client import printable
 from pipeline.kaggle.plan import KernelError, make_plan, resolve_user
 from pipeline.kaggle.session import RUN_CONFIG
 from pipeline.schema import Config
@@ -107,6 +108,12 @@ def log_lines(raw: str) -> list[str]:
     if not isinstance(entries, list):
         return raw.splitlines()
     return [line for entry in entries for line in event_lines(entry)]
+
+
+def framed(lines: list[str]) -> str:
+    """Log lines as `make kernel-status` shows them: indented behind a bar, control characters written out (a
+    kernel's log is whatever its code printed: an escape sequence in it must not reach the terminal)."""
+    return "\n".join(f"  | {printable(line)}" for line in lines)
 
 
 def follow_log(ref: str, api, shown: list[str], sleep: Callable[[float], None]):
@@ -229,7 +236,7 @@ def fetch_output(cfg: Config, api=None) -> list[Path]:
         log = show_log(plan.kernel_ref, out, api)
         print(f"kernel: {plan.kernel_ref} ended {status}{f': {failure}' if failure else ''}; the last lines of its "
               f"log ({out / (plan.kernel_slug + '.log')}):")  # fmt: skip
-        print("\n".join(f"  | {line}" for line in log[-TAIL:]))
+        print(framed(log[-TAIL:]))
     try:
         files = kernels.download_kernel_output(plan.kernel_ref, out, api, file_pattern=output_pattern(cfg))
     except KernelError:
@@ -290,17 +297,17 @@ def kernel_status(
     out = folders(cfg, plan.kernel_slug)[2]
     status, failure = kernels.kernel_status(plan.kernel_ref, api)
     lines = show_log(plan.kernel_ref, out, api)
-    print("\n".join(f"  | {line}" for line in lines[-TAIL:]))
+    print(framed(lines[-TAIL:]))
     if follow and status not in IDLE and kernels.can_stream_logs(api):
         for line in follow_log(plan.kernel_ref, api, list(lines), sleep):
-            print(f"  | {line}", flush=True)
+            print(framed([line]), flush=True)
             lines.append(line)
         status, failure = kernels.kernel_status(plan.kernel_ref, api)
     while follow and status not in IDLE:  # no stream: poll the stored log (a saved version never ends)
         sleep(poll_s)
         status, failure = kernels.kernel_status(plan.kernel_ref, api)
         new = show_log(plan.kernel_ref, out, api)
-        print("\n".join(f"  | {line}" for line in new[len(lines) :]))
+        print(framed(new[len(lines) :]))
         lines = new
     print(f"kernel {plan.kernel_ref}: {status}" + (f": {failure}" if failure else "") + latest_eta(lines))
     return status

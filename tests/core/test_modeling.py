@@ -4,6 +4,9 @@ with each memory technique."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -118,6 +121,44 @@ def test_a_damaged_model_folder_is_one_line_naming_the_file(tmp_path, damaged: s
         with pytest.raises(PipelineError) as e:
             load()
         assert str(e.value).startswith(f"{where / damaged}: cannot read") and "\n" not in str(e.value), str(e.value)
+
+
+def remote_code_folder(folder):
+    """A model folder whose config names a model type transformers does not know and code of its own to run."""
+    folder.mkdir()
+    auto_map = {"AutoConfig": "custom.Config", "AutoModel": "custom.Model", "AutoTokenizer": ["custom.Tok", None]}
+    (folder / "config.json").write_text(json.dumps({"model_type": "not-in-transformers", "auto_map": auto_map}))
+    (folder / "custom.py").write_text(f"open({str(folder / 'ran')!r}, 'w')\n")
+    (folder / modeling.HEAD_JSON).write_text(json.dumps({"version": modeling.HEAD, "pooling": "mean", "dropout": 0.1}))
+    return folder
+
+
+def test_no_loader_runs_a_folders_own_code_or_asks_whether_to(tmp_path, monkeypatch) -> None:
+    """Every loading of a config, tokenizer or model refuses a folder's own code (auto_map) without transformers'
+    y/N question: a stage's stdout goes to a log, so the question would wait on a terminal that never shows it."""
+    from pipeline.benchmark import runner
+    from pipeline.inputs import encoder, tokenizer
+
+    folder = remote_code_folder(tmp_path / "custom")
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "n")
+    bench_cfg = SimpleNamespace(bench=SimpleNamespace(model=str(folder), seq_len=16))
+    loaders = {
+        "pretrained_encoder": lambda: modeling.pretrained_encoder(str(folder), 0.1),
+        "load_fold_model": lambda: modeling.load_fold_model(folder),
+        "load_tokenizer": lambda: tokenizer.load_tokenizer(folder),
+        "group encoder": lambda: encoder.load(folder),
+        "bench model_config": lambda: runner.model_config(bench_cfg),
+    }
+    prompted = []
+    for name, load in loaders.items():
+        with pytest.raises((PipelineError, ValueError)):  # bench: transformers' own ValueError
+            load()
+        if asked:
+            prompted.append(name)
+            asked.clear()
+    assert prompted == []
+    assert not (folder / "ran").exists()
 
 
 def test_predict_scores_a_trained_folds_rows_as_its_oof_says(prepared) -> None:

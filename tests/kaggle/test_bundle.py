@@ -74,3 +74,21 @@ def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(KernelError, match="contains a Kaggle credential") as info:
         bundle.check_bundle(folder)
     assert SENTINEL not in str(info.value)
+
+
+def test_a_folder_make_kernel_did_not_write_is_never_replaced(tmp_path: Path) -> None:
+    """kaggle.dir may name a folder of the user's: its <slug>/code or /notebook is replaced whole only when it holds
+    the metadata `make kernel` writes there (then again and again); else one line, and the folder as it was."""
+    cfg = dry(tmp_path)
+    plan = kaggle_plan.make_plan(cfg, "tester")
+    for write, name in ((bundle.write_bundle, "code"), (bundle.write_kernel, "notebook")):
+        theirs = tmp_path / "theirs" / name
+        theirs.mkdir(parents=True)
+        (theirs / "thesis.tex").write_text("x")
+        with pytest.raises(KernelError, match=f"^{theirs}: not a folder `make kernel` wrote"):
+            write(cfg, plan, theirs)
+        assert [p.name for p in theirs.iterdir()] == ["thesis.tex"]
+        ours = tmp_path / "ours" / name
+        write(cfg, plan, ours)
+        write(cfg, plan, ours)  # its own folder: replaced
+        assert not (ours / "thesis.tex").exists()

@@ -358,3 +358,13 @@ def test_complete_credentials_have_no_problems(no_kaggle_env: Path, monkeypatch:
     (no_kaggle_env / ".kaggle").mkdir(exist_ok=True)
     (no_kaggle_env / ".kaggle" / "kaggle.json").write_text('{"username": "me"}')  # key from the environment
     assert client.credential_problems() == []
+
+
+def test_printable_writes_control_characters_out_and_keeps_the_rest() -> None:
+    """A kernel's log or Kaggle's message reaches the terminal with no escape sequence it would obey: OSC 52 (ESC ]
+    52; ... BEL) sets the clipboard in many terminals; tab, newline and text in any script stay as they are."""
+    osc52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+    assert client.printable(f"step 1{osc52}\tdone\n") == "step 1\\x1b]52;c;ZWNobyBwd25lZA==\\x07\tdone\n"
+    assert client.printable("\x9b2J\r\x00\x7f") == "\\x9b2J\\x0d\\x00\\x7f"  # C1's CSI, carriage return, NUL, DEL
+    assert client.printable("toxicité, токсичность ✓") == "toxicité, токсичность ✓"
+    assert "\x1b" not in client.clean(f"refused {osc52}")
