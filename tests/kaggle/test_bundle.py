@@ -51,7 +51,7 @@ def test_bundle_holds_the_pipeline_and_configs_only(tmp_path: Path, monkeypatch:
     assert result["bundle_bytes"] < 1 << 20
     meta = json.loads((code / "dataset-metadata.json").read_text())
     assert meta["id"] == "tester/jigsaw-sample-code" and meta["licenses"] == [{"name": "CC0-1.0"}]
-    assert config.load_file(code / "kernel-config.yaml") == cfg
+    assert config.load_file(code / "kernel-config.yaml") == bundle.pushed_config(cfg)  # its paths Kaggle's
 
 
 @pytest.mark.parametrize("bad", ["kaggle.json", "input/x.csv", "models/m/model.safetensors", "notes.txt"])
@@ -74,3 +74,37 @@ def test_check_bundle_refuses_a_secret_value(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(KernelError, match="contains a Kaggle credential") as info:
         bundle.check_bundle(folder)
     assert SENTINEL not in str(info.value)
+
+
+def test_no_local_path_is_pushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every path setting under a home like /home/alice/secret-project: none of it reaches a pushed file (the code
+    bundle, the kernel's code file, the metadata), though the folders are written there."""
+    from tests.helpers.fake_kaggle import FakeKaggleApi
+
+    secret = tmp_path / "home" / "alice" / "secret-project"
+    monkeypatch.setenv("HOME", str(secret.parent))
+    competition = secret / "competition"
+    competition.mkdir(parents=True)
+    api = FakeKaggleApi()
+    api.dataset_listing = {"someone/translations": ["translated-train.csv"]}
+    cfg = config.load("sample", [
+        f"kaggle.dir={secret / 'kernel'}", f"input_dir={secret / 'input'}", f"models_dir={secret / 'models'}",
+        f"submissions_dir={secret / 'submissions'}", "data.source=dir", f"data.dir={competition}",
+        f"kaggle.submit_file={secret / 'submissions' / 'mine.csv'}", "data.datasets=[someone/translations]",
+        f"data.extra_files=[{secret / 'extra' / 'translated-train.csv'}]",
+    ])  # fmt: skip
+    result = kernel.build_and_push(cfg, api=api)
+    sent = [p for d in (result["code_dir"], result["kernel_dir"]) for p in d.rglob("*") if p.is_file()]
+    assert {p.name for p in sent} >= {"kernel-config.yaml", "jigsaw-sample.py", "kernel-metadata.json"}
+    for p in sent:
+        text = p.read_text(encoding="utf-8")
+        assert "alice" not in text and "secret-project" not in text and str(tmp_path) not in text, p
+    pushed = config.load_file(result["code_dir"] / "kernel-config.yaml")
+    assert (pushed.input_dir, pushed.submissions_dir, pushed.data.dir) == ("/kaggle/temp/input", "/kaggle/working", "")
+    assert list(pushed.data.extra_files) == ["translated-train.csv"]  # by name: the notebook finds it in the sources
+
+
+def test_a_local_model_folder_is_refused_not_pushed(tmp_path: Path) -> None:
+    cfg = dry(tmp_path, "model.name=/home/alice/secret-project/xlmr", "kaggle.model_source=someone/xlmr")
+    with pytest.raises(KernelError, match="model.name=/home/alice/secret-project/xlmr: a path on this machine"):
+        bundle.script_text(cfg, kaggle_plan.make_plan(cfg, "tester"))
