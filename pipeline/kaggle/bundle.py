@@ -1,7 +1,7 @@
 """What `make kernel` uploads: the code bundle (a private dataset) and the kernel folder (metadata + code file).
 
-Writes  kernel/<slug>/code/      dataset-metadata.json, pipeline/ (the package's .py files and configs/*.yaml,
-                                 nothing else) and kernel-config.yaml (the resolved config)
+Writes  kernel/<slug>/code/      dataset-metadata.json, pipeline/ (the package's .py files and configs/*.yaml
+                                 that git tracks, nothing else) and kernel-config.yaml (the resolved config)
         kernel/<slug>/notebook/  kernel-metadata.json and the code file <slug>.py (or .ipynb): the text of
                                  pipeline/kaggle/launch.py, then the code dataset's name and the config
 Both configs hold Kaggle's paths, never this machine's (pushed_config): a public kernel publishes its code file.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -96,14 +97,49 @@ def pushed_config(cfg: Config) -> Config:
 # The code bundle
 
 
-def bundle_files() -> list[tuple[Path, str]]:
-    """(source, path in the bundle) for every file that travels: the package's .py files and configs."""
-    out = []
-    for p in sorted(PACKAGE.rglob("*")):
-        rel = p.relative_to(PACKAGE)
-        if p.is_file() and p.suffix in BUNDLE_SUFFIXES and not (set(rel.parts[:-1]) & FORBIDDEN_PARTS):
-            out.append((p, str(Path("pipeline") / rel)))
-    return out
+def tracked_files(root: Path) -> list[str] | None:
+    """The files git tracks under `root`/pipeline (paths relative to `root`); None where `root` is not the top of a
+    git checkout (an unpacked copy), or git is not installed."""
+    try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+    except OSError:
+        return None
+    # a copy unpacked inside some other repository (a home kept in git) is not this checkout: its index lists nothing
+    if top.returncode or Path(top.stdout.strip()).resolve() != root.resolve():
+        return None
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--", "pipeline"], capture_output=True,
+                            check=True)  # fmt: skip
+    return [name for name in listed.stdout.decode("utf-8", "surrogateescape").split("\0") if name]
+
+
+def bundle_files(root: Path = PACKAGE.parent) -> list[tuple[Path, str]]:
+    """(source, path in the bundle) for every file that travels: the package's .py files and configs that git tracks
+    (an untracked or ignored file, a local config with another service's token, stays here). In a copy that is not a
+    git checkout every .py and .yaml file travels, and a hidden one is refused: nothing tells it is meant to."""
+    package = root / "pipeline"
+    tracked = tracked_files(root)
+    if tracked is None:
+        found = sorted(p.relative_to(package) for p in package.rglob("*") if p.is_file())
+        hidden = [rel for rel in found if any(part.startswith(".") for part in rel.parts)]
+        if hidden:
+            raise KernelError(
+                f"code bundle: pipeline/{hidden[0].as_posix()} is a hidden file, and {root} is not a git checkout "
+                "(where only tracked files travel): move it out of pipeline/, or make kernel from a git checkout"
+            )
+    else:  # a tracked file deleted in the work tree is not there to send
+        found = sorted(Path(name).relative_to("pipeline") for name in tracked if (root / name).is_file())
+    return [(package / rel, str(Path("pipeline") / rel)) for rel in found
+            if rel.suffix in BUNDLE_SUFFIXES and not set(rel.parts[:-1]) & FORBIDDEN_PARTS]  # fmt: skip
+
+
+def describe_files(files: list[Path], folder: Path) -> list[str]:
+    """The bundle's files as lines, one a folder: `  pipeline/kaggle/: a.py, b.py`."""
+    by_folder: dict[str, list[str]] = {}
+    for p in files:
+        rel = p.relative_to(folder)
+        by_folder.setdefault(f"{rel.parent.as_posix()}/" if rel.parent != Path() else "", []).append(rel.name)
+    return [f"  {name or './'}: {', '.join(names)}" for name, names in sorted(by_folder.items())]
 
 
 def check_bundle(folder: Path) -> list[Path]:

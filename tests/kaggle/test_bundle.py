@@ -108,3 +108,42 @@ def test_a_local_model_folder_is_refused_not_pushed(tmp_path: Path) -> None:
     cfg = dry(tmp_path, "model.name=/home/alice/secret-project/xlmr", "kaggle.model_source=someone/xlmr")
     with pytest.raises(KernelError, match="model.name=/home/alice/secret-project/xlmr: a path on this machine"):
         bundle.script_text(cfg, kaggle_plan.make_plan(cfg, "tester"))
+
+
+def _package(root: Path) -> Path:
+    """A small checkout at `root`: pipeline/ with a module, a config, a hidden local config and an untracked module."""
+    files = {"__init__.py": "", "a.py": "x = 1\n", "configs/sample.yaml": "name: sample\n",
+             "configs/.my-local.yaml": "token: other-service-token\n", "scratch.py": "y = 2\n"}  # fmt: skip
+    for name, text in files.items():
+        (root / "pipeline" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "pipeline" / name).write_text(text)
+    return root
+
+
+def test_a_checkout_bundles_only_what_git_tracks(tmp_path: Path) -> None:
+    import subprocess
+
+    root = _package(tmp_path / "checkout")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    tracked = ["pipeline/__init__.py", "pipeline/a.py", "pipeline/configs/sample.yaml"]
+    subprocess.run(["git", "-C", str(root), "add", *tracked], check=True)
+    assert [rel for _, rel in bundle.bundle_files(root)] == tracked  # no hidden, no untracked file
+
+
+def test_a_plain_copy_refuses_a_hidden_file(tmp_path: Path) -> None:
+    root = _package(tmp_path / "copy")
+    with pytest.raises(KernelError, match=r"pipeline/configs/\.my-local\.yaml is a hidden file, and .* is not a git"):
+        bundle.bundle_files(root)
+    (root / "pipeline" / "configs" / ".my-local.yaml").unlink()
+    assert "pipeline/scratch.py" in [rel for _, rel in bundle.bundle_files(root)]  # a copy sends what it holds
+
+
+def test_the_dry_run_lists_the_bundle(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    kernel.build_and_push(dry(tmp_path))
+    out = capsys.readouterr().out
+    assert "kernel: the code bundle's files" in out
+    assert (
+        "\n  pipeline/kaggle/: " in out
+        and "bundle.py, " in out
+        and "\n  ./: dataset-metadata.json, kernel-config.yaml" in out
+    )
