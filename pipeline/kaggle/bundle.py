@@ -18,6 +18,7 @@ import yaml
 
 from pipeline import config as config_mod
 from pipeline.files import atomic_dir, atomic_write_text, write_json
+from pipeline.kaggle.datasets import BUNDLE_MARKER
 from pipeline.kaggle.plan import (
     DATASET_METADATA,
     KERNEL_METADATA,
@@ -33,7 +34,7 @@ from pipeline.schema import Config
 
 PACKAGE = Path(__file__).resolve().parents[1]  # the pipeline package: the only code that travels
 LAUNCH = Path(__file__).resolve().parent / "launch.py"  # the notebook's code file, before its last lines
-BUNDLE_CONFIG = "kernel-config.yaml"  # the resolved config, inside the code bundle
+BUNDLE_CONFIG = BUNDLE_MARKER  # the resolved config, inside the code bundle: what marks a dataset as a bundle
 # What the bundle may hold: the package's source and its configs. Anything else is refused.
 BUNDLE_SUFFIXES = {".py", ".yaml"}
 # Names that must never travel, whatever a future change to the bundle does.
