@@ -29,7 +29,7 @@ from pipeline.files import check_writable_dir
 from pipeline.kaggle import continuation, hours
 from pipeline.kaggle import disk as kaggle_disk
 from pipeline.kaggle import memory as kaggle_memory
-from pipeline.kaggle.bundle import write_bundle, write_kernel
+from pipeline.kaggle.bundle import describe_files, write_bundle, write_kernel
 from pipeline.kaggle.clock import SessionClock
 from pipeline.kaggle.launch import code_digest
 from pipeline.kaggle.output import ended_state, fetch_output, folders, kernel_status
@@ -152,6 +152,8 @@ def build_and_push(cfg: Config, api=None) -> dict:
     result = {"plan": plan, "code_dir": code_dir, "kernel_dir": kernel_dir, "bundle_bytes": size, "disk": disk}
     if cfg.kaggle.dry_run:
         result["metadata"] = write_and_describe(cfg, plan, kernel_dir, digest)
+        print("kernel: the code bundle's files (what git tracks under pipeline/, and the config):")
+        print("\n".join(describe_files(files, code_dir)))
         print("kernel: dry run (kaggle.dry_run=true): nothing sent; the two folders above are what would be")
         print(f"kernel: a push would upload {plan.dataset_ref}, then run https://www.kaggle.com/code/{plan.kernel_ref}")
     else:

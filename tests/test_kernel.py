@@ -163,12 +163,13 @@ def test_first_push_creates_the_dataset_then_pushes(tmp_path: Path, capsys: pyte
 
 def test_second_push_adds_a_version(tmp_path: Path) -> None:
     api = FakeKaggleApi()
-    api.datasets.add("tester/jigsaw-sample-code")
+    api.add_bundle("tester/jigsaw-sample-code")
     kernel.build_and_push(make_cfg(tmp_path, "kaggle.timeout=3600"), api=api)
     names = [name for name, _ in api.calls]
-    assert names == ["kernels_status", *["dataset_status"] * 2, "dataset_create_version", *["dataset_status"] * 2,
-                     "kernels_push"]  # fmt: skip
-    assert api.calls[3][1]["dir_mode"] == "zip"
+    # exists: then it must hold a bundle (its files listed) before a version is added to it
+    assert names == ["kernels_status", *["dataset_status"] * 2, "dataset_list_files", "dataset_create_version",
+                     *["dataset_status"] * 2, "kernels_push"]  # fmt: skip
+    assert api.calls[4][1]["dir_mode"] == "zip"
     assert api.calls[-1][1]["timeout"] == "3600"
     assert api.calls[-1][1]["metadata"]["dataset_sources"][0] == "tester/jigsaw-sample-code/8"  # 7 before
 
@@ -259,7 +260,7 @@ def test_the_bundle_version_is_the_one_after_the_upload(tmp_path: Path, capsys) 
     """Right after an upload Kaggle may still answer the previous version number (or 404): the kernel waits for a
     number past the one before the upload instead of pinning the previous bundle."""
     api = FakeKaggleApi()
-    api.datasets.add("tester/jigsaw-sample-code")
+    api.add_bundle("tester/jigsaw-sample-code")
     answers = iter([7, 7, 404, 8])  # before the upload; then the old number, a 404, the new one
 
     def dataset_version(ref: str, api) -> int:
@@ -287,7 +288,7 @@ def test_the_bundle_is_ready_in_the_version_the_kernel_attaches(tmp_path: Path, 
     """Right after an upload Kaggle still answers the previous version's number, and its "ready": the push waits for
     the new number first, then for that version to be ready (pending here), never for the previous one's state."""
     api = FakeKaggleApi()
-    api.datasets.add("tester/jigsaw-sample-code")
+    api.add_bundle("tester/jigsaw-sample-code")
     # asked whether it exists (ready); after the upload the old number twice, then the new version processing
     api.version_lag, api.dataset_states = 2, ["ready", "pending", "pending"]
     monkeypatch.setattr("time.sleep", lambda s: None)
@@ -330,7 +331,7 @@ def test_push_without_credentials_says_how(tmp_path: Path) -> None:
 def test_api_errors_are_clear(tmp_path: Path, method: str, status: int, expected: str) -> None:
     api = FakeKaggleApi()
     if method == "dataset_create_version":
-        api.datasets.add("tester/jigsaw-sample-code")
+        api.add_bundle("tester/jigsaw-sample-code")
     api.fail[method] = http_error(status)
     with pytest.raises(KaggleError) as info:
         kernel.build_and_push(make_cfg(tmp_path), api=api)

@@ -159,8 +159,21 @@ def credential_problems(env: Mapping[str, str] | None = None, home: Path | None 
     return problems
 
 
+def oauth_tokens(home: Path) -> list[str]:
+    """The tokens of `kaggle auth login`'s ~/.kaggle/credentials.json (kagglesdk's KaggleCredentials): the refresh
+    token, which authenticate() accepts alone, and the access token it last got; [] without the file."""
+    try:
+        data = json.loads(_read_text(home / ".kaggle" / "credentials.json") or "{}")
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(data, dict):
+        return []
+    return [str(data.get(name) or "") for name in ("refresh_token", "access_token")]
+
+
 def known_secrets() -> list[str]:
-    """Secret values known to this process, so that messages can be scrubbed of them."""
+    """Secret values known to this process, so that messages can be scrubbed of them and the code bundle checked:
+    every kind of credential has_credentials accepts."""
     home = Path.home()
     values = [
         os.environ.get("KAGGLE_KEY", ""),
@@ -169,6 +182,7 @@ def known_secrets() -> list[str]:
     ]
     values += [_read_text(home / ".kaggle" / name) for name in ("access_token", "access_token.txt")]
     values.append(str(kaggle_json(os.environ, home).get("key") or ""))
+    values += oauth_tokens(home)  # OAuth alone: without them the scrubber would know no secret at all
     # Short values could match ordinary words; real keys and tokens are long.
     return sorted({v for v in values if len(v) >= 8}, key=len, reverse=True)
 

@@ -22,6 +22,10 @@ from typing import TYPE_CHECKING
 
 from pipeline.kaggle.client import KaggleError, clean, explain, http_status
 
+# the file at the top of every code bundle (pipeline/kaggle/bundle.py writes it): what tells a bundle from another
+# dataset of the user's
+BUNDLE_MARKER = "kernel-config.yaml"
+
 if TYPE_CHECKING:  # only for type checkers: importing kaggle at run time authenticates
     from pipeline.kaggle.client import KaggleApi
 
@@ -138,16 +142,33 @@ def wait_new_version(
         waited += poll_s
 
 
+def check_holds_a_bundle(ref: str, api: KaggleApi) -> None:
+    """Refuse to add a version to dataset `ref` unless it holds a code bundle (BUNDLE_MARKER at its top): a version
+    keeps the dataset's visibility, so kaggle.dataset_slug naming another dataset of the user's, a public one, would
+    publish the code and the config in it, and bury what it held under a new version."""
+    names = dataset_files(ref, api)
+    if BUNDLE_MARKER not in names:
+        raise KaggleError(
+            f"dataset {ref} exists and is not a code bundle of `make kernel` (it has no {BUNDLE_MARKER}; "
+            f"{len(names)} file(s)): a new version would put the code in it, as public as it is; set "
+            "kaggle.dataset_slug to a new name, or to one an earlier `make kernel` created"
+        )
+
+
 def upload_dataset(folder: Path, ref: str, notes: str, api: KaggleApi) -> tuple[str, str]:
-    """Create dataset `ref` from `folder` the first time, else add a new version. Returns (action, url).
+    """Create dataset `ref` from `folder` the first time, else add a new version to it: only where it holds a code
+    bundle already (check_holds_a_bundle). Returns (action, url).
 
     Subfolders are uploaded zipped (dir_mode="zip"); Kaggle unpacks them on its side.
     """
     what = f"dataset {ref}"
     exists = dataset_exists(ref, api)
+    if exists:
+        check_holds_a_bundle(ref, api)
     error = _send_dataset(folder, notes, api, exists, what)
     if error and "already in use" in error and not exists:
         exists = True  # created meanwhile (create_new answers so instead of raising): add a version
+        check_holds_a_bundle(ref, api)  # or a dataset this account could not see a moment ago: the same refusal
         error = _send_dataset(folder, notes, api, exists, what)
     if error:
         if "already in use" in error or "409" in error:

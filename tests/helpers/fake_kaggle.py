@@ -140,6 +140,11 @@ class FakeKaggleApi:
         if failure is not None:
             raise failure
 
+    def add_bundle(self, ref: str) -> None:
+        """Dataset `ref` exists and holds a code bundle, as an earlier `make kernel` uploaded it."""
+        self.datasets.add(ref)
+        self.dataset_listing[ref] = ["kernel-config.yaml", "pipeline/__init__.py"]
+
     def get_config_value(self, name: str):
         return self.username if name == "username" else None
 
@@ -178,6 +183,9 @@ class FakeKaggleApi:
             "dataset_create_new", folder=folder, public=public, dir_mode=dir_mode, sent=self._uploaded(folder, dir_mode)
         )
         self.datasets.add(ref)
+        # Real: the files as Kaggle lists them, a zipped folder unpacked
+        self.dataset_listing[ref] = sorted(p.relative_to(folder).as_posix() for p in Path(folder).rglob("*")
+                                           if p.is_file() and p.name != "dataset-metadata.json")  # fmt: skip
         return self._create_response(ref)
 
     def dataset_create_version(

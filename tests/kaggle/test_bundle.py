@@ -51,7 +51,7 @@ def test_bundle_holds_the_pipeline_and_configs_only(tmp_path: Path, monkeypatch:
     assert result["bundle_bytes"] < 1 << 20
     meta = json.loads((code / "dataset-metadata.json").read_text())
     assert meta["id"] == "tester/jigsaw-sample-code" and meta["licenses"] == [{"name": "CC0-1.0"}]
-    assert config.load_file(code / "kernel-config.yaml") == cfg
+    assert config.load_file(code / "kernel-config.yaml") == bundle.pushed_config(cfg)  # its paths Kaggle's
 
 
 @pytest.mark.parametrize("bad", ["kaggle.json", "input/x.csv", "models/m/model.safetensors", "notes.txt"])
@@ -92,3 +92,76 @@ def test_a_folder_make_kernel_did_not_write_is_never_replaced(tmp_path: Path) ->
         write(cfg, plan, ours)
         write(cfg, plan, ours)  # its own folder: replaced
         assert not (ours / "thesis.tex").exists()
+
+
+def test_no_local_path_is_pushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every path setting under a home like /home/alice/secret-project: none of it reaches a pushed file (the code
+    bundle, the kernel's code file, the metadata), though the folders are written there."""
+    from tests.helpers.fake_kaggle import FakeKaggleApi
+
+    secret = tmp_path / "home" / "alice" / "secret-project"
+    monkeypatch.setenv("HOME", str(secret.parent))
+    competition = secret / "competition"
+    competition.mkdir(parents=True)
+    api = FakeKaggleApi()
+    api.dataset_listing = {"someone/translations": ["translated-train.csv"]}
+    cfg = config.load("sample", [
+        f"kaggle.dir={secret / 'kernel'}", f"input_dir={secret / 'input'}", f"models_dir={secret / 'models'}",
+        f"submissions_dir={secret / 'submissions'}", "data.source=dir", f"data.dir={competition}",
+        f"kaggle.submit_file={secret / 'submissions' / 'mine.csv'}", "data.datasets=[someone/translations]",
+        f"data.extra_files=[{secret / 'extra' / 'translated-train.csv'}]",
+    ])  # fmt: skip
+    result = kernel.build_and_push(cfg, api=api)
+    sent = [p for d in (result["code_dir"], result["kernel_dir"]) for p in d.rglob("*") if p.is_file()]
+    assert {p.name for p in sent} >= {"kernel-config.yaml", "jigsaw-sample.py", "kernel-metadata.json"}
+    for p in sent:
+        text = p.read_text(encoding="utf-8")
+        assert "alice" not in text and "secret-project" not in text and str(tmp_path) not in text, p
+    pushed = config.load_file(result["code_dir"] / "kernel-config.yaml")
+    assert (pushed.input_dir, pushed.submissions_dir, pushed.data.dir) == ("/kaggle/temp/input", "/kaggle/working", "")
+    assert list(pushed.data.extra_files) == ["translated-train.csv"]  # by name: the notebook finds it in the sources
+
+
+def test_a_local_model_folder_is_refused_not_pushed(tmp_path: Path) -> None:
+    cfg = dry(tmp_path, "model.name=/home/alice/secret-project/xlmr", "kaggle.model_source=someone/xlmr")
+    with pytest.raises(KernelError, match="model.name=/home/alice/secret-project/xlmr: a path on this machine"):
+        bundle.script_text(cfg, kaggle_plan.make_plan(cfg, "tester"))
+
+
+def _package(root: Path) -> Path:
+    """A small checkout at `root`: pipeline/ with a module, a config, a hidden local config and an untracked module."""
+    files = {"__init__.py": "", "a.py": "x = 1\n", "configs/sample.yaml": "name: sample\n",
+             "configs/.my-local.yaml": "token: other-service-token\n", "scratch.py": "y = 2\n"}  # fmt: skip
+    for name, text in files.items():
+        (root / "pipeline" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "pipeline" / name).write_text(text)
+    return root
+
+
+def test_a_checkout_bundles_only_what_git_tracks(tmp_path: Path) -> None:
+    import subprocess
+
+    root = _package(tmp_path / "checkout")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    tracked = ["pipeline/__init__.py", "pipeline/a.py", "pipeline/configs/sample.yaml"]
+    subprocess.run(["git", "-C", str(root), "add", *tracked], check=True)
+    assert [rel for _, rel in bundle.bundle_files(root)] == tracked  # no hidden, no untracked file
+
+
+def test_a_plain_copy_refuses_a_hidden_file(tmp_path: Path) -> None:
+    root = _package(tmp_path / "copy")
+    with pytest.raises(KernelError, match=r"pipeline/configs/\.my-local\.yaml is a hidden file, and .* is not a git"):
+        bundle.bundle_files(root)
+    (root / "pipeline" / "configs" / ".my-local.yaml").unlink()
+    assert "pipeline/scratch.py" in [rel for _, rel in bundle.bundle_files(root)]  # a copy sends what it holds
+
+
+def test_the_dry_run_lists_the_bundle(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    kernel.build_and_push(dry(tmp_path))
+    out = capsys.readouterr().out
+    assert "kernel: the code bundle's files" in out
+    assert (
+        "\n  pipeline/kaggle/: " in out
+        and "bundle.py, " in out
+        and "\n  ./: dataset-metadata.json, kernel-config.yaml" in out
+    )

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from pipeline.kaggle import client, downloads
+from pipeline.kaggle import bundle, client, downloads
 from pipeline.kaggle.client import KaggleError
+from pipeline.kaggle.plan import KernelError
 from tests.helpers.fake_kaggle import SENTINEL, FakeKaggleApi, http_error, run_python
 
 pytestmark = pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
@@ -137,6 +138,24 @@ def test_explain_never_leaks_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     for exc in (http_error(500, f"boom {SENTINEL}"), ValueError(f"odd key {SENTINEL}\nsecond line")):
         message = str(client.explain(exc, f"kernel me/{COMPETITION}"))
         assert SENTINEL not in message and "\n" not in message
+
+
+def test_oauth_tokens_are_scrubbed(no_kaggle_env: Path, tmp_path: Path) -> None:
+    """Credentials from `kaggle auth login` alone: its tokens are known secrets, scrubbed from a message and refused in
+    the code bundle."""
+    refresh, access = "REFRESH-" + SENTINEL, "ACCESS-" + SENTINEL[::-1]
+    (no_kaggle_env / ".kaggle").mkdir()
+    (no_kaggle_env / ".kaggle" / "credentials.json").write_text(
+        json.dumps({"refresh_token": refresh, "access_token": access, "username": "tester", "scopes": []})
+    )
+    assert client.has_credentials()
+    message = str(client.explain(http_error(500, f"boom {refresh} and {access}"), "kernel tester/x"))
+    assert refresh not in message and access not in message and "***" in message
+    folder = tmp_path / "bundle"
+    (folder / "pipeline").mkdir(parents=True)
+    (folder / "pipeline" / "a.py").write_text(f"TOKEN = {access!r}\n")
+    with pytest.raises(KernelError, match="contains a Kaggle credential"):
+        bundle.check_bundle(folder)
 
 
 # ---------------------------------------------------------------------------------------------
