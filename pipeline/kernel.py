@@ -115,13 +115,8 @@ def before_sending(plan, cfg: Config, api, continue_dir: Path):
     return plan
 
 
-def build_and_push(cfg: Config, api=None) -> dict:
-    """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
-    from pipeline.kaggle import client, datasets, kernels
-
-    how = "a dry run: nothing is sent" if cfg.kaggle.dry_run else "then the code bundle is uploaded and it is pushed"
-    print(f"kernel: planning the notebook of {cfg.name}: settings, disk, time and memory ({how})", flush=True)
-    make_plan(cfg, "owner")  # settings errors first: they need no credentials
+def check_image(cfg: Config) -> None:
+    """What the settings need of the Kaggle image that it is not known to carry: bitsandbytes."""
     if cfg.train.optimizer == "adamw8bit" and not cfg.kaggle.has_bitsandbytes:
         raise KernelError(
             "train.optimizer=adamw8bit needs bitsandbytes in the Kaggle image, which is not known to carry it: use "
@@ -133,6 +128,16 @@ def build_and_push(cfg: Config, api=None) -> dict:
             "to carry it: use model.lora.quantize=none (the base in fp16: XLM-R XL fits a T4), or set "
             "kaggle.has_bitsandbytes=true if you know it does (the notebook checks)"
         )
+
+
+def build_and_push(cfg: Config, api=None) -> dict:
+    """Write the bundle and kernel folders, check them, and (unless a dry run) upload and push."""
+    from pipeline.kaggle import client, datasets, kernels
+
+    how = "a dry run: nothing is sent" if cfg.kaggle.dry_run else "then the code bundle is uploaded and it is pushed"
+    print(f"kernel: planning the notebook of {cfg.name}: settings, disk, time and memory ({how})", flush=True)
+    make_plan(cfg, "owner")  # settings errors first: they need no credentials
+    check_image(cfg)
     if cfg.model.name != "tiny" and not cfg.kaggle.model_source:
         print(f"kernel: kaggle.model_source not set; the plan assumes the weights in {placeholder_model_source(cfg)}")
     check_extra_files(cfg)
