@@ -16,6 +16,7 @@ is a cache hit.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -195,7 +196,19 @@ def write_lengths(prepared: Path, tokenizer, tok_digest: str, table, test, meta:
 
 
 # the fields of a cache's meta.json that its readers use (load_cache, `make data`'s report), and their types
-META_FIELDS = {"key": str, "max_length": int, "table_digest": str, "test_digest": str, "tokens": int, "files": dict}
+META_FIELDS = {"key": str, "max_length": int, "table_digest": str, "test_digest": str, "tokens": int, "files": dict,
+               "tokenizer_identity": str}  # fmt: skip
+
+
+def tokenizer_identity(tokenizer) -> str:
+    """What turns a text into these ids, whatever folder it was read from: the fast tokenizer's whole definition
+    (vocabulary, pieces, normalizer, special tokens), hashed; two folders of one tokenizer share it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        blob = sorted(tokenizer.get_vocab().items())
+    else:  # less its truncation and padding: a call with max_length sets them on the object, not the ids' rule
+        blob = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def check_cache(folder: Path, deep: bool = True, expect: dict | None = None) -> dict | None:
@@ -255,6 +268,7 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
         out = {
             "key": key,
             "tokenizer_digest": tok_digest,
+            "tokenizer_identity": tokenizer_identity(tokenizer),  # load_cache compares the model's own with it
             "tokenizer": str(tokenizer_source(cfg)),  # where it lives once `make data` is done
             "max_length": cfg.model.max_length,
             "vocab_size": len(tokenizer),
@@ -296,6 +310,12 @@ def load_cache(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:
     )
     if cmeta["table_digest"] != meta["table_digest"] or cmeta["max_length"] != cfg.model.max_length or stale_tokenizer:
         raise PipelineError(f"{folder}: token cache is for other tables or settings; run `make data` again")
+    # another model.name than `make data` had (e5 after the tiny sample) would train on the other tokenizer's ids
+    if tokenizer_identity(tokenizer_mod.load_tokenizer(source)) != cmeta["tokenizer_identity"]:
+        raise PipelineError(
+            f"the token cache of {layout.prepared_dir(cfg)} was made with another tokenizer ({cmeta.get('tokenizer')}) "
+            f"than model.name={cfg.model.name}'s; run `make data` with these CONFIG and ARGS first"
+        )
     splits = {
         s: Ragged(np.load(folder / f"{s}_ids.npy", mmap_mode="r"), np.load(folder / f"{s}_offsets.npy", mmap_mode="r"))
         for s in SPLITS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -9,10 +10,11 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from pipeline import data, layout
+from pipeline import config, data, layout
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
 from pipeline.inputs import tables, tokens
+from pipeline.inputs import tokenizer as tokenizer_mod
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
@@ -269,3 +271,18 @@ def test_lengths_count_every_scored_and_test_row_untruncated(tmp_path: Path) -> 
     # the OOF rows get their counts by source and id
     oof = scored[layout.OOF_COLUMNS].iloc[::-1]
     assert tables.with_tokens(oof, lengths)["tokens"].tolist() == train["tokens"].tolist()[::-1]
+
+
+def test_another_models_tokenizer_never_reads_this_cache(built, tmp_path: Path) -> None:
+    """`make data` with the tiny model, then train with model.name=<another encoder's folder>: its ids would be the
+    tiny tokenizer's (noise to that model). Refused in one line naming `make data`; the same tokenizer read from
+    another folder is no other tokenizer."""
+    cfg, info = built
+    table, test, meta = tables.load_table(cfg)
+    other = tmp_path / "other-encoder"
+    tokenizer_mod.train_tokenizer(list(table["text"]), info["vocab_size"] + 40, other)
+    with pytest.raises(PipelineError, match=r"made with another tokenizer .* run `make data` with these CONFIG"):
+        tokens.load_cache(config.with_overrides(cfg, [f"model.name={other}"]), meta)
+    same = tmp_path / "same-tokenizer"
+    shutil.copytree(tokens.tokenizer_source(cfg), same)
+    assert tokens.load_cache(config.with_overrides(cfg, [f"model.name={same}"]), meta)[1]["key"] == info["key"]
