@@ -2,10 +2,9 @@
 
 A fold is evaluated on its validation rows at every epoch's end and, with train.eval_every_steps = N, every N
 optimizer steps counted over the whole fold. The best evaluation by AUC keeps its weights and OOF
-predictions (a later, worse one leaves them); with train.patience = P the fold stops once P evaluation intervals
-(train.eval_every_steps steps, else an epoch) have passed since its best evaluation without a better one:
-counted in steps, so that an epoch's end evaluated a few steps after an evaluation inside it counts for those
-few steps, not for a whole evaluation. A stage-1 model has no validation rows: its last evaluation is its model.
+predictions (a later, worse one leaves them); with train.patience = P the fold stops once P evaluations have
+followed its best one without a better one, an epoch's end evaluation among them, as the log's "no better (k of
+P)" counts them. A stage-1 model has no validation rows: its last evaluation is its model.
 
 The best evaluation is chosen on the very rows it is then scored on: of several equally good evaluations, the
 one whose noise happens to favour these rows wins, so its figure reads high, the more so the more evaluations
@@ -65,10 +64,11 @@ def judge(best: dict, record: dict, stage1: bool) -> tuple[dict, bool]:
     return {**best, "since": best["since"] + 1}, False
 
 
-def exhausted(best: dict, last_step: int, patience: int, interval: int, stage1: bool) -> bool:
-    """train.patience evaluation intervals (`interval` optimizer steps) from the best evaluation to the last one
-    (at optimizer step `last_step`) without a better AUC: the fold stops (never a stage-1 model)."""
-    return patience > 0 and not stage1 and best["since"] > 0 and last_step - best["step"] >= patience * interval
+def exhausted(best: dict, patience: int, stage1: bool) -> bool:
+    """train.patience evaluations after the best one without a better AUC: the fold stops (never a stage-1
+    model). Evaluations, not step intervals: an epoch's last evaluation falls between two intervals, and the
+    log's "no better (k of P)" counts it."""
+    return patience > 0 and not stage1 and best["since"] >= patience
 
 
 def halves(keys: np.ndarray, strata: np.ndarray, seed: int) -> np.ndarray:

@@ -335,9 +335,7 @@ class FoldRun:
         return self.fresh and not expired and self.step_count() == 1
 
     def exhausted(self) -> bool:
-        p, t = self.progress, self.cfg.train
-        last = p.history[-1].get("step", 0) if p.history else 0
-        return evaluation.exhausted(p.best, last, t.patience, t.eval_every_steps or self.windows, self.stage1)
+        return evaluation.exhausted(self.progress.best, self.cfg.train.patience, self.stage1)
 
     def check_time(self, epoch: int) -> None:
         """The time guard before an epoch (foldclock.check_time), on this fold's rates and tokens."""
@@ -378,7 +376,7 @@ class FoldRun:
         self.log.evaluation(record)
         if d.is_main and self.exhausted():
             name = metrics.judged_by(record)
-            print(f"fold {self.fold}: no better {name} for {t.patience} evaluation intervals (train.patience); "
+            print(f"fold {self.fold}: no better {name} for {t.patience} evaluations (train.patience); "
                   f"stopping at step {record['step']}, keeping step {p.best['step']} "
                   f"({name} {p.best['auc']:.4f})")  # fmt: skip
 

@@ -97,24 +97,23 @@ def test_patience_stops_a_fold_whose_auc_stopped_improving(prepared, monkeypatch
     assert done["steps"] == 15 < 2 * run.windows  # training stopped at the fifth evaluation
     out = capsys.readouterr().out
     # the sample has no held-out translated rows: judged by the validation AUC, and named so
-    assert "fold 0: no better valid AUC for 3 evaluation intervals (train.patience); stopping at step 15" in out
+    assert "fold 0: no better valid AUC for 3 evaluations (train.patience); stopping at step 15" in out
     assert "keeping step 6 (valid AUC 0.7000)" in out
     assert "| no better (3 of 3)" in out
 
 
-def test_patience_counts_an_epoch_end_just_after_an_evaluation_by_its_steps(prepared, monkeypatch) -> None:
-    """Evaluations every W-1 steps (W an epoch's steps) fall one step before each epoch's end: the end's
-    evaluation adds one step to patience, not a whole evaluation."""
+def test_patience_counts_an_epoch_ends_evaluation_as_one(prepared, monkeypatch, capsys) -> None:
+    """Evaluations every W-1 steps (W an epoch's steps) fall one step before each epoch's end: the end's evaluation
+    is one of the P that patience counts, as the log's "no better (k of P)" says, never "(3 of 2)"."""
     windows = fold_run(prepared, StopAt(10**9)).windows
     cfg = with_train(prepared, eval_every_steps=windows - 1, epochs=3, patience=2)
     seen = scripted(monkeypatch, [0.70, 0.60, 0.65, 0.64, 0.63, 0.62, 0.61])
     done = fold_run(cfg, StopAt(10**9)).run()
     steps = [s["step"] for s in seen]
-    assert steps[:3] == [windows - 1, windows, 2 * windows - 2]  # best, the epoch's end a step later, the next
-    assert done["best_step"] == windows - 1
-    # counted by evaluations, the third would have stopped the fold; by steps it goes on to two intervals
-    stop = next(s for s in steps if s - (windows - 1) >= 2 * (windows - 1))
-    assert done["stopped_early"] and done["steps"] == stop and len(seen) > 3
+    assert steps == [windows - 1, windows, 2 * windows - 2]  # best, the epoch's end a step later, the next: stop
+    assert done["best_step"] == windows - 1 and done["stopped_early"] and done["steps"] == 2 * windows - 2
+    out = capsys.readouterr().out
+    assert "no better (2 of 2)" in out and "(3 of 2)" not in out
 
 
 def test_patience_and_best_survive_a_resume(prepared, monkeypatch, tmp_path) -> None:
