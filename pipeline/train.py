@@ -64,6 +64,7 @@ def run(cfg: Config) -> dict | None:
         steplog.require_tensorboard()
     # a second train of one of these folds stops at once; one of other folds runs beside this one
     experiments.hold_fold_locks(cfg, requested_folds(cfg), "train")
+    resume.set_deterministic(cfg.train.deterministic)  # before CUDA first runs: cuBLAS reads its workspace then
     d = distributed.setup(cfg.train.device)
     try:
         result = _run(cfg, d)

@@ -110,3 +110,37 @@ def test_a_finished_folds_optimizer_is_freed_before_the_next_fold_starts(tmp_pat
     finally:
         gc.enable()
     assert alive_at_start == [[], [False]]
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_train_deterministic_turns_on_the_switches_before_a_fold_starts_and_is_off_by_default(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """train.deterministic=true: deterministic algorithms, cuBLAS's fixed workspace and no cuDNN autotuning, as a
+    fold is built (the env var before CUDA first runs); by default none of them."""
+    import os
+
+    import torch
+
+    from pipeline.core import fold as fold_mod
+
+    seen, build = [], fold_mod.FoldRun.build
+
+    def starting(self, state) -> None:
+        seen.append((torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                     torch.backends.cudnn.benchmark))  # fmt: skip
+        build(self, state)
+
+    monkeypatch.setattr(fold_mod.FoldRun, "build", starting)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # restored as it was after the test
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)  # as a user's earlier code might have left it
+    args = stage_args(tmp_path, *SMOKE)
+    assert data.main(args) == 0
+    try:
+        assert train.main([*args, "train.deterministic=true"]) == 0
+        assert seen == [(True, ":4096:8", False)]
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+        assert train.main([*args, "train.max_steps=3"]) == 0  # a fold of another fingerprint: trained again
+        assert seen[1:] == [(False, None, False)]
+    finally:
+        torch.use_deterministic_algorithms(False)

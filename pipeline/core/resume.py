@@ -95,6 +95,21 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)  # seeds CUDA too
 
 
+# cuBLAS's fixed workspace, which its deterministic mode needs: read once, when cuBLAS first runs
+CUBLAS_WORKSPACE = ("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def set_deterministic(on: bool) -> None:
+    """train.deterministic: on a GPU, repeatable training (a resumed fold bit for bit an uninterrupted one, as on a
+    CPU). Deterministic kernels only, and torch says which op has none; cuBLAS's workspace fixed (set before CUDA
+    first runs a product: a user's own value kept); no cuDNN autotuning, whose choice of kernel varies. Off leaves
+    torch's defaults: fast kernels whose sums may differ in the last bits from run to run."""
+    if on:
+        os.environ.setdefault(*CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.benchmark = False  # autotuning may pick another kernel from run to run; off by default too
+
+
 def cuda_index(device: torch.device | None = None) -> int:
     """The CUDA device whose random state a process saves and restores: its own (`device`, else the current one)."""
     if device is not None and device.type == "cuda" and device.index is not None:
