@@ -32,7 +32,7 @@ import torch
 
 from pipeline import config as config_mod
 from pipeline import experiments, files, fingerprint, layout, validity
-from pipeline.core import distributed, eta, resume, steplog, trim
+from pipeline.core import distributed, eta, memory, resume, steplog, trim
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.foldmodel import check_settings
 from pipeline.core.resume import StopFlag
@@ -64,6 +64,7 @@ def run(cfg: Config) -> dict | None:
         steplog.require_tensorboard()
     # a second train of one of these folds stops at once; one of other folds runs beside this one
     experiments.hold_fold_locks(cfg, requested_folds(cfg), "train")
+    resume.set_deterministic(cfg.train.deterministic)  # before CUDA first runs: cuBLAS reads its workspace then
     d = distributed.setup(cfg.train.device)
     try:
         result = _run(cfg, d)
@@ -211,6 +212,7 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
             after = len(todo) - n - 1 + eta.folds_after()  # what the ETA counts beyond this fold
             inputs = FoldInputs(cfg, fold, table, data, tokenizer, digest, keep, folds_after=after, made_from=made)
             FoldRun(inputs, d, stop).run()
+            memory.release(d.device)  # the fold's optimizer and model freed before the next fold's probe
     if not d.is_main:
         return None
     if folds == [layout.STAGE1]:

@@ -75,3 +75,72 @@ def test_a_killed_runs_temporaries_beside_the_folds_are_removed_and_a_live_ones_
         running.kill()
         running.wait()
     assert not dead.exists() and live.exists()
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_a_finished_folds_optimizer_is_freed_before_the_next_fold_starts(tmp_path: Path, monkeypatch) -> None:
+    """A fold's optimizer (6.7 GB for XLM-R large) is gone before the next fold builds its model and probes memory,
+    not whenever the collector next runs: automatic collection is off here, so only the run's own frees it."""
+    import gc
+    import weakref
+
+    from pipeline.core import fold as fold_mod
+    from pipeline.core import optim
+
+    optimizers, alive_at_start = [], []
+    make_training, build = optim.make_training, fold_mod.FoldRun.build
+
+    def recorded(*args, **kw):
+        optimizer, scheduler = make_training(*args, **kw)
+        optimizers.append(weakref.ref(optimizer))
+        return optimizer, scheduler
+
+    def starting(self, state) -> None:  # a fold's build: its model, its memory probe, its optimizer
+        alive_at_start.append([ref() is not None for ref in optimizers])
+        build(self, state)
+
+    monkeypatch.setattr(optim, "make_training", recorded)
+    monkeypatch.setattr(fold_mod.FoldRun, "build", starting)
+    args = stage_args(tmp_path, *SMOKE, "train.folds=[0,1]")
+    assert data.main(args) == 0
+    gc.collect()
+    gc.disable()
+    try:
+        assert train.main(args) == 0
+    finally:
+        gc.enable()
+    assert alive_at_start == [[], [False]]
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_train_deterministic_turns_on_the_switches_before_a_fold_starts_and_is_off_by_default(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """train.deterministic=true: deterministic algorithms, cuBLAS's fixed workspace and no cuDNN autotuning, as a
+    fold is built (the env var before CUDA first runs); by default none of them."""
+    import os
+
+    import torch
+
+    from pipeline.core import fold as fold_mod
+
+    seen, build = [], fold_mod.FoldRun.build
+
+    def starting(self, state) -> None:
+        seen.append((torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                     torch.backends.cudnn.benchmark))  # fmt: skip
+        build(self, state)
+
+    monkeypatch.setattr(fold_mod.FoldRun, "build", starting)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # restored as it was after the test
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)  # as a user's earlier code might have left it
+    args = stage_args(tmp_path, *SMOKE)
+    assert data.main(args) == 0
+    try:
+        assert train.main([*args, "train.deterministic=true"]) == 0
+        assert seen == [(True, ":4096:8", False)]
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+        assert train.main([*args, "train.max_steps=3"]) == 0  # a fold of another fingerprint: trained again
+        assert seen[1:] == [(False, None, False)]
+    finally:
+        torch.use_deterministic_algorithms(False)

@@ -204,7 +204,7 @@ class FoldRun:
 
     def checkpoint(self) -> None:
         """Save a resume state (every rank takes part: each one's random state and step sums are saved)."""
-        rngs = distributed.gather_objects(self.d, resume.rng_state())
+        rngs = distributed.gather_objects(self.d, resume.rng_state(self.d.device))  # its own GPU's
         carries = distributed.gather_objects(self.d, self.log.carry())
         if self.d.is_main:
             self.log.open()  # the records of an earlier run go before a state of this one replaces its state

@@ -55,7 +55,7 @@ def restore(state: dict, optimizer, scheduler, scaler, d: distributed.Dist, fold
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     scaler.load_state_dict(state["scaler"])
-    resume.set_rng_state(resume.own_rng(state, d.rank))
+    resume.set_rng_state(resume.own_rng(state, d.rank), d.device)
     if d.is_main:
         print(f"fold {fold}: resuming at epoch {state['epoch'] + 1}, step {state['step']['window']} of {windows}")
     return resume.fold_state(state, d.rank)

@@ -95,23 +95,52 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)  # seeds CUDA too
 
 
-def rng_state() -> dict:
+# cuBLAS's fixed workspace, which its deterministic mode needs: read once, when cuBLAS first runs
+CUBLAS_WORKSPACE = ("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def set_deterministic(on: bool) -> None:
+    """train.deterministic: on a GPU, repeatable training (a resumed fold bit for bit an uninterrupted one, as on a
+    CPU). Deterministic kernels only, and torch says which op has none; cuBLAS's workspace fixed (set before CUDA
+    first runs a product: a user's own value kept); no cuDNN autotuning, whose choice of kernel varies. Off leaves
+    torch's defaults: fast kernels whose sums may differ in the last bits from run to run."""
+    if on:
+        os.environ.setdefault(*CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.benchmark = False  # autotuning may pick another kernel from run to run; off by default too
+
+
+def cuda_index(device: torch.device | None = None) -> int:
+    """The CUDA device whose random state a process saves and restores: its own (`device`, else the current one)."""
+    if device is not None and device.type == "cuda" and device.index is not None:
+        return device.index
+    return torch.cuda.current_device()
+
+
+def rng_state(device: torch.device | None = None) -> dict:
+    """This process's random states; on CUDA its own device's only (`device`): a state saved where more GPUs were
+    visible than where it is resumed still restores (every device's state could not be set on fewer)."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
     # numpy's keys as a list of ints: a numpy array in the state would need numpy's classes to load (read_state)
     numpy_state = (name, keys.tolist(), pos, has_gauss, gauss)
     state = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = torch.cuda.get_rng_state(cuda_index(device))
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict, device: torch.device | None = None) -> None:
     torch.set_rng_state(state["torch"])
     name, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
     random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" not in state or not torch.cuda.is_available():
+        return
+    index, cuda = cuda_index(device), state["cuda"]
+    if isinstance(cuda, (list, tuple)):  # saved by an older version: every visible device's, this one's by index
+        cuda = cuda[index] if index < len(cuda) else None
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, index)
 
 
 def saved_form(value):

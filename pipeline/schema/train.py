@@ -59,6 +59,13 @@ class TrainConfig:
         "seed of training (each fold's run), of the TF-IDF baseline and of `make bench`'s random data",
         within=SEED,
     )
+    deterministic: bool = setting(
+        False,
+        "bit-for-bit repeatable training on a GPU: deterministic kernels only (an op without one stops the run, "
+        "naming it), cuBLAS's fixed workspace, no cuDNN autotuning; slower "
+        "([training.md](training.md#bit-for-bit-on-a-gpu))",
+        role=NEVER,
+    )
     save_every_steps: int = setting(
         0,
         "also save a resume state every N optimizer steps (0: at epoch ends only)",

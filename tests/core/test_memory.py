@@ -201,3 +201,16 @@ def test_checkpointing_set_by_hand_is_left_as_it_is(setting) -> None:
     cfg, why = foldmodel.checkpointing(auto_config(checkpointing=setting, max_memory_gb=1e-4), model, model, "fp32",
                                        distributed.Dist())  # fmt: skip
     assert cfg.train.checkpointing is setting and why == "" and not model.is_activation_checkpointing
+
+
+@pytest.mark.parametrize("device, emptied", [(torch.device("cuda:1"), True), (CPU, False)])
+def test_release_collects_then_empties_the_cuda_cache(monkeypatch, device: torch.device, emptied: bool) -> None:
+    """Between folds: the collector first (empty_cache gives back only blocks no live tensor holds), then, on
+    CUDA, the allocator's cache."""
+    import gc
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append("collect"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    memory.release(device)
+    assert calls == ["collect", "empty_cache"] if emptied else calls == ["collect"]

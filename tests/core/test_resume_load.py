@@ -64,3 +64,69 @@ def test_a_saved_state_loads_safely_with_its_random_states_and_predictions(tmp_p
     assert isinstance(back.predictions[4], np.ndarray)
     np.testing.assert_array_equal(back.predictions[4], progress.predictions[4])
     assert back.history == [{"auc": 0.75}] and type(back.history[0]["auc"]) is float
+
+
+class FakeCuda:
+    """torch.cuda's random-state calls on `visible` devices, each device's state a tensor holding its index; setting
+    a device that is not visible fails as torch's does (IndexError)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, visible: int, current: int = 0) -> None:
+        self.visible, self.set = visible, {}
+        for name, fake in [("is_available", lambda: True), ("current_device", lambda: current),
+                           ("get_rng_state", self.get), ("set_rng_state", self.put),
+                           ("get_rng_state_all", lambda: [self.get(i) for i in range(self.visible)]),
+                           ("set_rng_state_all", self.put_all)]:  # fmt: skip
+            monkeypatch.setattr(torch.cuda, name, fake)
+
+    def index(self, device) -> int:
+        index = device if isinstance(device, int) else torch.device(device).index
+        index = 0 if index is None else index
+        if index >= self.visible:
+            raise IndexError(f"device {index} of {self.visible}")
+        return index
+
+    def get(self, device="cuda") -> torch.Tensor:
+        return torch.full((4,), self.index(device), dtype=torch.uint8)
+
+    def put(self, state: torch.Tensor, device="cuda") -> None:
+        self.set[self.index(device)] = state.clone()
+
+    def put_all(self, states) -> None:
+        for i, state in enumerate(states):
+            self.put(state, i)
+
+
+def test_a_state_saved_with_more_gpus_visible_restores_on_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saved where 4 GPUs were visible, resumed where 1 is: its own device's state is restored, no IndexError."""
+    FakeCuda(monkeypatch, visible=4)
+    saved = resume.rng_state()  # the current device (a process on cuda:0)
+    model = torch.nn.Linear(2, 1)
+    state = foldstate.resume_state(FoldState(), {"model": model.state_dict(), "seconds": 0.0}, None, [{}], [saved])
+    foldstate.write_state(tmp_path / layout.RESUME, state, model)
+    loaded = resume.read_state(tmp_path / layout.RESUME)  # weights_only=True: the CUDA state is a plain tensor
+
+    one = FakeCuda(monkeypatch, visible=1)
+    resume.set_rng_state(resume.own_rng(loaded, 0))
+    assert list(one.set) == [0]
+    assert one.set[0].tolist() == [0] * 4
+
+
+@pytest.mark.parametrize("device, restored", [(torch.device("cuda:2"), 2), (torch.device("cuda"), 1), (None, 1)])
+def test_an_older_state_of_every_device_restores_only_this_processes_own(
+    monkeypatch: pytest.MonkeyPatch, device, restored: int
+) -> None:
+    """An older state held every visible device's state: a process reads its own device's entry (`cuda` alone:
+    the current device), and sets that device only."""
+    resume.set_seed(1)
+    state = resume.rng_state()  # no CUDA here: its CPU states
+    state["cuda"] = [torch.full((4,), i, dtype=torch.uint8) for i in range(4)]
+    cuda = FakeCuda(monkeypatch, visible=4, current=1)
+    resume.set_rng_state(state, device)
+    assert list(cuda.set) == [restored] and cuda.set[restored].tolist() == [restored] * 4
+
+
+def test_an_older_state_without_this_devices_entry_leaves_its_cuda_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = {**resume.rng_state(), "cuda": [torch.zeros(4, dtype=torch.uint8)]}
+    cuda = FakeCuda(monkeypatch, visible=4)
+    resume.set_rng_state(state, torch.device("cuda:3"))
+    assert cuda.set == {}
