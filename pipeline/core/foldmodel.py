@@ -146,7 +146,11 @@ def wrap(model, d: distributed.Dist):
 
     # gradient_as_bucket_view: the gradients live in DDP's all-reduce buckets instead of beside a copy of them
     # (4 bytes a parameter saved: 2.2 GB for XLM-R large)
-    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None, gradient_as_bucket_view=True)
+    # broadcast_buffers=False: the model's buffers are constants (position and token type ids; no running
+    # statistics), and a broadcast at every forward would make the memory probe a collective, so two ranks
+    # that probe a different number of times would wait on each other until the timeout
+    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None, gradient_as_bucket_view=True,
+               broadcast_buffers=False)  # fmt: skip
 
 
 def with_plan(cfg: Config, micro: int, accumulation: int) -> Config:

@@ -9,8 +9,10 @@ A probe is one whole optimizer step as training runs it, on the model as trainin
 its gradient buckets): forward and backward at the full sequence length, then the densified embedding
 gradient, clipping and the optimizer step, which allocates the AdamW moments. The probe's optimizer has
 a learning rate of 0, so its step leaves the weights exactly as they were; it is dropped afterwards.
-Under DDP the probe runs inside no_sync(): no collective, so a rank that runs out of memory cannot
-leave the others waiting.
+Under DDP the probe runs inside no_sync() (no gradient all-reduce) on a model wrapped with
+broadcast_buffers=False (no buffer broadcast at its forward: pipeline.core.foldmodel.wrap), so it issues
+no collective, and a rank that probes more often than another, or runs out of memory, cannot leave the
+others waiting.
 
 On CUDA the fit is measured: the allocator is capped at max_memory_gb (for the whole run, so the cap
 holds like a smaller card) and micro-batches are tried from the largest down; the first that neither

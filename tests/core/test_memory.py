@@ -201,3 +201,18 @@ def test_checkpointing_set_by_hand_is_left_as_it_is(setting) -> None:
     cfg, why = foldmodel.checkpointing(auto_config(checkpointing=setting, max_memory_gb=1e-4), model, model, "fp32",
                                        distributed.Dist())  # fmt: skip
     assert cfg.train.checkpointing is setting and why == "" and not model.is_activation_checkpointing
+
+
+def test_ddp_broadcasts_no_buffers_so_the_probe_is_no_collective(monkeypatch) -> None:
+    from pipeline.core import distributed, foldmodel
+
+    made = {}
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", lambda model, **kw: made.update(kw) or model)
+    model = tiny_model()
+    assert foldmodel.wrap(model, distributed.Dist(rank=0, world=2)) is model
+    assert made["broadcast_buffers"] is False and made["gradient_as_bucket_view"] is True
+    # what is not broadcast must not change: the model's buffers are constants, a training step leaves them
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    before = {n: b.clone() for n, b in model.named_buffers()}
+    memory.probe(model, model, 2, 16, "fp32", CPU, "adamw")
+    assert before and all(torch.equal(before[n], b) for n, b in model.named_buffers())
