@@ -524,3 +524,15 @@ def test_a_continued_run_may_name_the_version(tmp_path: Path) -> None:
     meta, folder = good_kernel(tmp_path)
     meta["kernel_sources"] = ["someone/run-a/7"]  # kaggle 2.2.5's validate_kernel_string takes a version
     kaggle_plan.check_kernel_metadata(meta, folder)
+
+
+def test_the_memory_plan_keeps_the_cards_margin(tmp_path: Path) -> None:
+    """A plan that would fill a T4 to its last 0.5 GB warns: the CUDA context, NCCL and fragmentation need more."""
+    from pipeline.kaggle import memory as kaggle_memory
+
+    cfg = cfg_for(tmp_path)
+    assert kaggle_memory.T4_USABLE == pytest.approx(kaggle_memory.T4_TOTAL - max(2**30, 0.07 * 15.83e9))
+    near = kaggle_memory.MemoryPlan([("a step", (kaggle_memory.T4_TOTAL - 0.5e9) / kaggle_memory.FRAGMENTATION)])
+    assert "its margin: the first step would run out of memory" in kaggle_memory.over_memory(near, cfg)
+    room = kaggle_memory.MemoryPlan([("a step", (kaggle_memory.T4_TOTAL - 1.2e9) / kaggle_memory.FRAGMENTATION)])
+    assert kaggle_memory.over_memory(room, cfg) == ""
