@@ -24,7 +24,8 @@ Auto-fit (train.max_memory_gb) and `make bench-gpu` measure what this estimates.
 Host memory too: each train (and predict) process reads the model on the CPU before it moves to its GPU, all of
 them at once, so the notebook's memory (about 29 GB, assumed) holds that many copies: a LoRA base in half precision
 (read straight into it: pipeline.core.modeling), every weight in fp32 without LoRA; a quantized base is loaded onto
-its GPU directly (device_map) and is not counted. Each process adds Python, torch and CUDA (2.5 GB, assumed).
+its GPU directly (device_map) and is not counted. Each process adds Python, torch and CUDA (2.5 GB, assumed). A
+fold that resumes reads its resume state in the first process (12 bytes a trained parameter); the others map it.
 """
 
 from __future__ import annotations
@@ -151,17 +152,26 @@ def loaded_bytes(cfg: Config, arch: dict) -> float:
     return trained + (disk.frozen_bytes(cfg, arch) if cfg.model.lora.quantize == "none" else 0.0)
 
 
+def resume_host_bytes(cfg: Config, arch: dict) -> float:
+    """What a fold that resumes holds of its resume state in host memory while the model loads: the first process
+    reads it whole (12 bytes a trained parameter: fp32 weights and AdamW's two moments, as pipeline.kaggle.disk
+    counts it); the others map it (pipeline.core.resume.load_resume_everywhere), which holds no memory of theirs."""
+    return 12.0 * disk.trained_parameters(cfg, arch)
+
+
 def host_memory(cfg: Config, processes: int) -> tuple[str, float] | None:
     """(the plan in a line, the bytes) of the notebook's memory while its `processes` load the model at once (when a
-    fold starts, and again at predict); None where the model's size is not known offline."""
+    fold starts, and again at predict), a resumed fold's state beside it; None where the model's size is not known
+    offline."""
     arch = disk.model_architecture(cfg)
     if not arch:
         return None
-    model = loaded_bytes(cfg, arch)
-    total = processes * (model + PROCESS_HOST_BYTES)
+    model, state = loaded_bytes(cfg, arch), resume_host_bytes(cfg, arch)
+    total = processes * (model + PROCESS_HOST_BYTES) + state
     line = (f"kernel: host memory while the model loads, an estimate: {processes} process(es) x ({disk.human(model)} "
             f"of the model on the CPU before its GPU + {disk.human(PROCESS_HOST_BYTES)} Python, torch and CUDA, "
-            f"assumed) = {disk.human(total)}, of the notebook's about {KAGGLE_HOST_BYTES / 1e9:g} GB "
+            f"assumed) + {disk.human(state)} of a resumed fold's state (read by the first process, mapped by the "
+            f"others) = {disk.human(total)}, of the notebook's about {KAGGLE_HOST_BYTES / 1e9:g} GB "
             "(assumed)")  # fmt: skip
     return line, total
 
