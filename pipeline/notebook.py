@@ -37,7 +37,7 @@ import yaml
 
 from pipeline import config as config_mod
 from pipeline import layout, validity
-from pipeline.core import eta
+from pipeline.core import eta, headroom
 from pipeline.files import read_json
 from pipeline.kaggle import continuation
 from pipeline.kaggle.clock import SessionClock
@@ -75,6 +75,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # the children import the pipeline from the same place as this process: the mounted code bundle
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE.parent), env.get("PYTHONPATH", "")]))
     env["PYTHONUNBUFFERED"] = "1"  # each line reaches the log when printed, not when a buffer fills (or never)
+    env.update(headroom.alloc_env(env))  # expandable segments: less fragmentation on the T4s, unless set
     return {**env, **(extra or {})}
 
 

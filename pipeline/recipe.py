@@ -31,6 +31,7 @@ from pipeline import config as config_mod
 from pipeline import files, layout
 from pipeline.chain import plan
 from pipeline.chain.steps import RECIPE_SHAPE, Step, done_why, experiment_of, needs_of, read_recipe, step_config
+from pipeline.core import headroom
 from pipeline.core.resume import Interrupted
 from pipeline.errors import ConfigError, PipelineError, run_stage
 from pipeline.schema import Config
@@ -62,7 +63,8 @@ def start(step: Step, log: Path) -> subprocess.Popen:
     """The step's process, its output in `log`, one torch thread (the steps share the cores)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     threads = {k: "1" for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    env, parent = {**os.environ, **threads, "PYTHONUNBUFFERED": "1"}, os.getpid()
+    env = {**os.environ, **headroom.alloc_env(os.environ), **threads, "PYTHONUNBUFFERED": "1"}  # allocator: unless set
+    parent = os.getpid()
     with open(log, "ab") as out:
         out.write(f"$ {' '.join(command(step))}\n".encode())
         out.flush()

@@ -1284,3 +1284,10 @@ def test_a_session_that_leaves_no_time_to_train_is_refused(tmp_path: Path, capsy
         kernel.build_and_push(dry(tmp_path, *large, "kaggle.time_limit_h=0.6"))
     kernel.build_and_push(dry(tmp_path, *large, "kaggle.time_limit_h=0.75"))
     assert "about 0 fold(s) fit one" in capsys.readouterr().out  # planned: each session trains 14 minutes
+
+
+def test_the_notebooks_processes_get_expandable_segments_unless_the_user_set_one(monkeypatch) -> None:
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")
+    assert notebook.child_env()["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:64"
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    assert notebook.child_env()["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"

@@ -635,3 +635,15 @@ def test_a_recipe_of_data_steps_alone_ends_without_a_board(tmp_path: Path, monke
     step = chain_steps.Step(id="d", stage="data", config="sample", extra=tuple(overrides(tmp_path)))
     assert recipe.run_stage(lambda: recipe.end_of_run("sample", tuple(overrides(tmp_path)), [step], 1.0)) == 0
     assert "== recipe: sample ==" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("users", "steps"), [(None, "expandable_segments:True"), ("max_split_size_mb:64", None)])
+def test_a_steps_allocator_has_expandable_segments_unless_the_user_set_one(tmp_path, monkeypatch, users, steps):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "restored after the test")
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    if users:
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", users)
+    envs = []
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, env, **kw: envs.append(env))
+    recipe.start(chain_steps.Step("a", "data", "sample"), tmp_path / "a.log")
+    assert envs[0]["PYTORCH_CUDA_ALLOC_CONF"] == (steps or users) and envs[0]["OMP_NUM_THREADS"] == "1"

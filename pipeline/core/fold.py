@@ -38,6 +38,7 @@ from pipeline.core.foldmodel import (
     banner,
     build_fold_model,
     checkpointing,
+    ddp_headroom,
     padded_tokens,
     save_model,
     smoke_steps,
@@ -157,6 +158,7 @@ class FoldRun:
             self.cfg = with_plan(cfg, *state["plan"])
         elif cfg.train.max_memory_gb > 0:
             self.cfg = auto_fit(cfg, self.model, self.net, self.precision, self.d)
+        ddp_headroom(self.cfg, self.model, self.net, self.precision, self.d)  # the plan as it will train, before step 1
         self.windows = len(batching.accumulation_windows(len(self.epoch_plan(0)), self.cfg.train.accumulation))
 
     def build_training(self, state: dict | None) -> None:

@@ -138,6 +138,28 @@ def checkpointing(cfg: Config, model, net, prec: str, d: distributed.Dist) -> tu
     return dataclasses.replace(cfg, train=dataclasses.replace(t, checkpointing=on)), f"auto: {how}"
 
 
+def ddp_headroom(cfg: Config, model, net, prec: str, d: distributed.Dist) -> None:
+    """Under DDP on GPUs, refuse a fold whose step at its micro-batch leaves a card no margin (memory.cuda_cap).
+
+    One process halves a window that ran out of memory and goes on (pipeline.core.loop); under DDP the other ranks
+    would wait for it in a collective, so there an out-of-memory error stops the fold (resumable) instead. Better
+    to measure the step once at the fold's start, every rank together, and stop before any step is trained."""
+    if not d.enabled or d.device.type != "cuda":
+        return  # on CPUs nothing is measured against a card (gloo runs are tests and smoke runs)
+    t = cfg.train
+    fit, how = memory.fits(net, model, t.micro_batch, cfg.model.max_length, t.max_memory_gb, prec, d.device,
+                           t.optimizer)  # fmt: skip
+    fits = distributed.gather_objects(d, (fit, how))
+    if all(f for f, _ in fits):
+        return
+    rank, (_, how) = next((r, f) for r, f in enumerate(fits) if not f[0])
+    fix = "lower train.micro_batch" + ("" if t.checkpointing is True else " or set train.checkpointing=true")
+    raise PipelineError(
+        f"micro-batch {t.micro_batch} leaves process {rank} no memory margin ({how}): under DDP an out-of-memory "
+        f"error mid-fold stops the fold rather than halving the micro-batch; {fix} (or train.max_memory_gb: auto-fit)"
+    )
+
+
 def wrap(model, d: distributed.Dist):
     """DDP around the model under torchrun (it copies rank 0's weights to every rank), else the model."""
     if not d.enabled:
@@ -146,7 +168,11 @@ def wrap(model, d: distributed.Dist):
 
     # gradient_as_bucket_view: the gradients live in DDP's all-reduce buckets instead of beside a copy of them
     # (4 bytes a parameter saved: 2.2 GB for XLM-R large)
-    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None, gradient_as_bucket_view=True)
+    # broadcast_buffers=False: the model's buffers are constants (position and token type ids; no running
+    # statistics), and a broadcast at every forward would make the memory probe a collective, so two ranks
+    # that probe a different number of times would wait on each other until the timeout
+    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None, gradient_as_bucket_view=True,
+               broadcast_buffers=False)  # fmt: skip
 
 
 def with_plan(cfg: Config, micro: int, accumulation: int) -> Config:

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pipeline.core import headroom
 from pipeline.errors import LINES_ENV
 
 SHUTDOWN_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"  # seconds torchrun waits for its processes after a stop
@@ -74,6 +75,7 @@ def run(world: int, argv: list[str]) -> int:
         if name.startswith("torch.distributed"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     os.environ.setdefault(SHUTDOWN_ENV, "300")  # time to save a resume state at the next step after Ctrl-C
+    os.environ.update(headroom.alloc_env(os.environ))  # the workers' allocator, unless the user chose one
     with tempfile.TemporaryDirectory(prefix="pipeline-lines-") as folder:
         os.environ[LINES_ENV] = folder
         failures: dict[int, int] = {}

@@ -9,10 +9,14 @@ A probe is one whole optimizer step as training runs it, on the model as trainin
 its gradient buckets): forward and backward at the full sequence length, then the densified embedding
 gradient, clipping and the optimizer step, which allocates the AdamW moments. The probe's optimizer has
 a learning rate of 0, so its step leaves the weights exactly as they were; it is dropped afterwards.
-Under DDP the probe runs inside no_sync(): no collective, so a rank that runs out of memory cannot
-leave the others waiting.
+Under DDP the probe runs inside no_sync() (no gradient all-reduce) on a model wrapped with
+broadcast_buffers=False (no buffer broadcast at its forward: pipeline.core.foldmodel.wrap), so it issues
+no collective, and a rank that probes more often than another, or runs out of memory, cannot leave the
+others waiting.
 
-On CUDA the fit is measured: the allocator is capped at max_memory_gb (for the whole run, so the cap
+On CUDA a step fits where its peak stays under the card's memory less a margin (1 GiB or 7% of the card:
+pipeline.core.headroom) for what the allocator's peak does not count. The fit is measured: the allocator is
+capped at max_memory_gb (for the whole run, so the cap
 holds like a smaller card) and micro-batches are tried from the largest down; the first that neither
 runs out of memory nor passes the cap wins.
 
@@ -34,7 +38,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pipeline.core import optim
+from pipeline.core import headroom, optim
 from pipeline.core import precision as precision_mod
 from pipeline.schema import TrainConfig
 
@@ -161,10 +165,11 @@ def fit_micro_batch(
 
 def fits(net, model, micro: int, seq_len: int, max_memory_gb: float, precision: str, device, optimizer: str):
     """(whether one training step at `micro` fits, how that was decided): measured on CUDA under the cap
-    (max_memory_gb, or the whole card where it is 0), estimated from the micro-batch 1 and 2 probes on CPU."""
+    (max_memory_gb, or the whole card where it is 0, less the card's margin either way: cuda_cap), estimated
+    from the micro-batch 1 and 2 probes on CPU."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         if device.type == "cuda":
-            cap = int(max_memory_gb * GB) or torch.cuda.get_device_properties(device).total_memory
+            cap = cuda_cap(max_memory_gb, device)
             peak = cuda_peak(net, model, micro, seq_len, precision, device, optimizer)
             measured = "out of memory" if peak is None else f"peak {peak / GB:.1f} GB"
             return peak is not None and peak <= cap, f"{measured} of {cap / GB:.1f} GB on {device}"
@@ -173,6 +178,13 @@ def fits(net, model, micro: int, seq_len: int, max_memory_gb: float, precision: 
             return False, "cpu: the peak resident memory cannot be reset here, so nothing can be measured"
         estimate = cpu_estimate(*cpu_probe_peaks(net, model, seq_len, precision, device, optimizer), micro)
         return estimate <= cap, f"cpu estimate {estimate / GB:.2f} GB of {cap / GB:.2f} GB"
+
+
+def cuda_cap(max_memory_gb: float, device) -> int:
+    """What a step's allocator peak may reach on `device`: max_memory_gb (the whole card where it is 0), and never
+    more than the card less its margin for the CUDA context, NCCL and fragmentation (pipeline.core.headroom)."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    return int(min(max_memory_gb * GB or total, headroom.usable_bytes(total)))
 
 
 def cuda_peak(net, model, micro: int, seq_len: int, precision: str, device, optimizer: str) -> int | None:
@@ -189,6 +201,7 @@ def cuda_peak(net, model, micro: int, seq_len: int, precision: str, device, opti
 
 def _fit_cuda(net, model, batch, seq_len, cap, precision, device, optimizer) -> tuple[int, str]:
     total = torch.cuda.get_device_properties(device).total_memory
+    cap = min(cap, cuda_cap(0, device))  # the card's margin holds under any max_memory_gb
     # the cap becomes the allocator's limit: a probe that would pass it fails fast, as on a smaller card
     torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
     for micro in divisors_down(batch):

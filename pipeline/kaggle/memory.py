@@ -17,23 +17,29 @@ not fit fails at its first step, after the session has started. Computed, not me
   checkpointing every layer keeps its input (2 s b h bytes) and one layer at a time is rebuilt, its gradients
   beside it (twice its activations); without, every layer keeps its own, and one layer's gradients are beside
   them.
-The total is raised by a tenth for the allocator's fragmentation, and compared with what torch can allocate on a
-16 GB T4, about 15 GB. Auto-fit (train.max_memory_gb) and `make bench-gpu` measure what this estimates.
+The total is raised by a tenth for the allocator's fragmentation, and compared with a T4's 15.8 GB less the
+margin the fold's start-of-fold check keeps (pipeline.core.headroom: 1 GiB or 7% of the card), about 14.7 GB.
+Auto-fit (train.max_memory_gb) and `make bench-gpu` measure what this estimates.
 
 Host memory too: each train (and predict) process reads the model on the CPU before it moves to its GPU, all of
 them at once, so the notebook's memory (about 29 GB, assumed) holds that many copies: a LoRA base in half precision
 (read straight into it: pipeline.core.modeling), every weight in fp32 without LoRA; a quantized base is loaded onto
-its GPU directly (device_map) and is not counted. Each process adds Python, torch and CUDA (2.5 GB, assumed).
+its GPU directly (device_map) and is not counted. Each process adds Python, torch and CUDA (2.5 GB, assumed). A
+fold that resumes reads its resume state in the first process (12 bytes a trained parameter); the others map it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline.core import headroom
 from pipeline.kaggle import disk
 from pipeline.schema import Config
 
-T4_USABLE = 15.0e9  # of a T4's 16 GB, what allocations get: the CUDA context and the driver keep the rest (assumed)
+T4_TOTAL = 15.83e9  # a T4's memory as torch reports it (total_memory: 15,095 MiB)
+# what a step may plan to reach: the rest is the margin the fold's own check keeps too, for the CUDA context,
+# NCCL's buffers and fragmentation (pipeline.core.headroom: 1 GiB or 7% of the card)
+T4_USABLE = headroom.usable_bytes(T4_TOTAL)
 FRAGMENTATION = 1.10  # the caching allocator's blocks hold more than the tensors in them (assumed)
 ADAPTER_INPUT_VALUES = {"qv": (2, 0), "attention": (4, 0), "all": (5, 1)}  # (x hidden, x intermediate) a layer
 KAGGLE_HOST_BYTES = 29e9  # a Kaggle GPU notebook's memory (assumed)
@@ -113,8 +119,8 @@ def plan_memory(cfg: Config, usable: float = T4_USABLE) -> MemoryPlan | None:
 
 
 def format_memory(plan: MemoryPlan, gpu: str = "T4", usable: float = T4_USABLE) -> str:
-    lines = [f"kernel: memory plan of one GPU while a fold trains, an estimate (a {gpu}: about {usable / 1e9:g} GB "
-             "to allocate, assumed):"]  # fmt: skip
+    lines = [f"kernel: memory plan of one GPU while a fold trains, an estimate (a {gpu}: about {usable / 1e9:.1f} GB "
+             "to plan for, its margin for the CUDA context, NCCL and fragmentation kept):"]  # fmt: skip
     lines += [f"    {disk.human(b):>10}  {what}" for what, b in plan.items]
     lines.append(f"    {disk.human(plan.total):>10}  in all, with a tenth for the allocator's fragmentation")
     return "\n".join(lines)
@@ -132,8 +138,8 @@ def over_memory(plan: MemoryPlan, cfg: Config, gpu: str = "T4", usable: float = 
     elif cfg.model.lora.quantize == "none":
         fixes += ", or a quantized base (model.lora.quantize=8bit or 4bit, with kaggle.has_bitsandbytes=true)"
     return (
-        f"kernel: warning: a GPU would need about {disk.human(plan.total)}, more than the {usable / 1e9:g} GB a "
-        f"{gpu} gives: the first step would run out of memory; try {fixes}"
+        f"kernel: warning: a GPU would need about {disk.human(plan.total)}, more than the {usable / 1e9:.1f} GB a "
+        f"{gpu} gives with its margin: the first step would run out of memory; try {fixes}"
     )
 
 
@@ -146,17 +152,26 @@ def loaded_bytes(cfg: Config, arch: dict) -> float:
     return trained + (disk.frozen_bytes(cfg, arch) if cfg.model.lora.quantize == "none" else 0.0)
 
 
+def resume_host_bytes(cfg: Config, arch: dict) -> float:
+    """What a fold that resumes holds of its resume state in host memory while the model loads: the first process
+    reads it whole (12 bytes a trained parameter: fp32 weights and AdamW's two moments, as pipeline.kaggle.disk
+    counts it); the others map it (pipeline.core.resume.load_resume_everywhere), which holds no memory of theirs."""
+    return 12.0 * disk.trained_parameters(cfg, arch)
+
+
 def host_memory(cfg: Config, processes: int) -> tuple[str, float] | None:
     """(the plan in a line, the bytes) of the notebook's memory while its `processes` load the model at once (when a
-    fold starts, and again at predict); None where the model's size is not known offline."""
+    fold starts, and again at predict), a resumed fold's state beside it; None where the model's size is not known
+    offline."""
     arch = disk.model_architecture(cfg)
     if not arch:
         return None
-    model = loaded_bytes(cfg, arch)
-    total = processes * (model + PROCESS_HOST_BYTES)
+    model, state = loaded_bytes(cfg, arch), resume_host_bytes(cfg, arch)
+    total = processes * (model + PROCESS_HOST_BYTES) + state
     line = (f"kernel: host memory while the model loads, an estimate: {processes} process(es) x ({disk.human(model)} "
             f"of the model on the CPU before its GPU + {disk.human(PROCESS_HOST_BYTES)} Python, torch and CUDA, "
-            f"assumed) = {disk.human(total)}, of the notebook's about {KAGGLE_HOST_BYTES / 1e9:g} GB "
+            f"assumed) + {disk.human(state)} of a resumed fold's state (read by the first process, mapped by the "
+            f"others) = {disk.human(total)}, of the notebook's about {KAGGLE_HOST_BYTES / 1e9:g} GB "
             "(assumed)")  # fmt: skip
     return line, total
 

@@ -123,3 +123,19 @@ def test_a_process_killed_mid_run_is_named_and_the_run_resumes(tmp_path: Path) -
     out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
     assert "fold 0: resuming at epoch" in out + err and (fold / "done.json").exists(), out + err
+
+
+@pytest.mark.parametrize(("users", "workers"), [(None, "expandable_segments:True"), ("max_split_size_mb:64", None)])
+def test_the_workers_allocator_has_expandable_segments_unless_the_user_set_one(monkeypatch, users, workers) -> None:
+    """Less fragmentation over a fold of varied lengths; a user's own PYTORCH_CUDA_ALLOC_CONF is left alone."""
+    from torch.distributed import run as torchrun
+
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", launcher.LINES_ENV, launcher.SHUTDOWN_ENV):  # the launcher sets them
+        monkeypatch.setenv(name, "restored after the test")
+        monkeypatch.delenv(name)
+    if users:
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", users)
+    seen = []
+    monkeypatch.setattr(torchrun, "run", lambda args: seen.append(os.environ["PYTORCH_CUDA_ALLOC_CONF"]))
+    assert launcher.run(2, ["train"]) == 0
+    assert seen == [workers or users]

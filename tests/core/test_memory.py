@@ -214,3 +214,65 @@ def test_release_collects_then_empties_the_cuda_cache(monkeypatch, device: torch
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
     memory.release(device)
     assert calls == ["collect", "empty_cache"] if emptied else calls == ["collect"]
+
+
+def test_ddp_broadcasts_no_buffers_so_the_probe_is_no_collective(monkeypatch) -> None:
+    from pipeline.core import distributed, foldmodel
+
+    made = {}
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", lambda model, **kw: made.update(kw) or model)
+    model = tiny_model()
+    assert foldmodel.wrap(model, distributed.Dist(rank=0, world=2)) is model
+    assert made["broadcast_buffers"] is False and made["gradient_as_bucket_view"] is True
+    # what is not broadcast must not change: the model's buffers are constants, a training step leaves them
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    before = {n: b.clone() for n, b in model.named_buffers()}
+    memory.probe(model, model, 2, 16, "fp32", CPU, "adamw")
+    assert before and all(torch.equal(before[n], b) for n, b in model.named_buffers())
+
+
+def on_fake_card(monkeypatch, total: int, peak: int) -> torch.device:
+    """A CUDA card of `total` bytes whose probe peaks at `peak`, seen through memory's seams (no GPU here)."""
+    import contextlib
+    import types
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(total_memory=total))
+    monkeypatch.setattr(torch.random, "fork_rng", lambda devices=(): contextlib.nullcontext())
+    monkeypatch.setattr(memory, "cuda_peak", lambda *a: peak)
+    return torch.device("cuda:0")
+
+
+@pytest.mark.parametrize(
+    ("peak_gib", "cap_gb", "fit"),
+    [(14.8, 0.0, True), (15.0, 0.0, False), (15.9, 0.0, False), (15.0, 40.0, False), (10.0, 9.0, False)],
+)
+def test_a_step_fits_a_card_only_with_a_margin_left(monkeypatch, peak_gib, cap_gb, fit) -> None:
+    """16 GiB less max(1 GiB, 7%) = 14.88 GiB: a peak above it counts as out of memory, whatever max_memory_gb."""
+    device = on_fake_card(monkeypatch, 16 * memory.GB, int(peak_gib * memory.GB))
+    ok, how = memory.fits(None, None, 4, 16, cap_gb, "fp16", device, "adamw")
+    assert ok is fit, how
+    assert memory.cuda_cap(0, device) == int(16 * memory.GB * 0.93)
+    assert memory.cuda_cap(0, on_fake_card(monkeypatch, 8 * memory.GB, 0)) == 7 * memory.GB  # 1 GiB > 7% of 8
+
+
+@pytest.mark.parametrize(("fits", "refused"), [([True, True], False), ([True, False], True)])
+def test_ddp_on_gpus_refuses_a_step_without_margin_up_front(monkeypatch, fits, refused) -> None:
+    """Under DDP an out-of-memory error is not halved: a step that leaves any rank's card no margin is refused at
+    the fold's start, on every rank together, with what to lower."""
+    from pipeline.core import distributed, foldmodel
+    from pipeline.errors import PipelineError
+
+    monkeypatch.setattr(memory, "fits", lambda *a: (fits[0], "peak 14.0 GB of 14.9 GB on cuda:0"))
+    monkeypatch.setattr(
+        distributed, "gather_objects", lambda d, mine: [mine, (fits[1], "peak 15.2 GB of 14.9 GB on cuda:1")]
+    )
+    cfg = auto_config(checkpointing=False)
+    gpus = distributed.Dist(rank=0, world=2, device=torch.device("cuda:0"))
+    if not refused:
+        foldmodel.ddp_headroom(cfg, None, None, "fp16", gpus)
+        return
+    with pytest.raises(PipelineError) as e:
+        foldmodel.ddp_headroom(cfg, None, None, "fp16", gpus)
+    assert "process 1 no memory margin (peak 15.2 GB of 14.9 GB on cuda:1)" in str(e.value)
+    assert "stops the fold rather than halving" in str(e.value) and "train.checkpointing=true" in str(e.value)
+    foldmodel.ddp_headroom(cfg, None, None, "fp16", distributed.Dist(rank=0, world=2))  # CPUs: nothing measured

@@ -130,3 +130,24 @@ def test_an_older_state_without_this_devices_entry_leaves_its_cuda_state(monkeyp
     cuda = FakeCuda(monkeypatch, visible=4)
     resume.set_rng_state(state, torch.device("cuda:3"))
     assert cuda.set == {}
+
+
+def test_a_rank_besides_the_first_maps_the_resume_state_and_leaves_its_weights(tmp_path: Path, monkeypatch) -> None:
+    """Under DDP only rank 0 reads the state whole (its weights are what DDP copies); the others map it, so the host
+    holds one copy, not one a process, and keep no view of the mapped file once their fold has started."""
+    from pipeline.core import distributed
+
+    path = tmp_path / layout.RESUME
+    torch.save({"digest": "d", "token": "t", "world": 2, "model": {"w": torch.ones(4)},
+                "predictions": {4: torch.arange(5.0)}}, path)  # fmt: skip
+    reads, real = [], resume.read_state
+    monkeypatch.setattr(resume, "read_state", lambda p, mmap=False: reads.append(mmap) or real(p, mmap=mmap))
+    monkeypatch.setattr(distributed, "broadcast_object", lambda d, obj: "t")  # rank 0's token
+    monkeypatch.setattr(distributed, "any_rank", lambda d, flag: flag)
+    state = resume.load_resume_everywhere(path, "d", distributed.Dist(rank=1, world=2))
+    assert reads == [True] and state["token"] == "t" and "model" not in state
+    kept = resume.predictions(state)[4]
+    np.testing.assert_array_equal(kept, np.arange(5.0))
+    assert not np.shares_memory(kept, state["predictions"][4].numpy())
+    reads.clear()
+    assert "model" in resume.load_resume_everywhere(path, "d", distributed.Dist(rank=0, world=2)) and reads == [False]

@@ -125,13 +125,14 @@ def test_a_lora_plan_reads_the_base_as_its_source_stores_it_and_plans_host_memor
     assert "(0.0 GB, the size of" in hours.format_time(hours.plan_time(local, 5), local)
     line, total = kaggle_memory.host_memory(cfg, 2)
     assert total == 2 * (disk.frozen_bytes(cfg, xl) + 4.0 * disk.trained_parameters(cfg, xl)
-                         + kaggle_memory.PROCESS_HOST_BYTES)  # fmt: skip
+                         + kaggle_memory.PROCESS_HOST_BYTES) + 12.0 * disk.trained_parameters(cfg, xl)  # fmt: skip
     assert "2 process(es) x (7.00 GB of the model on the CPU before its GPU" in line
     assert kaggle_memory.over_host(total, cfg) == ""
     full = cfg_for(tmp_path, "xlmr-xl-lora", "model.lora.r=0")  # every weight in fp32: 13.9 GB in each process
     _, big = kaggle_memory.host_memory(full, 2)
-    assert "32.81 GB of host memory at once" in kaggle_memory.over_host(big, full)
-    assert kaggle_memory.over_host(kaggle_memory.host_memory(full, 1)[1], full) == ""
+    # 2 x (13.9 + 2.5) GB loading, and a resumed fold's 41.7 GB state (fp32 weights and AdamW's moments) beside them
+    assert "74.52 GB of host memory at once" in kaggle_memory.over_host(big, full)
+    assert kaggle_memory.host_memory(full, 1)[1] == pytest.approx(big - 16.4e9, rel=1e-3)
     kernel.build_and_push(cfg_for(tmp_path, "xlmr-xl-lora", "kaggle.dry_run=true", "model.lora.r=0",
                                   "kaggle.working_gb=200"))  # fmt: skip
     assert "kernel: warning: the processes would hold about" in capsys.readouterr().out
@@ -524,3 +525,29 @@ def test_a_continued_run_may_name_the_version(tmp_path: Path) -> None:
     meta, folder = good_kernel(tmp_path)
     meta["kernel_sources"] = ["someone/run-a/7"]  # kaggle 2.2.5's validate_kernel_string takes a version
     kaggle_plan.check_kernel_metadata(meta, folder)
+
+
+def test_the_memory_plan_keeps_the_cards_margin(tmp_path: Path) -> None:
+    """A plan that would fill a T4 to its last 0.5 GB warns: the CUDA context, NCCL and fragmentation need more."""
+    from pipeline.kaggle import memory as kaggle_memory
+
+    cfg = cfg_for(tmp_path)
+    assert kaggle_memory.T4_USABLE == pytest.approx(kaggle_memory.T4_TOTAL - max(2**30, 0.07 * 15.83e9))
+    near = kaggle_memory.MemoryPlan([("a step", (kaggle_memory.T4_TOTAL - 0.5e9) / kaggle_memory.FRAGMENTATION)])
+    assert "its margin: the first step would run out of memory" in kaggle_memory.over_memory(near, cfg)
+    room = kaggle_memory.MemoryPlan([("a step", (kaggle_memory.T4_TOTAL - 1.2e9) / kaggle_memory.FRAGMENTATION)])
+    assert kaggle_memory.over_memory(room, cfg) == ""
+
+
+def test_the_host_plan_counts_one_resume_state_under_two_processes(tmp_path: Path) -> None:
+    """XLM-R large resumed on two GPUs: the first process reads the 6.7 GB state, the second maps it (no copy)."""
+    from pipeline.kaggle import memory as kaggle_memory
+
+    cfg = cfg_for(tmp_path, "xlmr-large")
+    arch = disk.model_architecture(cfg)
+    state = 12.0 * disk.trained_parameters(cfg, arch)
+    assert 6.6e9 < state < 6.9e9
+    line, total = kaggle_memory.host_memory(cfg, 2)
+    assert total == 2 * (kaggle_memory.loaded_bytes(cfg, arch) + kaggle_memory.PROCESS_HOST_BYTES) + state
+    assert "of a resumed fold's state (read by the first process, mapped by the others)" in line
+    assert kaggle_memory.host_memory(cfg, 1)[1] == total - kaggle_memory.loaded_bytes(cfg, arch) - 2.5e9
