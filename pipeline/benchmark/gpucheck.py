@@ -137,22 +137,23 @@ def train_steps(cfg: Config, model, precision: str, device, data, shape: Shape):
 
 def loss_check(cfg: Config, device, precisions: list[str], shape: Shape = Shape()) -> tuple[bool, str]:
     """The same steps from the same weights in fp32 and in each of `precisions`: every step's loss within
-    LOSS_TOLERANCE of fp32's, all finite."""
+    LOSS_TOLERANCE of fp32's, all finite, and not every step skipped for overflow."""
     import torch
 
     torch.manual_seed(cfg.train.seed)
     model, vocab = build_model(cfg)
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     data = job_data(vocab, shape, cfg.train.seed)
-    runs = {}
+    runs, skipped = {}, {}
     for p in ["fp32", *precisions]:
         model.load_state_dict(start)
-        runs[p] = train_steps(cfg, model, p, device, data, shape)[0]
-    words, ok = [f"fp32 {' '.join(f'{x:.4f}' for x in runs['fp32'])}"], True
+        runs[p], state = train_steps(cfg, model, p, device, data, shape)
+        skipped[p] = state.skipped  # fp16's first steps may overflow at GradScaler's first scale: skipped, not bad
+    words, ok = [f"fp32 {' '.join(f'{x:.4f}' for x in runs['fp32'])}"], skipped["fp32"] == 0
     for p in precisions:
         gap = max(abs(a - b) for a, b in zip(runs[p], runs["fp32"], strict=True))
-        ok = ok and bool(np.isfinite(runs[p]).all()) and gap <= LOSS_TOLERANCE
-        words.append(f"{p} {' '.join(f'{x:.4f}' for x in runs[p])} (largest gap {gap:.4f})")
+        ok = ok and bool(np.isfinite(runs[p]).all()) and gap <= LOSS_TOLERANCE and skipped[p] < shape.steps
+        words.append(f"{p} {' '.join(f'{x:.4f}' for x in runs[p])} (largest gap {gap:.4f}, {skipped[p]} skipped)")
     how = f"{shape.steps} steps of {shape.micro} x {shape.accumulation} rows x {shape.seq} tokens, checkpointing"
     return ok, f"{how}: " + "; ".join(words)
 
@@ -204,8 +205,8 @@ def command_check(cmd: list[str], seconds: int, done: str) -> tuple[bool, str]:
 
 
 def bench_check(cfg_args: list[str], cfg: Config) -> tuple[bool, str]:
-    """`make bench-gpu` as it runs alone (each row in its own process), its table written beside its own."""
-    cmd = [sys.executable, "-m", "pipeline.bench", "--config", "bench-gpu", *cfg_args]
+    """`make bench-gpu` as it runs alone (each row in its own process, `cfg_args` its settings): its table."""
+    cmd = [sys.executable, "-m", "pipeline.bench", *cfg_args]
     where = layout.bench_dir(cfg) / f"{Path(cfg.bench.model).name}.md"
     return command_check(cmd, BENCH_SECONDS, f"the table in {where}")
 
@@ -285,7 +286,7 @@ def main(argv=None) -> int:
     def stage() -> None:
         require_cuda()  # before the config: bench-gpu's train.device=cuda would refuse in other words
         cfg = config_mod.from_args(args)
-        cfg_args = ["--args", args.args, *args.overrides]
+        cfg_args = ["--config", args.config, "--args", args.args, *args.overrides]  # bench-gpu's, unless named
         failed.extend(c for c in run(cfg, cfg_args, bench=not args.no_bench) if c.ok is False)
 
     code = run_stage(stage)

@@ -104,3 +104,22 @@ def test_run_puts_every_check_in_one_report(tmp_path: Path, monkeypatch, capsys)
     assert got == {"precision": "ok", "bf16 vs fp32": "ok", "out of memory": "ok", "make bench-gpu": "skipped",
                    "DDP (NCCL)": "skipped"}, checks  # fmt: skip
     assert (tmp_path / "gpu-check" / "report.md").read_text().startswith("`make gpu-check` on Fake GPU (cpu)")
+
+
+def test_bench_gpu_runs_in_its_own_process_with_the_settings_given(tmp_path: Path, monkeypatch) -> None:
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 2, "", "loading\nerror: train.device='cuda': no CUDA device\n")
+
+    monkeypatch.setattr(gpucheck.subprocess, "run", fake_run)
+    cfg_args = ["--config", "bench-gpu", "--args", f"models_dir={tmp_path}"]
+    ok, result = gpucheck.bench_check(cfg_args, config.load("bench-gpu", [*TINY, f"models_dir={tmp_path}"]))
+    assert seen[0][1:] == ["-m", "pipeline.bench", *cfg_args]
+    assert ok is False and result == "exit 2: error: train.device='cuda': no CUDA device"
+    monkeypatch.setattr(gpucheck.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0, "", ""))
+    assert gpucheck.bench_check(cfg_args, config.load("bench-gpu", [f"models_dir={tmp_path}"], device=False)) == (
+        True,
+        f"the table in {tmp_path}/bench/xlm-roberta-large.md",
+    )
