@@ -34,7 +34,7 @@ STAGES := $(shell $(PYTHON) -m pipeline.stages names)
 OWN_RECIPE := stage1 train predict blend
 
 .DEFAULT_GOAL := help
-.PHONY: help $(STAGES) bench-gpu kernel-output kernel-status submissions test unit lint clean venv
+.PHONY: help $(STAGES) bench-gpu gpu-check kernel-output kernel-status submissions test unit lint clean venv
 
 help: ## list the targets
 	@$(PYTHON) -m pipeline.stages help
@@ -72,6 +72,9 @@ blend: $(STAMP)
 
 bench-gpu: $(STAMP) ## the same for XLM-R large on one CUDA GPU (seq 256, batch 32); models/bench/xlm-roberta-large.*
 	$(STAGE) bench --config bench-gpu --args "$$ARGS"
+
+gpu-check: $(STAMP) ## on one CUDA GPU: precision, fp16/bf16 vs fp32, OOM halving, bench-gpu, NCCL; models/gpu-check/
+	$(PY) -m pipeline.benchmark.gpucheck --args "$$ARGS"
 
 kernel-output: $(STAMP) ## download a finished Kaggle notebook's output into models/ and submissions/ (a failed one: its log)
 	$(STAGE) kernel $(OPTS) --output

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from pipeline import layout
 from pipeline.benchmark import peaks as spec_mod
 from pipeline.benchmark import report
 from pipeline.benchmark.rows import plan, same_job, trainer_spec
-from pipeline.benchmark.runner import ROW_TAG, matmul_peak, model_config, run_row, run_subprocess
+from pipeline.benchmark.runner import ROW_TAG, matmul_peak, model_config, one_gpu, run_row, run_subprocess
 from pipeline.config import Config
 from pipeline.errors import run_stage
 from pipeline.files import atomic_write_text
@@ -109,11 +110,15 @@ def main(argv=None) -> int:
         return 0
 
     def stage() -> None:
+        from pipeline.core import distributed
+
         cfg = config_mod.from_args(args)  # a CUDA device that is not there stops here (config.check_device)
         # every row's process gets the same settings: the config, ARGS (`make bench` passes them as --args)
         # and the overrides, then the resolved sequence length
         cfg_args = ["--config", args.config, "--args", args.args, *args.overrides, f"bench.seq_len={cfg.bench.seq_len}"]
-        run(cfg, lambda spec: run_subprocess(cfg_args, spec))
+        # on CUDA each row's process sees only its GPU: Trainer would otherwise train on all of them (DataParallel)
+        cfg_args, env = one_gpu(cfg_args, distributed.pick_device(cfg.train.device), os.environ)
+        run(cfg, lambda spec: run_subprocess(cfg_args, spec, env))
 
     return run_stage(stage)
 

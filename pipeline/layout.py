@@ -297,3 +297,8 @@ def board_path(cfg: Config) -> Path:
 
 def bench_dir(cfg: Config) -> Path:
     return models_root(cfg) / "bench"
+
+
+def gpu_check_dir(cfg: Config) -> Path:
+    """`make gpu-check`'s report (pipeline.benchmark.gpucheck)."""
+    return models_root(cfg) / "gpu-check"

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -360,10 +361,30 @@ def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -
     return list(np.diff(clock.marks)), trainer.trainer_settings(args)
 
 
-def run_subprocess(cfg_args: list[str], spec: dict) -> dict:
-    """One row in a fresh Python process; its last JSON line is the result."""
+def one_gpu(cfg_args: list[str], device, environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The settings and environment of a row's process: on CUDA it sees only the GPU it is measured on.
+
+    Trainer wraps the model in nn.DataParallel over every GPU it sees (and puts it on cuda:0 whatever
+    train.device says): on a machine with several, its rows would train n_gpu times the rows ours trains on one,
+    and every ratio would be wrong. CUDA_VISIBLE_DEVICES is narrowed to the row's device, which the process then
+    sees as `cuda`; a CUDA_VISIBLE_DEVICES of one device the user set is kept as it is.
+    """
+    env = dict(environ)
+    if device.type != "cuda":
+        return list(cfg_args), env
+    visible = [v.strip() for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if "CUDA_VISIBLE_DEVICES" in env and len(visible) == 1:
+        return list(cfg_args), env
+    index = device.index or 0
+    env["CUDA_VISIBLE_DEVICES"] = visible[index] if visible else str(index)  # an entry may be a GPU's UUID
+    return [*cfg_args, "train.device=cuda"], env  # the last override wins: the one GPU the process sees
+
+
+def run_subprocess(cfg_args: list[str], spec: dict, env: Mapping[str, str] | None = None) -> dict:
+    """One row in a fresh Python process (its environment `env`, else this one's); its last JSON line is the
+    result."""
     cmd = [sys.executable, "-m", "pipeline.bench", *cfg_args, "--row", json.dumps(spec)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=None if env is None else dict(env))
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(ROW_TAG):
             return json.loads(line[len(ROW_TAG) :])

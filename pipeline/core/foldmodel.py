@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline import config as config_mod
 from pipeline import files, layout, validity
-from pipeline.core import distributed, lora, memory, modeling, optim, trim
+from pipeline.core import cpusize, distributed, lora, memory, modeling, optim, trim
 from pipeline.errors import PipelineError
 from pipeline.files import check_free_space
 from pipeline.inputs.tokens import Ragged
@@ -64,6 +64,7 @@ def check_settings(cfg: Config, device) -> None:
     if lora.on(cfg.model.lora):
         lora.check_quantize(cfg.model.lora.quantize, modeling.base_from(cfg), device)
     optim.check_optimizer(cfg.train, device)
+    cpusize.check_cpu_auto(cfg, device)  # XLM-R large on a CPU that `auto` fell back to: days, refused
 
 
 def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:

@@ -49,7 +49,10 @@ class TrainConfig:
         "adamw", "`adamw` (fused) or `adamw8bit` (bitsandbytes, CUDA only)", choices=("adamw", "adamw8bit")
     )
     device: str = setting(
-        "auto", "`auto`, `cpu`, `cuda` or `cuda:N`; one this machine does not have is refused", role=NEVER
+        "auto",
+        "`auto`, `cpu`, `cuda` or `cuda:N`; one this machine does not have is refused. `auto` without CUDA refuses "
+        "a pretrained model over 200M parameters (xlm-roberta-base and up; e5-small runs): `cpu` insists",
+        role=NEVER,
     )
     eval_batch: int = setting(
         64, "rows per batch when scoring the validation rows and predicting test", within=at_least(1), role=NEVER

@@ -120,7 +120,7 @@ def test_each_rows_process_gets_the_settings_make_passes_as_args(monkeypatch, tm
         runner({"key": "fp32", "runner": "ours"})
 
     monkeypatch.setattr(bench, "run", fake_run)
-    monkeypatch.setattr(bench, "run_subprocess", lambda cfg_args, spec: seen.append(cfg_args) or {})
+    monkeypatch.setattr(bench, "run_subprocess", lambda cfg_args, spec, env: seen.append(cfg_args) or {})
     assert bench.main(["--config", "sample", "--args", f"bench.model=tiny models_dir={tmp_path}", *TINY]) == 0
     row_cfg = config.from_args(config.parser("").parse_args(seen[0]))
     assert row_cfg.bench.model == "tiny" and row_cfg.models_dir == str(tmp_path)
@@ -509,3 +509,39 @@ def test_sparse_switch_off_runs_ours_with_dense_embedding_gradients(monkeypatch)
         assert bench_runner.run_row(cfg, spec)["samples_per_second"] > 0
         assert len(calls) == expected
         assert ("sparse" in spec["only_ours"]) == sparse
+
+
+# ---------------------------------------------------------------- one GPU per row
+
+
+@pytest.mark.parametrize(
+    ("device", "visible", "want", "narrowed"),
+    [
+        ("cuda", None, "0", True),  # four GPUs, none chosen: the row sees cuda:0 alone
+        ("cuda:2", None, "2", True),
+        ("cuda:1", "4,5,6", "5", True),  # the user's list: its second entry
+        ("cuda:1", "GPU-aa,GPU-bb", "GPU-bb", True),  # UUIDs too
+        ("cuda", "3", "3", False),  # one device set by the user: kept
+        ("cpu", None, None, False),
+    ],
+)
+def test_each_rows_process_sees_only_the_gpu_it_is_measured_on(device, visible, want, narrowed) -> None:
+    """Trainer's DataParallel over every visible GPU would train n_gpu times the rows of ours (one GPU)."""
+    environ = {"PATH": "/bin"} | ({} if visible is None else {"CUDA_VISIBLE_DEVICES": visible})
+    args, env = bench_runner.one_gpu(["--config", "bench-gpu"], torch.device(device), environ)
+    assert env.get("CUDA_VISIBLE_DEVICES") == want and env["PATH"] == "/bin"
+    assert args == ["--config", "bench-gpu", *(["train.device=cuda"] if narrowed else [])]
+
+
+def test_make_bench_gpu_on_four_gpus_gives_each_row_one(monkeypatch, tmp_path) -> None:
+    """Through bench.main on a machine that says it has four GPUs: every row's process gets one of them, and its
+    settings name the one it sees."""
+    seen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(bench, "run", lambda cfg, runner: runner({"key": "fp32", "runner": "trainer"}))
+    monkeypatch.setattr(bench, "run_subprocess", lambda cfg_args, spec, env: seen.append((cfg_args, env)) or {})
+    assert bench.main(["--config", "bench-gpu", f"models_dir={tmp_path}", "train.device=cuda:3"]) == 0
+    ((cfg_args, env),) = seen
+    assert env["CUDA_VISIBLE_DEVICES"] == "3" and cfg_args[-1] == "train.device=cuda"
