@@ -334,7 +334,7 @@ def run(cfg: Config) -> dict:
         summary = blend_summary(cfg, members, f, done, profile)
         write_csv(tmp / layout.OOF, f.oof.drop(columns="tokens", errors="ignore"))
         write_json(tmp / layout.CV_JSON, summary)
-        report.plot_cv(f.oof, summary, tmp / layout.CV_PNG)
+        report.plot_cv(f.oof, summary, tmp / layout.CV_PNG, name)
     dirs = [layout.fold_dir(cfg, k, name) for k in sorted(done)]
     path, score = publish(cfg, raw, name, ids, [preds], test, dirs, profile, scale=layout.RANK)
     if score is not None:

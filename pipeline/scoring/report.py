@@ -3,26 +3,24 @@
 Writes  models/<name>/oof.csv     every validation row with its out-of-fold prediction
         models/<name>/cv.json     every metric (metrics.METRICS) of the OOF and of each fold, AUC per language,
                                   the pred scale (and test_auc from predict)
-        models/<name>/cv.png      ROC curves per language, AUC per fold
-        models/<name>/curves.png  each fold's training loss, validation AUC and learning rate against steps
+        models/<name>/cv.png      ROC curves per language, AUC per fold (scoring/plots.py)
+        models/<name>/curves.png  each fold's training loss, validation AUC and learning rate (scoring/plots.py)
 """
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.metrics import roc_curve
 
 from pipeline import layout, validity
-from pipeline.files import atomic_path, read_json, write_csv, write_json
+from pipeline.files import read_json, write_csv, write_json
 from pipeline.inputs import tables
 from pipeline.schema import Config
 from pipeline.scoring import metrics
-from pipeline.scoring.metrics import FROM_PRIOR, auc, on_validation, read_profile, stand_ins
+from pipeline.scoring.metrics import FROM_PRIOR, read_profile
+from pipeline.scoring.plots import plot_curves, plot_cv, read_jsonl
 
 
 def read_oof(dirs: list[Path], prepared: Path | None = None) -> pd.DataFrame:
@@ -262,126 +260,6 @@ def best_step_line(summary: dict) -> str:
     )
 
 
-def plot_cv(oof: pd.DataFrame, summary: dict, path: Path) -> None:
-    """ROC per language on the left, AUC per fold on the right: the CV at a glance."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
-    valid = oof[on_validation(oof)]
-    # each test language's stand-ins where the OOF has held-out translated rows (dashed), else validation's
-    shown = stand_ins(oof, summary["six"]["profile"]["mix"]) if "six" in summary else valid
-    for lang, g in shown.groupby("lang"):
-        if g["toxic"].nunique() == 2:
-            held = not on_validation(g).any()
-            fpr, tpr, _ = roc_curve(g["toxic"], g["pred"])
-            what = f"{lang}{' held-out translated' if held else ''} (AUC {auc(g['toxic'], g['pred']):.3f}, n={len(g)})"
-            left.plot(fpr, tpr, ls="--" if held else "-", label=what)
-    fpr, tpr, _ = roc_curve(valid["toxic"], valid["pred"])
-    left.plot(fpr, tpr, color="black", lw=2, label=f"validation.csv (AUC {summary['metrics']['valid_auc']:.3f})")
-    left.plot([0, 1], [0, 1], ls=":", color="grey")
-    left.set(xlabel="false positive rate", ylabel="true positive rate", title="Out-of-fold ROC by language")
-    left.legend(loc="lower right", fontsize=8)
-    by = metrics.headline(summary["metrics"])  # the figure the experiment is ranked by
-    plot_fold_bars(right, summary, by[0] if by else metrics.BY_KEY["valid_auc"])
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-
-
-def plot_fold_bars(ax, summary: dict, metric: metrics.Metric) -> None:
-    """One metric per fold as bars, the OOF's as a line: a fold far from the others shows at once."""
-    folds = list(summary["folds"])
-    values = [summary["folds"][k][metric.key] for k in folds]
-    bars = ax.bar([str(k) for k in folds], values, color="tab:blue")
-    ax.bar_label(bars, fmt="%.3f", fontsize=8)
-    pooled = summary["metrics"][metric.key]
-    ax.axhline(pooled, color="black", ls="--", label=f"OOF {pooled:.3f}")
-    low = np.nanmin([*values, pooled])
-    ax.set(xlabel="fold", ylabel=metric.header, title=f"{metric.header} per fold", ylim=(max(0.0, low - 0.05), 1.0))
-    ax.legend(loc="lower right", fontsize=8)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a .jsonl log that can be read (a line a crash cut short is left out); [] without it."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int):
-            out.append(record)
-    return out
-
-
-def smooth(values: list[float], weight: float = 0.8) -> list[float]:
-    """An exponential moving average, debiased at the start (TensorBoard's smoothing)."""
-    out, avg = [], 0.0
-    for i, v in enumerate(values, 1):
-        avg = weight * avg + (1 - weight) * v
-        out.append(avg / (1 - weight**i))
-    return out
-
-
-def plot_fold_curves(ax, fold: int, steps: list[dict], evals: list[dict], best_step: int | None) -> None:
-    """One fold: training loss (raw faint, smoothed) and validation AUC on the left axis, lr on the right."""
-    losses = [(r["step"], r["loss"]) for r in steps if r.get("loss") is not None and math.isfinite(r["loss"])]
-    if losses:
-        x, y = zip(*losses)
-        ax.plot(x, y, color="tab:blue", alpha=0.25, lw=1)
-        ax.plot(x, smooth(list(y)), color="tab:blue", lw=1.5, label="training loss (smoothed)")
-    scored = [(r["step"], r["auc"]) for r in evals if r.get("auc") is not None]
-    if scored:
-        x, y = zip(*scored)
-        name = metrics.judged_by(evals[-1])  # as the evaluation lines name it ('AUC' in a record made before)
-        ax.plot(x, y, color="tab:orange", marker="o", ms=3, lw=1.2, label=f"{name} of the fold's rows")
-        best = [(s, a) for s, a in scored if s == best_step] or [max(scored, key=lambda p: p[1])]
-        ax.plot(*best[0], marker="*", ms=14, color="tab:red", ls="", label=f"best: {name} {best[0][1]:.4f}")
-    ax.set(xlabel="optimizer step", title=f"fold {fold}")
-    ax.legend(loc="best", fontsize=7)
-    # every group's rate by name (a record made before groups were named holds one number)
-    rates = [(r["step"], r["lr"] if isinstance(r["lr"], dict) else {"": r["lr"]}) for r in steps
-             if r.get("lr") is not None]  # fmt: skip
-    if rates:
-        right = ax.twinx()
-        for name in dict.fromkeys(n for _, lrs in rates for n in lrs):
-            right.plot(*zip(*[(s, lrs[name]) for s, lrs in rates if name in lrs]), color="grey", ls="--", lw=1)
-        right.set_ylabel("learning rate", color="grey", fontsize=8)
-        right.tick_params(axis="y", labelsize=7, colors="grey")
-
-
-def plot_curves(dirs: list[Path], path: Path) -> list[str]:
-    """Every fold's learning curves in one picture: overfitting, a diverging fold or a schedule gone wrong
-    show at a glance. Returns the panels' titles."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = min(len(dirs), 3)
-    rows = math.ceil(len(dirs) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
-    for ax, folder in zip(axes.flat, dirs):
-        done = validity.read_done(folder) or {}
-        steps, evals = read_jsonl(folder / layout.STEPS), read_jsonl(folder / layout.METRICS)
-        plot_fold_curves(ax, layout.fold_index(folder), steps, evals, done.get("best_step"))
-    for ax in list(axes.flat)[len(dirs) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
-    return [ax.get_title() for ax in list(axes.flat)[: len(dirs)]]
-
-
 def read_cv(path: Path) -> dict:
     """A cv.json, or {} when it is missing or unreadable (it is rewritten from the folds)."""
     try:
@@ -419,7 +297,7 @@ def cv_report(cfg: Config, digest: str | None = None, prepared: Path | None = No
                 summary[key] = record
     write_csv(exp / layout.OOF, oof.drop(columns="tokens", errors="ignore"))  # an oof.csv's columns, as a fold's
     write_json(exp / layout.CV_JSON, summary)
-    plot_cv(oof, summary, exp / layout.CV_PNG)
+    plot_cv(oof, summary, exp / layout.CV_PNG, cfg.name)
     if any(read_jsonl(d / layout.STEPS) or read_jsonl(d / layout.METRICS) for d in dirs):  # trained folds
-        plot_curves(dirs, exp / layout.CURVES_PNG)
+        plot_curves(dirs, exp / layout.CURVES_PNG, cfg.name)
     return summary

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from pipeline import layout, train
 from pipeline.core import evaluation, fold, resume
-from pipeline.scoring import report
+from pipeline.scoring import plots, report
 from tests.helpers import one_line_error
 from tests.helpers.folds import StopAt, fold_run
 from tests.helpers.tinyrun import TINY, overrides
@@ -191,9 +191,9 @@ def test_a_resume_from_evaluations_that_do_not_name_their_metric(prepared, monke
     assert "valid AUC 0.6500" in capsys.readouterr().out  # the fold's own evaluations name their metric
     records = report.read_jsonl(layout.experiment_dir(cfg) / "fold0" / layout.METRICS)
     assert [r.get("metric") for r in records[:3]] == [None, None, "valid_auc"]
-    ax = plt.subplots()[1]
-    report.plot_fold_curves(ax, 0, [], records[:2], 3)
-    assert "AUC of the fold's rows" in ax.get_legend_handles_labels()[1]  # not a 6-lang AUC it may not have been
+    loss_ax, auc_ax = plt.subplots(2)[1]
+    plots.fold_curves(loss_ax, auc_ax, 0, [], records[:2], 3)
+    assert "AUC of the fold's rows" in auc_ax.get_legend_handles_labels()[1]  # not a 6-lang AUC it may not have been
     plt.close("all")
 
 
@@ -242,7 +242,7 @@ def test_curves_png_holds_every_fold(tmp_path) -> None:
     exp = base / "models" / "sample"
     png = exp / layout.CURVES_PNG
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    titles = report.plot_curves([exp / f"fold{k}" for k in range(3)], tmp_path / "again.png")
+    titles = plots.plot_curves([exp / f"fold{k}" for k in range(3)], tmp_path / "again.png", "sample")
     assert titles == ["fold 0", "fold 1", "fold 2"]
     assert all(read_steps_of(exp / f"fold{k}") for k in range(3))
     assert set(read_steps_of(exp / "fold0")[0]["lr"]) == {"decay", "no_decay"}  # every group's rate, named
