@@ -406,7 +406,7 @@ def counted(cfg: Config, fold: int, digest: str) -> bool:
         print(f"kernel: {cfg.name} fold {fold} from the earlier session does not count ({why}): trained again")
         return False
     done = validity.read_done(folder) or {}
-    auc = f" ({metrics.judged_by(done)} {done['auc']:.4f})" if isinstance(done.get("auc"), float) else ""
+    auc = f" ({metrics.fold_own(done)})" if isinstance(done.get("auc"), float) else ""
     print(f"kernel: {cfg.name} fold {fold}: complete from the earlier session{auc}; not trained again")
     return True
 

@@ -117,7 +117,7 @@ def folds_to_train(cfg: Config, folds: list[int], made: dict, d: distributed.Dis
             (folder / layout.RESUME).unlink(missing_ok=True)  # killed after done.json
             done = validity.read_done(folder)
             # a stage-1 model has no validation rows
-            how = "a stage-1 model" if done.get("auc") is None else f"{metrics.judged_by(done)} {done['auc']:.4f}"
+            how = "a stage-1 model" if done.get("auc") is None else metrics.fold_own(done)
             print(f"fold {fold}: complete with these settings ({how}); skipped")
         for fold in todo:
             say_stale(layout.fold_dir(cfg, fold), fold, digest, made, cfg)

@@ -358,6 +358,16 @@ def judged_by(record: dict) -> str:
     return metric.header if metric else "AUC"
 
 
+def fold_own(done: dict) -> str:
+    """A complete fold's own figure (its done.json `auc`), named apart from the fold table's: the best step's,
+    chosen on the rows it is scored on, reads high; the fold table's takes each half of the fold at the step its
+    other half chose (docs/recipes.md, "No figure chosen on the rows it is scored on")."""
+    own = f"{judged_by(done)} {done['auc']:.4f} with its best step, chosen on the rows it is scored on"
+    if done.get("held_out_steps"):  # a fold made before the halves: its OOF is its best step's, one figure
+        own += "; the fold table's takes each half at the step its other half chose"
+    return own
+
+
 def headline(figures: dict) -> tuple[Metric, float] | None:
     """The figure an experiment is ranked by (the first of RANKED_BY that `figures`, a cv.json's `metrics`,
     has), with its metric; None without one."""

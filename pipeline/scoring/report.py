@@ -256,7 +256,7 @@ def best_step_line(summary: dict) -> str:
     gap = best[m.key] - held[m.key]
     return (
         f"{m.header} {best[m.key]:.4f} with each fold's best step, chosen on the rows it is scored on "
-        f"({gap:+.4f}); the OOF above takes each half of a fold at the step its other half chose"
+        f"({gap:+.4f}); the folds and the OOF above take each half of a fold at the step its other half chose"
     )
 
 

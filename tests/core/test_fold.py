@@ -21,6 +21,7 @@ from pipeline.core.resume import Interrupted
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
 from pipeline.inputs import tables, tokens
+from pipeline.scoring import metrics
 from tests.helpers import digests
 from tests.helpers.folds import StopAt, fold_run
 
@@ -234,6 +235,20 @@ def test_a_stale_complete_fold_is_named_with_why_before_it_is_trained_again(prep
     assert folds == [0] and err.startswith(f"warning: fold 0: the complete fold in {folder} no longer counts "
                                            "(model.safetensors has 100 bytes, done.json records")  # fmt: skip
     assert err.count("\n") == 1
+
+
+def test_a_skipped_fold_names_its_own_figure_apart_from_the_fold_tables(prepared, capsys) -> None:
+    """The skip line's figure is the best step's own, chosen on the rows it is scored on (done.json `auc`);
+    the fold table's takes each half at the step the other half chose: each line says which it prints."""
+    fold_run(prepared, StopAt(10**9)).run()
+    done = read_json(layout.fold_dir(prepared, 0) / layout.DONE)
+    capsys.readouterr()
+    assert train.folds_to_train(prepared, [0], validity.current_made_from(prepared), distributed.Dist()) == []
+    assert capsys.readouterr().out == (
+        f"fold 0: complete with these settings ({metrics.judged_by(done)} {done['auc']:.4f} with its best step, "
+        "chosen on the rows it is scored on; the fold table's takes each half at the step its other half chose); "
+        "skipped\n"
+    )
 
 
 def test_why_a_resume_state_is_continued_or_not() -> None:

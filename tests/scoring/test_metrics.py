@@ -185,7 +185,7 @@ def test_the_fold_table_shows_the_estimates_range_and_what_the_best_steps_would_
             "validation.csv rate); the test's own rates are not known") in table  # fmt: skip
     assert (
         f"6-lang AUC {best:.4f} with each fold's best step, chosen on the rows it is scored on "
-        f"({best - six:+.4f}); the OOF above takes each half of a fold at the step its other half chose"
+        f"({best - six:+.4f}); the folds and the OOF above take each half of a fold at the step its other half chose"
     ) in table
 
 
