@@ -93,7 +93,7 @@ def missing_note(summary: dict, fold, metric: metrics.Metric) -> str:
     per = summary["folds"][fold].get("per_lang") or {}
     lacking = [lg for lg, v in per.items() if not metrics.defined(v)]
     if lacking:
-        return f"no {metric.header}: no rows of {', '.join(lacking)}"
+        return f"no {metric.header}: no rows of both classes for {', '.join(lacking)}"
     return f"{metric.header} not computed"
 
 

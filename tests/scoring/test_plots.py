@@ -67,7 +67,7 @@ def test_the_fold_chart_starts_at_chance_and_says_so() -> None:
 
 def test_a_fold_without_the_6_lang_auc_is_named_where_its_bar_would_be() -> None:
     fig = plots.cv_figure(oof_rows(), summary_of([0.8, math.nan, 0.79], six=0.8, missing=()), "xlmr-e5")
-    assert notes(fig.axes[1]) == ["no 6-lang AUC: no rows of fr, pt, ru"]
+    assert notes(fig.axes[1]) == ["no 6-lang AUC: no rows of both classes for fr, pt, ru"]
     assert plots.missing_note({"folds": {0: {}}}, 0, metrics.SIX) == "6-lang AUC not computed"
 
 
