@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import export, train
+from pipeline import baseline, blend, export, predict, train
 from tests.helpers import ROOT, prepare_tiny
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("torch_one_thread")]
@@ -80,3 +80,21 @@ def test_a_python_block_runs_as_pasted(where: str, source: str, sample_folder: P
     out = subprocess.run([sys.executable, "-c", source], cwd=sample_folder, env=env, capture_output=True,
                          text=True, timeout=300)  # fmt: skip
     assert out.returncode == 0, f"{where}: the block fails as pasted:\n{out.stderr[-3000:]}"
+
+
+@pytest.mark.slow
+def test_the_blend_of_the_sample_that_recipes_md_shows_runs(tmp_path: Path) -> None:
+    """docs/recipes.md's sample blend (`make baseline`, then `make blend BLEND="..."` with the members it names)
+    after `make data train predict`, here on the tiny model in one process: the names are the sample's own."""
+
+    page = (ROOT / "docs" / "recipes.md").read_text()
+    block = page.split("## Blends", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    assert commands[0] == "make baseline", commands
+    members = re.fullmatch(r'make blend BLEND="([^"]+)"', commands[1]).group(1)
+    cfg = prepare_tiny(tmp_path, "train.device=cpu", "train.max_steps=2")
+    train.run(cfg)
+    predict.run(cfg)
+    baseline.run(cfg)
+    blend.run(blend.with_members(cfg, members))
+    assert (Path(cfg.submissions_dir) / f"{members.replace(' ', '+')}.csv").is_file()
