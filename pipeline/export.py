@@ -13,7 +13,7 @@ into its base's weights (W + alpha / r B A, in fp32): the folder loads the same 
 trained on a quantized base is refused in one line (its adapters fit the 4 or 8-bit weights, not plain ones).
 The loading function, a few lines, is in docs/export.md; tests/test_export.py runs it in a process that never
 imports `pipeline` and checks it against the fold's own predictions. Several folds are the ensemble: the mean of
-their probabilities.
+their probabilities. train.folds does not narrow the folds exported; export says so in one line when it is set.
 """
 
 from __future__ import annotations

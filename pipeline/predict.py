@@ -8,7 +8,8 @@ Writes  models/<name>/fold<k>/test.csv     that fold's test predictions (id, tox
         models/<name>/cv.json              key test_auc, where the competition's test_labels.csv is present
 
 Only complete folds made from the current inputs and settings are used; the others are named with the
-reason they are left out. A fold kept without its weights (a Kaggle run with kaggle.keep_weights=false) is
+reason they are left out; train.folds does not narrow them (it picks what `make train` trains), and predict
+says so in one line when it is set. A fold kept without its weights (a Kaggle run with kaggle.keep_weights=false) is
 used through its cached test predictions, made with the weights its done.json records. Before anything
 is written the submission is checked: the same id set as sample_submission, no NaN, every value in [0, 1].
 A failed check is an error and leaves no file.

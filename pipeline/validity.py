@@ -273,6 +273,10 @@ def trained_settings_differ(cfg: Config, name: str | None = None) -> str:
         return ""
 
 
+# the stages that ensemble or export every complete fold: train.folds does not narrow them, and they say so
+NOT_NARROWED = ("predict", "export")
+
+
 def usable_folds(cfg: Config, digest: str, stage: str) -> list[Path]:
     """The complete folds made from the current inputs and settings, with the files `stage` reads of a fold (its
     record's `reads`, pipeline/stages.py); says which others it leaves out."""
@@ -288,6 +292,10 @@ def usable_folds(cfg: Config, digest: str, stage: str) -> list[Path]:
         raise PipelineError(f"no trained folds for these inputs and settings in {exp}{hint}; run `make train` first")
     if left_out:
         print(f"{stage}: using {', '.join(d.name for d in dirs)}; left out {why}", file=sys.stderr)
+    if cfg.train.folds and stage in NOT_NARROWED:  # the same ARGS as `make train` would otherwise seem to narrow it
+        chosen = ",".join(map(str, cfg.train.folds))
+        print(f"{stage}: uses every complete fold ({', '.join(d.name for d in dirs)}); train.folds=[{chosen}] "
+              "chooses only the folds `make train` trains", file=sys.stderr)  # fmt: skip
     return dirs
 
 

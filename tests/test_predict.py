@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import config, files, predict
+from pipeline import config, export, files, predict, train
 from pipeline.errors import PipelineError
 from pipeline.scoring import publish
 from pipeline.scoring.submission import SubmissionError
-from tests.helpers import one_line_error, stage_args
+from tests.helpers import one_line_error, prepare_tiny, stage_args, tiny_cfg
 
 
 def frame(ids, values) -> pd.DataFrame:
@@ -163,3 +163,25 @@ def test_submission_csv_being_a_folder_stops_predict(tmp_path: Path, capsys) -> 
     (subs / "submission.csv").mkdir(parents=True)
     assert predict.main(stage_args(tmp_path, f"submissions_dir={subs}", f"models_dir={tmp_path / 'models'}")) == 2
     assert one_line_error(capsys).startswith(f"error: {subs / 'submission.csv'}: is a folder")
+
+
+# ---------------------------------------------------------------- train.folds: said not to narrow predict or export
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_one_thread")
+def test_train_folds_given_to_predict_and_export_is_said_not_to_narrow_them(tmp_path: Path, capsys) -> None:
+    """`make train predict export ARGS="train.folds=[1]"` after a run of every fold: predict ensembles and export
+    writes both folds, and each says in one line that train.folds chose only what `make train` trains."""
+
+    train.run(prepare_tiny(tmp_path, "train.device=cpu", "train.max_steps=2"))
+    capsys.readouterr()
+    cfg = tiny_cfg(tmp_path, "train.device=cpu", "train.max_steps=2", "train.folds=[1]")
+    predict.run(cfg)
+    assert [p.name for p in export.run(cfg)] == ["fold0", "fold1"]
+    err = capsys.readouterr().err
+    for stage in ("predict", "export"):
+        line = f"{stage}: uses every complete fold (fold0, fold1); train.folds=[1] chooses only the folds `make train`"
+        assert err.count(line) == 1, err
+    predict.run(tiny_cfg(tmp_path, "train.device=cpu", "train.max_steps=2"))  # train.folds empty: nothing said
+    assert "train.folds" not in capsys.readouterr().err
