@@ -147,6 +147,41 @@ def test_submission_csv_of_five_folds_is_kept_when_fewer_are_usable(tmp_path: Pa
     assert predict.run(cfg).name == "submission.csv"
 
 
+def test_replaced_submission_csv_says_what_it_held(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A smoke run under another name replaces submission.csv (a file Kaggle users upload): one line says what it
+    holds now and what it held before, test AUC included, so that a 0.85 submission is not lost without a word."""
+    args = [f"input_dir={tmp_path / 'input'}", f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path}/s"]
+    fake_predict(tmp_path, monkeypatch, [0, 1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])
+    frame(["a", "b", "c", "d"], [0, 0, 1, 1]).to_csv(tmp_path / "raw" / "test_labels.csv", index=False)
+    predict.run(config.load("sample", args))
+    out = capsys.readouterr().out
+    assert f"{tmp_path}/s/submission.csv now holds sample, 5 of 5 folds, test AUC 1.0000 (was no submission" in out
+    fake_predict(tmp_path, monkeypatch, [0, 1], [0.4, 0.3, 0.2, 0.1])
+    assert predict.run(config.load("sample", [*args, "name=smoke"])).name == "submission.csv"
+    out = capsys.readouterr().out
+    said = "now holds smoke, 2 of 5 folds, test AUC 0.0000 (was sample, 5 of 5 folds, test AUC 1.0000)"
+    assert f"{tmp_path}/s/submission.csv {said}" in out
+
+
+def test_a_smoke_run_keeps_a_submission_csv_of_every_step(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A smoke run (train.max_steps) writes its own <name>.csv and keeps the submission.csv of a real run, saying
+    so; it replaces nothing real, so a second smoke run replaces the first's."""
+    args = [f"input_dir={tmp_path / 'input'}", f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path}/s"]
+    smoke = [*args, "name=smoke", "train.max_steps=5"]
+    fake_predict(tmp_path, monkeypatch, [0, 1], [0.4, 0.3, 0.2, 0.1])
+    assert predict.run(config.load("sample", smoke)).name == "submission.csv"  # no submission.csv yet: written
+    fake_predict(tmp_path, monkeypatch, [0, 1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])
+    assert predict.run(config.load("sample", args)).name == "submission.csv"  # a real run replaces a smoke run's
+    real = (tmp_path / "s" / "submission.csv").read_bytes()
+    capsys.readouterr()
+    fake_predict(tmp_path, monkeypatch, [0, 1], [0.4, 0.3, 0.2, 0.1])
+    assert predict.run(config.load("sample", smoke)) == tmp_path / "s" / "smoke.csv"
+    err = capsys.readouterr().err
+    assert f"warning: {tmp_path}/s/submission.csv kept as it was: it holds sample, 5 of 5 folds" in err
+    assert "this is a smoke run (train.max_steps=5)" in err
+    assert (tmp_path / "s" / "submission.csv").read_bytes() == real != (tmp_path / "s" / "smoke.csv").read_bytes()
+
+
 def test_run_without_prepared_data_says_so(tmp_path: Path) -> None:
     paths = [f"input_dir={tmp_path / 'input'}", f"models_dir={tmp_path / 'models'}", f"submissions_dir={tmp_path}/s"]
     cfg = config.load("sample", paths)

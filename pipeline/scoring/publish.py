@@ -113,9 +113,15 @@ def publish(
     path = layout.submission_path(cfg, name)
     write_csv(path, sub)
     if common:
+        was = common_holds(cfg)  # read before it is replaced: the line below names what the file held
         write_csv(layout.submission_csv(cfg), sub)
         held = {"name": name, "folds": [d.name for d in dirs], "of": cfg.data.folds}
+        if cfg.train.max_steps:  # a smoke run's folds: a later smoke run may replace it, as it replaced nothing real
+            held["smoke"] = cfg.train.max_steps
+        if score is not None:
+            held["test_auc"] = score["auc"]
         write_json(layout.submission_record(cfg), {**held, "file": file_record(layout.submission_csv(cfg))})
+        print(f"{layout.submission_csv(cfg)} now holds {holding(held)} (was {holding(was)})")
     record(cfg, name, dirs, score, how)
     return path, score
 
@@ -135,15 +141,30 @@ def common_holds(cfg: Config) -> dict | None:
     return None if validity.file_problem(path.parent, layout.SUBMISSION, held["file"]) else held
 
 
+def holding(held: dict | None) -> str:
+    """What a submission.csv holds, for one line: `smoke, 2 of 5 folds, test AUC 0.5451`."""
+    if held is None:
+        return "no submission of this pipeline"  # none yet, or a file no record describes
+    said = f"{held.get('name')}, {len(held['folds'])} of {held.get('of')} folds"
+    auc = held.get("test_auc")
+    return said + (f", test AUC {auc:.4f}" if isinstance(auc, float) else "")
+
+
 def replaces_common(cfg: Config, name: str, dirs: list[Path]) -> bool:
     """Whether an ensemble of the folds `dirs` of experiment `name` replaces submissions/submission.csv, the file
     a Kaggle user uploads: it says plainly when it holds fewer folds than the experiment has (data.folds), and it
-    keeps a submission.csv of more folds of the same experiment unless predict.allow_fewer_folds."""
+    keeps a submission.csv of more folds of the same experiment unless predict.allow_fewer_folds, and a smoke run
+    (train.max_steps) never replaces one that holds a run of every step."""
     n, k = len(dirs), cfg.data.folds
     if n < k:
         print(f"warning: this submission holds {n} of the experiment's {k} folds ({', '.join(d.name for d in dirs)})",
               file=sys.stderr)  # fmt: skip
     held = common_holds(cfg)
+    if cfg.train.max_steps and held is not None and not held.get("smoke"):
+        print(f"warning: {layout.submission_csv(cfg)} kept as it was: it holds {holding(held)}, and this is a smoke "
+              f"run (train.max_steps={cfg.train.max_steps}): {layout.submission_path(cfg, name)} holds it",
+              file=sys.stderr)  # fmt: skip
+        return False
     if held is None or held.get("name") != name or len(held["folds"]) <= n or cfg.predict.allow_fewer_folds:
         return True
     print(f"warning: {layout.submission_csv(cfg)} kept as it was: it holds {len(held['folds'])} folds of {name} "
