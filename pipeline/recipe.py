@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from pipeline import config as config_mod
@@ -188,27 +187,14 @@ def end_of_run(config: str, extra: tuple[str, ...], steps: list[Step], seconds: 
     """After the last step: the board of every experiment under models/ (`make board`; a recipe of data steps
     alone has none to list), then the end-of-run block of the chain's last step (the experiment or blend the
     recipe ends on)."""
+    if not all(s.stage == "data" or s.stage == "stage1" and not s.train for s in steps):
+        board = subprocess.run(command(Step(id="board", stage="board", config=config, extra=extra)), check=False)
+        if board.returncode in (130, -signal.SIGINT, -signal.SIGTERM):  # a Ctrl-C reaches the board's process too
+            raise KeyboardInterrupt
+        if board.returncode:  # its own line above says why
+            raise PipelineError("every step is done, but the board could not be made (its error above); `make board`")
     last = steps[-1]
-    if all(s.stage == "data" or s.stage == "stage1" and not s.train for s in steps):
-        print(run_summary.block(step_config(last), "recipe", seconds, name=experiment_of(last)), flush=True)
-        return
-    board = subprocess.run(command(Step(id="board", stage="board", config=config, extra=extra)), check=False)
-    if board.returncode in (130, -signal.SIGINT, -signal.SIGTERM):  # a Ctrl-C reaches the board's process too
-        raise KeyboardInterrupt
-    if board.returncode:  # its own line above says why
-        raise PipelineError("every step is done, but the board could not be made (its error above); `make board`")
     print(run_summary.block(step_config(last), "recipe", seconds, name=experiment_of(last)), flush=True)
-
-
-def pending(steps: list[Step], own: dict[str, str]) -> dict[str, str]:
-    """Each step's state for the run: '' (done) where its own files count and no step it needs is to do, else
-    why not. A step after one to do waits, to be asked again once that one has run: a blend whose members are
-    retrained reads done by its files until then (the members' old folds still count)."""
-    out: dict[str, str] = {}
-    for s in steps:  # in file order: every need is above its step
-        after = [n for n in s.needs if any(out[i] for i in needs_of(replace(s, needs=(n,)), steps))]
-        out[s.id] = own[s.id] or (f"after {', '.join(after)}" if after else "")
-    return out
 
 
 def check_jobs(jobs: object, where: str) -> int:
@@ -227,17 +213,17 @@ def run(name: str, extra: tuple[str, ...], jobs: int | None = None) -> None:
     elif raw.get("jobs") is not None:
         jobs = check_jobs(raw["jobs"], f"{path.name}: jobs")
     jobs = jobs or os.cpu_count() or 1
-    cfg, _ = step_config(steps[0]), [step_config(s) for s in steps]  # a step's settings that cannot load: one line
-    # before any file is written; then one run of the recipe at a time (its steps' logs and the fold locks are its)
+    configs = [step_config(s) for s in steps]  # a step's settings that cannot load: one line before any file
+    cfg = configs[0]  # is written; then one run of the recipe at a time (its steps' logs and the fold locks are its)
     lock = layout.recipe_lock(cfg, path.stem)
     files.check_writable_dir(lock.parent, "the recipe's logs")
-    for where in dict.fromkeys(p for s in steps for p in (step_config(s).models_dir, step_config(s).submissions_dir)):
+    for where in dict.fromkeys(p for c in configs for p in (c.models_dir, c.submissions_dir)):
         files.check_writable_dir(where, "the models and submissions folders")  # not a failure an hour in
     for step in steps:  # a log that cannot be written: one line now, not a traceback an hour in
         files.check_file_target(layout.recipe_log(cfg, path.stem, step.id), f"step {step.id}'s log")
     files.acquire_lock(lock, f"the recipe {path.stem}", "recipe")
     own = {s.id: done_why(s) for s in steps}
-    done = pending(steps, own)
+    done = plan.pending(steps, own)
     chain = Chain(path.stem, cfg, steps, done, jobs)  # it reads the pace of the models trained already
     minutes = {s.id: plan.measured_minutes(s, steps, own) for s in steps} | plan.step_minutes(
         [s for s in steps if done[s.id]], steps, own, chain.took

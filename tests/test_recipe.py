@@ -429,8 +429,8 @@ steps:
     )
     steps = chain_steps.read_recipe(path, tuple(overrides(tmp_path)))
     own = {"d": "", "t.fold0": "", "t.fold1": "trained with other settings", "c": "", "b": ""}
-    assert recipe.pending(steps, own) == {**own, "c": "after t"}
-    assert recipe.pending(steps, {**own, "d": "changed"}) == {
+    assert chain_plan.pending(steps, own) == {**own, "c": "after t"}
+    assert chain_plan.pending(steps, {**own, "d": "changed"}) == {
         "d": "changed", "t.fold0": "after d", "t.fold1": "trained with other settings", "c": "after t", "b": "after d"
     }  # fmt: skip
     started = []
@@ -440,7 +440,7 @@ steps:
         started.append(step.id)
         return Exited(0)
 
-    chain = recipe.Chain("chain", chain_steps.step_config(steps[0]), steps, recipe.pending(steps, own), jobs=1)
+    chain = recipe.Chain("chain", chain_steps.step_config(steps[0]), steps, chain_plan.pending(steps, own), jobs=1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(recipe, "start", start)
         mp.setattr(recipe, "done_why", lambda step: asked.pop(step.id, ""))

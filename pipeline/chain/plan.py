@@ -114,11 +114,27 @@ def wall_minutes(todo: list[Step], steps: list[Step], minutes: dict[str, float],
     return now
 
 
+def waiting_on(step: Step, steps: list[Step], done: dict[str, str]) -> list[str]:
+    """The needs of `step`, as the recipe names them, that are not done yet (a train step: any of its folds)."""
+    return [n for n in step.needs if any(done[i] for i in needs_of(replace(step, needs=(n,)), steps))]
+
+
+def pending(steps: list[Step], own: dict[str, str]) -> dict[str, str]:
+    """Each step's state for the run: '' (done) where its own files count and no step it needs is to do, else
+    why not. A step after one to do waits, to be asked again once that one has run: a blend whose members are
+    retrained reads done by its files until then (the members' old folds still count)."""
+    out: dict[str, str] = {}
+    for s in steps:  # in file order: every need is above its step
+        after = waiting_on(s, steps, out)
+        out[s.id] = own[s.id] or (f"after {', '.join(after)}" if after else "")
+    return out
+
+
 def state_of(step: Step, steps: list[Step], done: dict[str, str]) -> str:
     """'done', 'after <the needs not done yet>', or 'to do: <why>' (the first clause of what the stage's files say)."""
     if not done[step.id]:
         return "done"
-    after = [n for n in step.needs if any(done[i] for i in needs_of(replace(step, needs=(n,)), steps))]
+    after = waiting_on(step, steps, done)
     return f"after {', '.join(after)}" if after else f"to do: {done[step.id].split(';')[0]}"
 
 

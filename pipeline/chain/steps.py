@@ -85,8 +85,9 @@ def step_minutes(raw: dict) -> float:
 
 
 def check_step(step: Step) -> None:
-    """What a step's stage needs of it: a blend its two or more members; a fold its folds from `folds:`, which a
-    train.folds in the step's args or the run's ARGS would undo (every fold's process training the same fold)."""
+    """What a step's stage needs of it: a blend its two or more members, a stage-1 model its stage; a step of folds
+    its folds from `folds:`, which a train.folds in its args would undo (every fold's process training one fold;
+    the run's ARGS are checked in read_recipe)."""
     if step.stage == "blend" and (len(step.members) < 2 or len(set(step.members)) < len(step.members)):
         raise ConfigError(f"recipe step {step.id}: a blend step names two or more distinct experiments under "
                           f"members: (it has {list(step.members)})")  # fmt: skip
@@ -167,13 +168,14 @@ def read_recipe(path: Path, extra: tuple[str, ...] = ()) -> list[Step]:
 def check_readers(path: Path, steps: list[Step]) -> None:
     """A cv or predict step reads the folds a train step of its experiment makes: with other weight-changing
     settings (a train.lr= in the train step's args alone) it would find none and fail after the training."""
-    trained = {}
-    for step in steps:
+    trained: dict[str, tuple[str, Config]] = {}
+    for step in (s for s in steps if s.stage in FOLD_STAGES):
+        cfg = step_config(step)
         if step.stage == "train":
-            trained.setdefault(step_config(step).name, (step.group, step_config(step)))
-        elif step.stage in ("cv", "predict") and step_config(step).name in trained:
-            group, cfg = trained[step_config(step).name]
-            differ = fingerprint.settings_differ(step_config(step), cfg)
+            trained.setdefault(cfg.name, (step.group, cfg))
+        elif cfg.name in trained:
+            group, made = trained[cfg.name]
+            differ = fingerprint.settings_differ(cfg, made)
             if differ:
                 raise ConfigError(f"{path}: step {step.id} reads the folds step {group} trains, with other settings: "
                                   f"{differ.replace('there', f'in {group}')}; give both the same args")  # fmt: skip
