@@ -113,7 +113,7 @@ def fit_folds(cfg, base) -> dict:
     bad = [f for f in folds if not 0 <= f < k]
     if bad:
         raise PipelineError(f"train.folds: fold {bad[0]} does not exist (data.folds={k})")
-    digest = fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
+    digest = validity.current_tfidf_fingerprint(cfg, meta)
     prepared = layout.prepared_dir(cfg)  # the tables it is fit on: cfg's, not base's
     profile = metrics.with_test_lengths(metrics.test_profile(table[metrics.on_validation(table)], test["lang"]),
                                         prepared)  # fmt: skip

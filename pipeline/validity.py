@@ -106,6 +106,13 @@ def current_fingerprint(cfg: Config, meta: dict | None = None) -> str:
     return fingerprint.fold_fingerprint(current_made_from(cfg, meta))
 
 
+def current_tfidf_fingerprint(cfg: Config, meta: dict | None = None) -> str:
+    """The fingerprint a TF-IDF baseline's fold of this config must carry, for the prepared data `meta` describes
+    (by default current_meta's): its tables, its test and its seed."""
+    meta = current_meta(cfg) if meta is None else meta
+    return fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
+
+
 def current_made_from(cfg: Config, meta: dict | None = None) -> dict:
     """What a fold of this config is made from (fingerprint.made_from): its fingerprint is this one's digest."""
     meta = current_meta(cfg) if meta is None else meta
@@ -348,7 +355,7 @@ def experiment_digest(cfg: Config, name: str, kind: str) -> tuple[str, int]:
     except (DataError, PipelineError) as e:  # its own inputs are gone or changed: it cannot count now
         raise PipelineError(f"{name}: {e}") from None
     if kind == fingerprint.TFIDF["model"]:
-        digest = fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], saved.train.seed)
+        digest = current_tfidf_fingerprint(saved, meta)
     else:
         digest = current_fingerprint(saved, meta)
     return digest, saved.data.folds

@@ -285,8 +285,7 @@ def report_why(step: Step, cfg: Config) -> str:
     if not layout.experiment_dir(cfg, name).is_dir():
         return "not made"
     if step.stage == "baseline":  # by the step's own settings: the folder's pipeline.yaml is the last run's
-        meta = validity.current_meta(cfg)
-        digest = fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
+        digest = validity.current_tfidf_fingerprint(cfg)
         needs = (layout.OOF, layout.TEST_PREDS)
         why = validity.describe(
             validity.select_folds(layout.experiment_dir(cfg, name), digest, cfg.data.folds, needs)[1]

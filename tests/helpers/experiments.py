@@ -125,7 +125,7 @@ class Competition:
         config.save(cfg, exp / layout.RUN_CONFIG)
         meta = validity.current_meta(cfg)
         digest = (
-            fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
+            validity.current_tfidf_fingerprint(cfg, meta)
             if kind == fingerprint.TFIDF["model"]
             else validity.current_fingerprint(cfg, meta)
         )
