@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from pipeline import config as config_mod
+from pipeline import optimizers
 from pipeline.errors import run_stage
 from pipeline.files import check_writable_dir
 from pipeline.kaggle import continuation, hours
@@ -117,10 +118,11 @@ def before_sending(plan, cfg: Config, api, continue_dir: Path):
 
 def check_image(cfg: Config) -> None:
     """What the settings need of the Kaggle image that it is not known to carry: bitsandbytes."""
-    if cfg.train.optimizer == "adamw8bit" and not cfg.kaggle.has_bitsandbytes:
+    needs = optimizers.OPTIMIZERS[cfg.train.optimizer].needs
+    if needs and not (needs == "bitsandbytes" and cfg.kaggle.has_bitsandbytes):
         raise KernelError(
-            "train.optimizer=adamw8bit needs bitsandbytes in the Kaggle image, which is not known to carry it: use "
-            "train.optimizer=adamw, or set kaggle.has_bitsandbytes=true if you know it does (the notebook checks)"
+            f"train.optimizer={cfg.train.optimizer} needs {needs} in the Kaggle image, which is not known to carry it: "
+            "use train.optimizer=adamw, or set kaggle.has_bitsandbytes=true if you know it does (the notebook checks)"
         )
     if cfg.model.lora.r > 0 and cfg.model.lora.quantize != "none" and not cfg.kaggle.has_bitsandbytes:
         raise KernelError(

@@ -71,7 +71,7 @@ def worker(cfg: Config, source: Path | str, steps: int) -> float:
     torch.manual_seed(0)
     model = modeling.build_model(cfg, load_tokenizer(source))
     micro, length, cpu, how = cfg.train.micro_batch, cfg.model.max_length, torch.device("cpu"), precision_of(cfg)
-    rates = [memory.step_rates(model, model, micro, length, (how,), cpu, cfg.train.optimizer) for _ in range(steps)]
+    rates = [memory.step_rates(model, model, micro, length, (how,), cpu, cfg.train) for _ in range(steps)]
     return statistics.median(r[how] for r in rates)
 
 

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline import optimizers
 from pipeline.benchmark import report, trainer
 from pipeline.config import Config
 from pipeline.errors import PipelineError
+from pipeline.losses import LOSSES
 
 VOCAB = 250002  # XLM-R's vocabulary
 XL_VOCAB = 250880  # XLM-R XL's and XXL's (facebook/xlm-roberta-xl's config.json)
@@ -169,10 +171,9 @@ def _now(device) -> float:
     return time.perf_counter()
 
 
-def warm_up(model, ids, precision: str, device) -> None:
-    """One forward/backward on one row (kernels and allocator warmed), gradients dropped."""
+def warm_up(model, ids, precision: str, device, loss: str) -> None:
+    """One forward/backward of `loss` on one row (kernels and allocator warmed), gradients dropped."""
     import torch
-    import torch.nn.functional as F
 
     from pipeline.core.precision import autocast
 
@@ -180,7 +181,7 @@ def warm_up(model, ids, precision: str, device) -> None:
     model.train()
     with autocast(precision, device):
         logits = model(input_ids=x, attention_mask=torch.ones_like(x))
-    F.binary_cross_entropy_with_logits(logits, torch.zeros(1, device=device)).backward()
+    LOSSES[loss].summed(logits, torch.zeros(1, device=device)).backward()
     model.zero_grad(set_to_none=True)
 
 
@@ -225,9 +226,9 @@ def run_row(cfg: Config, spec: dict) -> dict:
     device = distributed.pick_device(cfg.train.device)
     precision = resolve_precision(spec["precision"], device)
     out = {"key": spec["key"], "runner": spec["runner"], **_device_facts(device), "precision": precision}
-    if spec["optimizer"] == "adamw8bit" and device.type != "cuda":
-        # the same refusal make_training gives, without building a model for it
-        return {**out, "na": "8-bit AdamW (bitsandbytes) runs only on a CUDA GPU"}
+    why = optimizers.refusal(spec["optimizer"], device.type, lambda module: True)
+    if why:  # the refusal make_training gives on this device, without building a model for it
+        return {**out, "na": why}
     mconf = model_config(cfg)
     ids, labels, vocab = bench_data(cfg, mconf.vocab_size)
     torch.manual_seed(cfg.train.seed)
@@ -240,7 +241,13 @@ def run_row(cfg: Config, spec: dict) -> dict:
         if spec["checkpointing"]:
             modeling.enable_checkpointing(model)  # the probe must see the memory training will use
         micro, out["autofit"] = memory.fit_micro_batch(
-            model, b.effective_batch, b.seq_len, b.max_memory_gb, precision, device, spec["optimizer"]
+            model,
+            b.effective_batch,
+            b.seq_len,
+            b.max_memory_gb,
+            precision,
+            device,
+            dataclasses.replace(cfg.train, optimizer=spec["optimizer"]),
         )
     micro = spec.get("force_micro") or micro  # the Trainer's auto-fit row takes the micro-batch ours picked
     out["micro"], out["accumulation"] = micro, b.effective_batch // micro
@@ -307,7 +314,7 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
     rows, width = ids.shape
     data = Ragged(ids.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width)
     plan = [[timed[i : i + tcfg.micro_batch]] for i in range(0, len(timed), tcfg.micro_batch)]
-    warm_up(model, ids, precision, device)
+    warm_up(model, ids, precision, device, tcfg.loss)
     init_state(optimizer)
     marks = [_now(device)]
 
@@ -324,7 +331,6 @@ def _run_ours(model, tcfg, spec, ids, labels, timed, precision, device, profiler
 def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -> tuple[list[float], dict]:
     """The same job through transformers.Trainer: (seconds of each optimizer step, its settings)."""
     import torch
-    import torch.nn.functional as F
     from transformers import Trainer, TrainerCallback
 
     class Rows(torch.utils.data.Dataset):
@@ -335,9 +341,9 @@ def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -
             x = torch.as_tensor(ids[timed[i]], dtype=torch.long)
             return {"input_ids": x, "attention_mask": torch.ones_like(x), "labels": torch.tensor(labels[timed[i]])}
 
-    def bce(outputs, targets, num_items_in_batch=None):
-        # the loss our loop uses: BCE on fp32 logits, summed and divided by the window's examples
-        loss = F.binary_cross_entropy_with_logits(outputs.float(), targets.float(), reduction="sum")
+    def summed_loss(outputs, targets, num_items_in_batch=None):
+        # the loss our loop uses, summed and divided by the window's examples
+        loss = LOSSES[tcfg.loss].summed(outputs, targets)
         return loss / (num_items_in_batch if num_items_in_batch is not None else len(targets))
 
     class Clock(TrainerCallback):
@@ -353,8 +359,8 @@ def _run_trainer(model, tcfg, ids, labels, timed, precision, device, profiler) -
     with tempfile.TemporaryDirectory() as tmp:
         steps = len(timed) // (tcfg.micro_batch * tcfg.accumulation)
         args = trainer.trainer_arguments(tcfg, precision, device, steps, tmp)
-        hf = Trainer(model=model, args=args, train_dataset=Rows(), compute_loss_func=bce, callbacks=[clock])
-        warm_up(model, ids, precision, device)
+        hf = Trainer(model=model, args=args, train_dataset=Rows(), compute_loss_func=summed_loss, callbacks=[clock])
+        warm_up(model, ids, precision, device, tcfg.loss)
         init_state(hf.create_optimizer())  # train() reuses this optimizer, state and all
         with profiler:
             hf.train()

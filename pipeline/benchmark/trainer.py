@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeline.optimizers import OPTIMIZERS
+
 
 def from_config(tcfg, max_steps: int) -> dict:
     """Every TrainingArguments field with a counterpart among the train settings, read from them: a new setting
@@ -31,15 +33,16 @@ def from_config(tcfg, max_steps: int) -> dict:
 def trainer_arguments(tcfg, precision: str, device, max_steps: int, output_dir: str):
     """The TrainingArguments of a Trainer row: the job's settings, and Trainer's own defaults for the rest.
 
-    The optimizer is left at Trainer's default (adamw_torch_fused on torch >= 2.8): what a user gets.
-    Only the 8-bit row names one, Trainer's bitsandbytes AdamW.
+    The optimizer is left at Trainer's default (adamw_torch_fused on torch >= 2.8, what a user gets) unless the
+    optimizer's record names Trainer's own (pipeline.optimizers: the 8-bit row's bitsandbytes AdamW).
     """
     from transformers import TrainingArguments
 
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
     # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name is an alias)
     ckpt = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
-    optim = {"optim": "adamw_bnb_8bit"} if tcfg.optimizer == "adamw8bit" else {}
+    named = OPTIMIZERS[tcfg.optimizer].trainer_optim
+    optim = {"optim": named} if named else {}
     return TrainingArguments(
         output_dir=output_dir,
         **from_config(tcfg, max_steps),

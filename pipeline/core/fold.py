@@ -146,7 +146,7 @@ class FoldRun:
             self.precision_rates, reused = precision.shared_choice(
                 layout.precision_choice(cfg), key,
                 lambda: memory.step_rates(self.net, self.model, t.micro_batch, cfg.model.max_length, ("bf16", "fp32"),
-                                          d.device, t.optimizer))  # fmt: skip
+                                          d.device, t))  # fmt: skip
             self.precision = precision.choose(self.precision_rates)
         self.precision_why = precision.choice_note(self.precision_rates, t.micro_batch, cfg.model.max_length, reused)
 

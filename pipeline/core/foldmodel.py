@@ -130,7 +130,7 @@ def checkpointing(cfg: Config, model, net, prec: str, d: distributed.Dist) -> tu
         on, how = False, "a CPU without train.max_memory_gb"
     else:
         fit, how = memory.fits(net, model, t.micro_batch, cfg.model.max_length, t.max_memory_gb, prec, d.device,
-                               t.optimizer)  # fmt: skip
+                               t)  # fmt: skip
         on = not all(distributed.gather_objects(d, fit))  # every rank runs the same way
         how = f"micro-batch {t.micro_batch} without it: {how}"
     if on:
@@ -149,7 +149,7 @@ def ddp_headroom(cfg: Config, model, net, prec: str, d: distributed.Dist) -> Non
         return  # on CPUs nothing is measured against a card (gloo runs are tests and smoke runs)
     t = cfg.train
     fit, how = memory.fits(net, model, t.micro_batch, cfg.model.max_length, t.max_memory_gb, prec, d.device,
-                           t.optimizer)  # fmt: skip
+                           t)  # fmt: skip
     fits = distributed.gather_objects(d, (fit, how))
     if all(f for f, _ in fits):
         return

@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from pipeline.core.batching import accumulation_windows, collate, halve_window, to_device
 from pipeline.core.optim import optimizer_step, reset_scaler
 from pipeline.core.precision import autocast
 from pipeline.errors import PipelineError
 from pipeline.inputs.tokens import Ragged
+from pipeline.losses import LOSSES
 from pipeline.progress import bar as progress_bar
 from pipeline.schema import TrainConfig
 
@@ -102,8 +102,7 @@ def forward_backward(job: Job, window: list[list[np.ndarray]]) -> tuple[float, i
         with sync:
             with autocast(job.precision, job.device):  # the model's head gives fp32 logits outside autocast
                 logits = job.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-            # fp32 loss from logits (never sigmoid then BCE: it saturates and underflows in half precision)
-            loss_sum = F.binary_cross_entropy_with_logits(logits, batch["labels"], reduction="sum")
+            loss_sum = LOSSES[job.cfg.loss].summed(logits, batch["labels"])  # fp32, from the logits
             # sum / examples in the window makes the window's gradient the mean over all its examples;
             # x world undoes DDP's averaging over ranks, which would otherwise divide a second time
             job.scaler.scale(loss_sum * (job.world / n_window)).backward()

@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from pipeline.core import headroom, optim
 from pipeline.core import precision as precision_mod
+from pipeline.losses import LOSSES
 from pipeline.schema import TrainConfig
 
 GB = 2**30
@@ -105,12 +105,12 @@ def divisors_down(n: int) -> list[int]:
     return [m for m in range(n, 0, -1) if n % m == 0]
 
 
-def probe(net, model, micro: int, seq_len: int, precision: str, device: torch.device, optimizer: str) -> None:
+def probe(net, model, micro: int, seq_len: int, precision: str, device: torch.device, train: TrainConfig) -> None:
     """One whole training step at full length on `net` (the model, or DDP around it); weights unchanged."""
     vocab = model.get_input_embeddings().num_embeddings
     ids = torch.randint(5, vocab, (micro, seq_len), device=device)
     net.train()
-    opt, _ = optim.make_training(model, TrainConfig(optimizer=optimizer), device, total_steps=1)
+    opt, _ = optim.make_training(model, train, device, total_steps=1)
     for group in opt.param_groups:
         group["lr"] = 0.0  # AdamW's update and decay are both x lr: the step allocates its state, moves nothing
     scaler = precision_mod.make_scaler(precision, device)
@@ -119,7 +119,7 @@ def probe(net, model, micro: int, seq_len: int, precision: str, device: torch.de
         with sync:
             with precision_mod.autocast(precision, device):
                 logits = net(input_ids=ids, attention_mask=torch.ones_like(ids))
-            loss = F.binary_cross_entropy_with_logits(logits, torch.zeros(micro, device=device))
+            loss = LOSSES[train.loss].summed(logits, torch.zeros(micro, device=device)) / micro
             scaler.scale(loss).backward()
         optim.optimizer_step(model, opt, scaler, max_grad_norm=1.0)
     finally:
@@ -127,15 +127,15 @@ def probe(net, model, micro: int, seq_len: int, precision: str, device: torch.de
         opt.state.clear()
 
 
-def step_rates(net, model, micro: int, seq_len: int, precisions: tuple[str, ...], device, optimizer: str) -> dict:
+def step_rates(net, model, micro: int, seq_len: int, precisions: tuple[str, ...], device, train: TrainConfig) -> dict:
     """{precision: examples a second} of one whole training step at full length in each (after an untimed one,
     which pays for first-call allocations and kernel choices); weights unchanged, random numbers untouched."""
     rates = {}
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         for precision in precisions:
-            probe(net, model, micro, seq_len, precision, device, optimizer)
+            probe(net, model, micro, seq_len, precision, device, train)
             start = time.perf_counter()
-            probe(net, model, micro, seq_len, precision, device, optimizer)
+            probe(net, model, micro, seq_len, precision, device, train)
             rates[precision] = round(micro / (time.perf_counter() - start), 2)
     return rates
 
@@ -147,36 +147,38 @@ def fit_micro_batch(
     max_memory_gb: float,
     precision: str,
     device,
-    optimizer: str = "adamw",
+    train: TrainConfig | None = None,
     net=None,
 ) -> tuple[int, str]:
     """(micro-batch, how it was decided): the largest divisor of per_device_batch that fits the cap.
 
-    `net` is the model as training runs it (DDP-wrapped under torchrun); by default the model itself.
+    `net` is the model as training runs it (DDP-wrapped under torchrun); by default the model itself. `train`: the
+    settings whose optimizer and loss the probe steps (by default, the defaults').
     """
     net = model if net is None else net
+    train = TrainConfig() if train is None else train
     cap = int(max_memory_gb * GB)
     # dropout in the probes must not shift the training run's random numbers
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         if device.type == "cuda":
-            return _fit_cuda(net, model, per_device_batch, seq_len, cap, precision, device, optimizer)
-        return _fit_cpu(net, model, per_device_batch, seq_len, cap, precision, device, optimizer)
+            return _fit_cuda(net, model, per_device_batch, seq_len, cap, precision, device, train)
+        return _fit_cpu(net, model, per_device_batch, seq_len, cap, precision, device, train)
 
 
-def fits(net, model, micro: int, seq_len: int, max_memory_gb: float, precision: str, device, optimizer: str):
+def fits(net, model, micro: int, seq_len: int, max_memory_gb: float, precision: str, device, train: TrainConfig):
     """(whether one training step at `micro` fits, how that was decided): measured on CUDA under the cap
     (max_memory_gb, or the whole card where it is 0, less the card's margin either way: cuda_cap), estimated
     from the micro-batch 1 and 2 probes on CPU."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         if device.type == "cuda":
             cap = cuda_cap(max_memory_gb, device)
-            peak = cuda_peak(net, model, micro, seq_len, precision, device, optimizer)
+            peak = cuda_peak(net, model, micro, seq_len, precision, device, train)
             measured = "out of memory" if peak is None else f"peak {peak / GB:.1f} GB"
             return peak is not None and peak <= cap, f"{measured} of {cap / GB:.1f} GB on {device}"
         cap = int(max_memory_gb * GB)
         if not reset_peak_rss():
             return False, "cpu: the peak resident memory cannot be reset here, so nothing can be measured"
-        estimate = cpu_estimate(*cpu_probe_peaks(net, model, seq_len, precision, device, optimizer), micro)
+        estimate = cpu_estimate(*cpu_probe_peaks(net, model, seq_len, precision, device, train), micro)
         return estimate <= cap, f"cpu estimate {estimate / GB:.2f} GB of {cap / GB:.2f} GB"
 
 
@@ -187,11 +189,11 @@ def cuda_cap(max_memory_gb: float, device) -> int:
     return int(min(max_memory_gb * GB or total, headroom.usable_bytes(total)))
 
 
-def cuda_peak(net, model, micro: int, seq_len: int, precision: str, device, optimizer: str) -> int | None:
+def cuda_peak(net, model, micro: int, seq_len: int, precision: str, device, train: TrainConfig) -> int | None:
     """The allocator's peak of one probe step at `micro`, or None where it ran out of memory."""
     try:
         reset_peak(device)
-        probe(net, model, micro, seq_len, precision, device, optimizer)
+        probe(net, model, micro, seq_len, precision, device, train)
         return peak_bytes(device)
     except torch.OutOfMemoryError:
         return None
@@ -199,13 +201,13 @@ def cuda_peak(net, model, micro: int, seq_len: int, precision: str, device, opti
         torch.cuda.empty_cache()
 
 
-def _fit_cuda(net, model, batch, seq_len, cap, precision, device, optimizer) -> tuple[int, str]:
+def _fit_cuda(net, model, batch, seq_len, cap, precision, device, train) -> tuple[int, str]:
     total = torch.cuda.get_device_properties(device).total_memory
     cap = min(cap, cuda_cap(0, device))  # the card's margin holds under any max_memory_gb
     # the cap becomes the allocator's limit: a probe that would pass it fails fast, as on a smaller card
     torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
     for micro in divisors_down(batch):
-        peak = cuda_peak(net, model, micro, seq_len, precision, device, optimizer)
+        peak = cuda_peak(net, model, micro, seq_len, precision, device, train)
         if peak is not None and peak <= cap:
             return micro, f"measured on {device}: whole-step peak {peak / GB:.1f} GB, cap {cap / GB:.1f} GB"
     return 1, f"nothing fits under {cap / GB:.1f} GB on {device}; micro-batch 1 (expect out-of-memory retries)"
@@ -217,22 +219,22 @@ def cpu_estimate(base: int, peak1: int, peak2: int, micro: int) -> int:
     return base + peak1 + (micro - 1) * per_example
 
 
-def cpu_probe_peaks(net, model, seq_len: int, precision: str, device, optimizer: str) -> tuple[int, int, int]:
+def cpu_probe_peaks(net, model, seq_len: int, precision: str, device, train: TrainConfig) -> tuple[int, int, int]:
     """(resident bytes before, peak above it at micro-batch 1, at 2); the probes' memory is measured whole."""
     base = current_bytes(device)
     peaks = []
     for micro in (1, 2):
         reset_peak(device)
-        probe(net, model, micro, seq_len, precision, device, optimizer)
+        probe(net, model, micro, seq_len, precision, device, train)
         # memory freed by the first probe may stay resident; the second reuses it, so both peaks count from base
         peaks.append(peak_bytes(device) - base)
     return base, peaks[0], peaks[1]
 
 
-def _fit_cpu(net, model, batch, seq_len, cap, precision, device, optimizer) -> tuple[int, str]:
+def _fit_cpu(net, model, batch, seq_len, cap, precision, device, train) -> tuple[int, str]:
     if not reset_peak_rss():
         return 1, "cpu: the peak resident memory cannot be reset here, so nothing can be measured; micro-batch 1"
-    base, peak1, peak2 = cpu_probe_peaks(net, model, seq_len, precision, device, optimizer)
+    base, peak1, peak2 = cpu_probe_peaks(net, model, seq_len, precision, device, train)
     for micro in divisors_down(batch):
         estimate = cpu_estimate(base, peak1, peak2, micro)
         if estimate <= cap:

@@ -17,11 +17,13 @@ import re
 import torch
 
 from pipeline.errors import PipelineError
+from pipeline.optimizers import OPTIMIZERS, refusal
 from pipeline.schema import TrainConfig
 
 
 def make_training(model: torch.nn.Module, cfg: TrainConfig, device: torch.device, total_steps: int):
-    """(optimizer, scheduler): AdamW over the named groups, under the warm-up and linear decay of `total_steps`."""
+    """(optimizer, scheduler): train.optimizer over the named groups, under the warm-up and linear decay of
+    `total_steps`."""
     optimizer = make_optimizer(model, cfg, device)
     return optimizer, make_scheduler(optimizer, cfg.warmup, total_steps)
 
@@ -87,29 +89,22 @@ def learning_rates(optimizer: torch.optim.Optimizer) -> dict[str, float]:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW over param_groups; fused where the device has it, or 8-bit."""
+    """train.optimizer's record (pipeline.optimizers) built over param_groups."""
     groups = param_groups(model, cfg)
     check_optimizer(cfg, device)
-    if cfg.optimizer == "adamw8bit":
-        try:
-            import bitsandbytes as bnb
-        except ImportError as e:
-            raise PipelineError(f"train.optimizer=adamw8bit needs bitsandbytes ({e})") from None
-        return bnb.optim.AdamW8bit(groups, lr=cfg.lr)
-    # fused: one kernel per step, with no parameter-sized temporaries (the for-loop version makes two the
-    # size of the 250k-row embedding at once); torch has it for CUDA and CPU
-    return torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type in ("cuda", "cpu"))
+    return OPTIMIZERS[cfg.optimizer].build(groups, cfg.lr, device)
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def check_optimizer(cfg: TrainConfig, device: torch.device) -> None:
     """Refuse, in one line, a train.optimizer this device cannot run: before any fold starts (pipeline.train) as
     well as where the optimizer is made."""
-    if cfg.optimizer != "adamw8bit":
-        return
-    if device.type != "cuda":
-        raise PipelineError("train.optimizer=adamw8bit runs only on a CUDA GPU (bitsandbytes); use adamw here")
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise PipelineError("train.optimizer=adamw8bit needs bitsandbytes, which is not installed here; use adamw")
+    why = refusal(cfg.optimizer, device.type, installed)
+    if why:
+        raise PipelineError(why)
 
 
 def warmup_steps(warmup: float, total_steps: int) -> int:

@@ -5,9 +5,9 @@ keeps at most 20 GB of /kaggle/working): a run that fills it fails hours in, at 
 
 Sizes are computed, not measured: a model's parameter count comes from its architecture (a known hub
 name, the tiny config, or a local folder's config.json), safetensors store 4 bytes a trained parameter, and a
-resume state 12 (fp32 weights and AdamW's two moments). Under LoRA (`model.lora.r` > 0) the trained parameters
-are the adapters and the head: a fold writes those alone, and its frozen base is read from the model input
-(`kaggle.model_source`) by every fold, never written. Row counts come from the real competition.
+resume state 4 and the optimizer's state (`resume_bytes`: 12 for AdamW). Under LoRA (`model.lora.r` > 0)
+the trained parameters are the adapters and the head: a fold writes those alone, and its frozen base is read
+from the model input (`kaggle.model_source`) by every fold, never written. Row counts come from the real competition.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.optimizers import OPTIMIZERS
 from pipeline.schema import Config
 
 GB = 1e9  # Kaggle's quota is in decimal gigabytes
@@ -139,12 +140,17 @@ def training_row_bound(cfg: Config) -> int:
     return ENGLISH_TOXIC + cfg.data.english_negatives + VALID_ROWS + cfg.data.bias_rows
 
 
+def resume_bytes(cfg: Config, trained: int) -> int:
+    """A resume state's bytes: the fp32 weights and the optimizer's state (its record's bytes a parameter)."""
+    return (4 + OPTIMIZERS[cfg.train.optimizer].state_bytes) * trained
+
+
 def plan_disk(cfg: Config, folds: int) -> DiskPlan:
     """What a run of `folds` folds writes where (see pipeline/notebook.py for the layout)."""
     arch = model_architecture(cfg)
     params = transformer_parameters(arch) if arch else 0
     trained = trained_parameters(cfg, arch) if arch else 0
-    weights, resume = 4 * trained, 12 * trained  # a LoRA fold's: its adapters and head, never its base
+    weights, resume = 4 * trained, resume_bytes(cfg, trained)  # a LoRA fold's: its adapters and head, never its base
     tokenizer = TOKENIZER_BYTES_PER_TOKEN * (arch or {}).get("vocab_size", 0)
     rows = training_row_bound(cfg)
     exp = f"models/{cfg.name}"

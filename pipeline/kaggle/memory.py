@@ -7,7 +7,8 @@ not fit fails at its first step, after the session has started. Computed, not me
 - weights: 4 bytes a trained parameter (fp32 master weights); a LoRA base's frozen ones at disk.frozen_bytes (half
   precision, or 8 or 4 bits);
 - gradients: 4 bytes a trained parameter (DDP's buckets are the gradients themselves: gradient_as_bucket_view);
-- AdamW's two moments: 8 bytes a trained parameter (2 with train.optimizer=adamw8bit);
+- the optimizer's state: its record's bytes a trained parameter (pipeline.optimizers: AdamW's two moments 8,
+  8-bit AdamW's 2);
 - autocast's half-precision copies of the fp32 matrices it multiplies, held for the forward: 2 bytes a layer
   weight when every weight trains (a LoRA base is half precision already: nothing to copy);
 - activations of one micro-batch of train.micro_batch rows at model.max_length (the longest batch), counted per
@@ -25,7 +26,7 @@ Host memory too: each train (and predict) process reads the model on the CPU bef
 them at once, so the notebook's memory (about 29 GB, assumed) holds that many copies: a LoRA base in half precision
 (read straight into it: pipeline.core.modeling), every weight in fp32 without LoRA; a quantized base is loaded onto
 its GPU directly (device_map) and is not counted. Each process adds Python, torch and CUDA (2.5 GB, assumed). A
-fold that resumes reads its resume state in the first process (12 bytes a trained parameter); the others map it.
+fold that resumes reads its resume state in the first process (disk.resume_bytes); the others map it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 
 from pipeline.core import headroom
 from pipeline.kaggle import disk
+from pipeline.optimizers import OPTIMIZERS
 from pipeline.schema import Config
 
 T4_TOTAL = 15.83e9  # a T4's memory as torch reports it (total_memory: 15,095 MiB)
@@ -100,7 +102,7 @@ def plan_memory(cfg: Config, usable: float = T4_USABLE) -> MemoryPlan | None:
         return None
     trained = disk.trained_parameters(cfg, arch)
     lora = cfg.model.lora.r > 0
-    moments = 2 if cfg.train.optimizer == "adamw8bit" else 8
+    optimizer = OPTIMIZERS[cfg.train.optimizer]
     plan = MemoryPlan()
     if lora:
         quantize = cfg.model.lora.quantize
@@ -110,7 +112,10 @@ def plan_memory(cfg: Config, usable: float = T4_USABLE) -> MemoryPlan | None:
     plan.items += [
         (f"{what} in fp32: {trained / 1e6:,.1f}M parameters", 4.0 * trained),
         ("their gradients (fp32; DDP's buckets are these)", 4.0 * trained),
-        (f"AdamW's two moments ({'8-bit' if moments == 2 else 'fp32'})", float(moments) * trained),
+        (
+            f"the optimizer's state ({optimizer.doc}: {optimizer.state_bytes} bytes a parameter)",
+            float(optimizer.state_bytes) * trained,
+        ),  # fmt: skip
     ]
     if not lora and cfg.train.precision != "fp32":
         plan.items.append(("autocast's half-precision copies of the layers' matrices", 2.0 * disk.layer_matrices(arch)))
@@ -154,9 +159,9 @@ def loaded_bytes(cfg: Config, arch: dict) -> float:
 
 def resume_host_bytes(cfg: Config, arch: dict) -> float:
     """What a fold that resumes holds of its resume state in host memory while the model loads: the first process
-    reads it whole (12 bytes a trained parameter: fp32 weights and AdamW's two moments, as pipeline.kaggle.disk
-    counts it); the others map it (pipeline.core.resume.load_resume_everywhere), which holds no memory of theirs."""
-    return 12.0 * disk.trained_parameters(cfg, arch)
+    reads it whole (disk.resume_bytes: fp32 weights and the optimizer's state); the others map it
+    (pipeline.core.resume.load_resume_everywhere), which holds no memory of theirs."""
+    return float(disk.resume_bytes(cfg, disk.trained_parameters(cfg, arch)))
 
 
 def host_memory(cfg: Config, processes: int) -> tuple[str, float] | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import config as config_mod
-from pipeline import layout
+from pipeline import layout, optimizers
 from pipeline.kaggle.plan import KernelError, make_plan
 from pipeline.schema import Config
 
@@ -230,8 +230,9 @@ def check_machine(cfg: Config, gpus: int | None = None) -> None:
             f"transformers {transformers.__version__} is too old (the pipeline needs {want} or newer): set "
             "kaggle.docker_image_pinning=latest (the newest image) and push again"
         )
-    if cfg.train.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
-        raise KernelError("train.optimizer=adamw8bit needs bitsandbytes, which this image lacks: use adamw")
+    why = optimizers.refusal(cfg.train.optimizer, None, lambda module: importlib.util.find_spec(module) is not None)
+    if why:
+        raise KernelError(why)
     if cfg.model.lora.r > 0 and importlib.util.find_spec("peft") is None:
         raise KernelError("model.lora needs peft, which this image lacks: set model.lora.r=0 (or another image)")
     if cfg.model.lora.r > 0 and cfg.model.lora.quantize != "none" and importlib.util.find_spec("bitsandbytes") is None:

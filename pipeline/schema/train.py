@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline import losses, optimizers
 from pipeline.schema.base import FRACTION, LATER, NEVER, NON_NEGATIVE, POSITIVE, SEED, at_least, setting
 
 
@@ -45,9 +46,8 @@ class TrainConfig:
         within=((lambda v: v in (True, False, "auto")), "true, false or auto"),
         role=NEVER,
     )
-    optimizer: str = setting(
-        "adamw", "`adamw` (fused) or `adamw8bit` (bitsandbytes, CUDA only)", choices=("adamw", "adamw8bit")
-    )
+    optimizer: str = setting("adamw", optimizers.setting_doc(), choices=tuple(optimizers.OPTIMIZERS))
+    loss: str = setting("bce", losses.setting_doc(), choices=tuple(losses.LOSSES), role=LATER)
     device: str = setting(
         "auto",
         "`auto`, `cpu`, `cuda` or `cuda:N`; one this machine does not have is refused. `auto` without CUDA refuses "

@@ -100,7 +100,7 @@ cpu = torch.device("cpu")
 micro, seq = 4, 32
 if sys.argv[1] == "estimate":
     memory.reset_peak_rss()
-    base, p1, p2 = memory.cpu_probe_peaks(model, model, seq, "fp32", cpu, "adamw")
+    base, p1, p2 = memory.cpu_probe_peaks(model, model, seq, "fp32", cpu, TrainConfig())
     print(json.dumps(memory.cpu_estimate(base, p1, p2, micro) - base))
 else:
     rng = np.random.default_rng(0)
@@ -161,7 +161,7 @@ def test_probe_runs_a_whole_step_and_leaves_the_weights() -> None:
 
     optim.optimizer_step, saved = spy, optim.optimizer_step
     try:
-        memory.probe(model, model, 2, 16, "fp32", CPU, "adamw")
+        memory.probe(model, model, 2, 16, "fp32", CPU, TrainConfig())
     finally:
         optim.optimizer_step = saved
     assert steps == [1]  # densify, clip and the optimizer step are part of what is measured
@@ -227,7 +227,7 @@ def test_ddp_broadcasts_no_buffers_so_the_probe_is_no_collective(monkeypatch) ->
     # what is not broadcast must not change: the model's buffers are constants, a training step leaves them
     assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
     before = {n: b.clone() for n, b in model.named_buffers()}
-    memory.probe(model, model, 2, 16, "fp32", CPU, "adamw")
+    memory.probe(model, model, 2, 16, "fp32", CPU, TrainConfig())
     assert before and all(torch.equal(before[n], b) for n, b in model.named_buffers())
 
 
@@ -249,7 +249,7 @@ def on_fake_card(monkeypatch, total: int, peak: int) -> torch.device:
 def test_a_step_fits_a_card_only_with_a_margin_left(monkeypatch, peak_gib, cap_gb, fit) -> None:
     """16 GiB less max(1 GiB, 7%) = 14.88 GiB: a peak above it counts as out of memory, whatever max_memory_gb."""
     device = on_fake_card(monkeypatch, 16 * memory.GB, int(peak_gib * memory.GB))
-    ok, how = memory.fits(None, None, 4, 16, cap_gb, "fp16", device, "adamw")
+    ok, how = memory.fits(None, None, 4, 16, cap_gb, "fp16", device, TrainConfig())
     assert ok is fit, how
     assert memory.cuda_cap(0, device) == int(16 * memory.GB * 0.93)
     assert memory.cuda_cap(0, on_fake_card(monkeypatch, 8 * memory.GB, 0)) == 7 * memory.GB  # 1 GiB > 7% of 8

@@ -47,8 +47,9 @@ def draw(rng, lang: str, toxic_n: int, clean_n: int, toxic_shares, clean_shares)
     bucket = np.r_[rng.choice(5, toxic_n, p=toxic_shares), rng.choice(5, clean_n, p=clean_shares)]
     low, high = np.asarray(lengths.BOUNDS).T
     y = np.r_[np.ones(toxic_n, int), np.zeros(clean_n, int)]
-    return pd.DataFrame({"lang": lang, "toxic": y, "tokens": rng.integers(low[bucket], high[bucket] + 1),
-                         "bucket": bucket, "noise": rng.normal(size=len(y)), "other": rng.normal(size=len(y))})  # fmt: skip
+    tokens = rng.integers(low[bucket], high[bucket] + 1)
+    noise, other = rng.normal(size=len(y)), rng.normal(size=len(y))
+    return pd.DataFrame({"lang": lang, "toxic": y, "tokens": tokens, "bucket": bucket, "noise": noise, "other": other})
 
 
 def real_rows(rng, lang: str, n: int, rate: float, link: float) -> pd.DataFrame:
@@ -100,12 +101,17 @@ def one_draw(seed: int, link: float, held: dict, test_rows: int, pairs: int = 8)
     the base model, the estimate's))."""
     oof, test = world(seed, link, held, test_rows)
     rng = np.random.default_rng(10_000 + seed)
-    base_true, base_est = metrics.auc(test["toxic"], predict(test, lengths.SKILL)), estimate(oof, test, predict(oof, lengths.SKILL))
+    base_true = metrics.auc(test["toxic"], predict(test, lengths.SKILL))
+    base_est = estimate(oof, test, predict(oof, lengths.SKILL))
     diffs = []
     for _ in range(pairs):  # a close model: better at some lengths, worse at others, its errors partly shared
         skill = np.asarray(lengths.SKILL) + rng.normal(0, 0.08, size=5)
-        diffs.append((base_true - metrics.auc(test["toxic"], predict(test, skill, 0.3)),
-                      base_est - estimate(oof, test, predict(oof, skill, 0.3))))
+        diffs.append(
+            (
+                base_true - metrics.auc(test["toxic"], predict(test, skill, 0.3)),
+                base_est - estimate(oof, test, predict(oof, skill, 0.3)),
+            )
+        )
     return base_est - base_true, np.array(diffs)
 
 
