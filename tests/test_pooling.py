@@ -66,10 +66,10 @@ def test_a_lora_fold_loads_with_its_own_pooling_whatever_the_config_s(monkeypatc
     lora_args = ["model.lora.r=4", "model.lora.alpha=8", "model.dropout=0.0"]
     trained = config.load("sample", [*lora_args, "model.pooling=mean"], device=False)
     base = {"from": "tiny", "seed": 0, "config": modeling.tiny_config(trained, 100, 1).to_dict()}
-    model = modeling.lora_base(trained, None, base, 0.0, "fp32", CPU, "none", "both")
+    model = modeling.lora_base(trained, None, base, modeling.HeadSpec("both", 0.0), "fp32", CPU, "none")
     lora.attach(model, lora.spec(trained.model.lora, model.encoder, base), torch.float32)
     torch.nn.init.normal_(model.head.weight)
-    modeling.save(model, tmp_path, 0.0)
+    modeling.save(model, tmp_path)
     again = modeling.load_fold_model(tmp_path, cfg=trained, device=CPU)
     assert again.pooling == "both" and again.head.in_features == 2 * model.config.hidden_size
     torch.testing.assert_close(again.head.weight, model.head.weight)

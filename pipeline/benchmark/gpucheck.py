@@ -109,7 +109,9 @@ def build_model(cfg: Config):
 
     mconf = runner.model_config(cfg)
     modeling.with_dropout(mconf, 0.0)
-    return modeling.Classifier(modeling.encoder_from_config(mconf), cfg.model.pooling, 0.0), mconf.vocab_size
+    return modeling.Classifier(
+        modeling.encoder_from_config(mconf), modeling.HeadSpec(cfg.model.pooling, 0.0)
+    ), mconf.vocab_size
 
 
 def train_steps(cfg: Config, model, precision: str, device, data, shape: Shape):

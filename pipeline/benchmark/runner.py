@@ -79,7 +79,7 @@ def bench_model(cfg: Config, mconf, dtype=None):
         encoder = modeling.pretrained_encoder(cfg.bench.model, cfg.model.dropout, dtype or torch.float32)
     else:
         encoder = modeling.encoder_from_config(mconf, dtype)
-    return modeling.Classifier(encoder, cfg.model.pooling, cfg.model.dropout)
+    return modeling.Classifier(encoder, modeling.HeadSpec.of(cfg))
 
 
 def row_model(cfg: Config, spec: dict, mconf, vocab, ids, precision: str, out: dict):

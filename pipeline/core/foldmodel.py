@@ -54,7 +54,7 @@ def check_settings(cfg: Config, device) -> None:
     before any fold starts: nothing is touched then."""
     init = validity.init_dir(cfg)
     if init is not None:  # a stage-2 model is the stage-1 model's, head and pooling included (modeling.build_model)
-        pooling = modeling.read_head(init)["pooling"]
+        pooling = modeling.head_spec(modeling.read_head(init)).pooling
         if pooling != cfg.model.pooling:
             raise PipelineError(
                 f"model.init_from={cfg.model.init_from}: its model pools by {pooling} and a stage-2 fold pools as "
@@ -75,7 +75,7 @@ def save_model(model, tokenizer, cfg: Config, fold_dir: Path) -> None:
     need = modeling.count_parameters(model) * 4  # fp32 weights; a full disk is one line, the old files kept
     try:
         with files.disk_full(fold_dir / layout.WEIGHTS, need):
-            modeling.save(model, tmp, cfg.model.dropout)
+            modeling.save(model, tmp)
             tokenizer.save_pretrained(tmp)
             config_mod.save(cfg, tmp / layout.RUN_CONFIG)
         files.default_modes(tmp)  # safetensors writes its file 0600; every artifact gets the same mode
@@ -185,7 +185,7 @@ def auto_fit(cfg: Config, model, net, prec: str, d: distributed.Dist) -> Config:
     t = cfg.train
     per_device = t.micro_batch * t.accumulation
     micro, how = memory.fit_micro_batch(
-        model, per_device, cfg.model.max_length, t.max_memory_gb, prec, d.device, t.optimizer, net=net
+        model, per_device, cfg.model.max_length, t.max_memory_gb, prec, d.device, t, net=net
     )
     micro = min(distributed.gather_objects(d, micro))  # every rank must run the same plan
     if d.is_main:

@@ -24,7 +24,9 @@ merged. Loading such a fold builds that base again, trimmed as the fold was, and
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -55,15 +57,34 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
     return POOLINGS[how].pool(hidden, mask)
 
 
+@dataclass(frozen=True)
+class HeadSpec:
+    """What the classification head is: the pooling it reads (pipeline.pooling) and the dropout before it. Every
+    Classifier is built from one; head.json holds it (write_head, read_head) with the head's version and, for a
+    LoRA fold, the `lora` block."""
+
+    pooling: str
+    dropout: float
+
+    @classmethod
+    def of(cls, cfg: Config) -> HeadSpec:
+        """The head the config asks for (model.pooling, model.dropout)."""
+        return cls(cfg.model.pooling, cfg.model.dropout)
+
+    def with_dropout(self, dropout: float | None) -> HeadSpec:
+        """This head with `dropout` instead of its own (None: its own)."""
+        return self if dropout is None else dataclasses.replace(self, dropout=dropout)
+
+
 class Classifier(nn.Module):
     """An encoder, pooled, dropped out and read by one linear logit: forward gives fp32 logits [batch]."""
 
-    def __init__(self, encoder: nn.Module, pooling: str, dropout: float) -> None:
+    def __init__(self, encoder: nn.Module, spec: HeadSpec) -> None:
         super().__init__()
-        self.encoder, self.pooling = encoder, pooling
+        self.encoder, self.spec = encoder, spec
         self.lora: dict | None = None  # head.json's `lora` block once adapters are on (lora.attach)
-        self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(POOLINGS[pooling].width * encoder.config.hidden_size, 1)  # as wide as it pools
+        self.dropout = nn.Dropout(spec.dropout)
+        self.head = nn.Linear(POOLINGS[spec.pooling].width * encoder.config.hidden_size, 1)  # as wide as it pools
         std = getattr(encoder.config, "initializer_range", 0.02)
         nn.init.normal_(self.head.weight, std=std)  # as transformers starts its heads
         nn.init.zeros_(self.head.bias)
@@ -71,6 +92,10 @@ class Classifier(nn.Module):
     @property
     def config(self):
         return self.encoder.config
+
+    @property
+    def pooling(self) -> str:
+        return self.spec.pooling
 
     @property
     def is_activation_checkpointing(self) -> bool:
@@ -193,8 +218,23 @@ def pretrained_encoder(name: str, dropout: float, dtype: torch.dtype = torch.flo
         raise ModelError(f"cannot load the encoder of {name!r}: {_first_line(e)}") from None
 
 
+def write_head(folder: Path, spec: HeadSpec, lora_block: dict | None) -> None:
+    """head.json: the head's version, its spec and, for a LoRA fold, the `lora` block (which base, which
+    adapters)."""
+    head = {"version": HEAD, **dataclasses.asdict(spec)}
+    if lora_block is not None:
+        head["lora"] = lora_block
+    (Path(folder) / HEAD_JSON).write_text(json.dumps(head, indent=1) + "\n")
+
+
+def head_spec(head: dict) -> HeadSpec:
+    """The HeadSpec of a head.json read by read_head."""
+    return HeadSpec(**{f.name: head[f.name] for f in dataclasses.fields(HeadSpec)})
+
+
 def read_head(folder: Path) -> dict:
-    """A fold folder's head.json; one line saying to retrain a fold made before the pipeline had its head."""
+    """A fold folder's head.json (head_spec gives its HeadSpec); one line saying to retrain a fold made before the
+    pipeline had its head."""
     path = Path(folder) / HEAD_JSON
     try:
         head = json.loads(path.read_text())
@@ -228,7 +268,7 @@ def load_fold_model(folder: Path, dropout: float | None = None, cfg: Config | No
         raise _damaged(Path(folder) / "config.json", "the fold's config", e, "retrain the fold") from None
     if dropout is not None:
         with_dropout(config, dropout)
-    model = Classifier(encoder_from_config(config), head["pooling"], head["dropout"] if dropout is None else dropout)
+    model = Classifier(encoder_from_config(config), head_spec(head).with_dropout(dropout))
     try:
         weights = load_file(Path(folder) / layout.WEIGHTS)
     except (SafetensorError, OSError) as e:
@@ -245,9 +285,10 @@ def load_lora_fold(folder: Path, head: dict, cfg: Config, tokenizer, precision: 
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    block, p = head["lora"], head["dropout"] if dropout is None else dropout
+    block = head["lora"]
     # the head as the fold trained it (head.json's pooling), whatever the config's: its width is the pooling's
-    model = lora_base(cfg, tokenizer, block["base"], p, precision, device, block["quantize"], head["pooling"])
+    model = lora_base(cfg, tokenizer, block["base"], head_spec(head).with_dropout(dropout), precision, device,
+                      block["quantize"])  # fmt: skip
     vmap = trim.load_map(folder)
     # a base with the tokenizer's whole vocabulary is trimmed as the fold was; a trimmed stage-1 model already is
     if vmap is not None and model.get_input_embeddings().num_embeddings == len(vmap):
@@ -278,12 +319,11 @@ def base_record(cfg: Config, tokenizer) -> dict | None:
     return {"from": "model", "name": cfg.model.name}
 
 
-def lora_base(
-    cfg: Config, tokenizer, base: dict, dropout: float, precision: str, device, quantize: str, pooling: str = ""
-) -> Classifier:
+def lora_base(cfg: Config, tokenizer, base: dict, spec: HeadSpec, precision: str, device, quantize: str) -> Classifier:
     """The frozen base a LoRA fold trains over, under a new head: `base` (base_record's) built again, in the dtype
-    lora.attach casts it to (a pretrained one read straight into it) or quantized. `pooling`: a trained fold's
-    (head.json's), whose head is as wide as it pools; else the config's."""
+    lora.attach casts it to (a pretrained one read straight into it) or quantized. `spec`: a trained fold's
+    (head.json's), whose head is as wide as it pools, or the config's."""
+    dropout = spec.dropout
     dtype = lora.base_dtype(precision)
     lora.check_quantize(quantize, base["from"], device or torch.device("cpu"))
     if base["from"] == "init_from":
@@ -293,9 +333,8 @@ def lora_base(
                              f"were trained over; retrain the fold")  # fmt: skip
         model = load_fold_model(init, dropout, cfg, tokenizer, precision, device)
         lora.merge(model)  # a LoRA stage-1 model: its adapters become part of the frozen base
-        if pooling and pooling != model.pooling:  # a fold's own pooling over its stage-1 base: a head of its width
-            width = POOLINGS[pooling].width * model.config.hidden_size
-            model.pooling, model.head = pooling, nn.Linear(width, 1).to(model.head.weight.device)
+        if spec.pooling != model.pooling:  # a fold's own pooling over its stage-1 base: a head of its width
+            return Classifier(model.encoder, spec).to(model.head.weight.device)
         return model
     if base["from"] == "tiny":
         from transformers import AutoConfig
@@ -309,7 +348,7 @@ def lora_base(
         name = (cfg.model.path or cfg.model.name) if base["name"] == cfg.model.name else base["name"]
         quantized = lora.quantization(quantize, dtype, device or torch.device("cpu"))
         encoder = pretrained_encoder(str(name), dropout, dtype, quantized, device)
-    return Classifier(encoder, pooling or cfg.model.pooling, dropout)
+    return Classifier(encoder, spec)
 
 
 def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precision: str = "fp32",
@@ -321,7 +360,7 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precis
         return load_fold_model(Path(source), cfg=cfg, tokenizer=tokenizer, precision=precision, device=device)
     base = base_record(cfg, tokenizer)
     if base is not None:
-        return lora_base(cfg, tokenizer, base, cfg.model.dropout, precision, device, cfg.model.lora.quantize)
+        return lora_base(cfg, tokenizer, base, HeadSpec.of(cfg), precision, device, cfg.model.lora.quantize)
     init = validity.init_dir(cfg)
     if init is not None:
         model = load_fold_model(init, cfg.model.dropout, cfg, tokenizer)
@@ -332,7 +371,7 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precis
         encoder = encoder_from_config(tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id))
     else:
         encoder = pretrained_encoder(str(name), cfg.model.dropout)
-    return Classifier(encoder, cfg.model.pooling, cfg.model.dropout)
+    return Classifier(encoder, HeadSpec.of(cfg))
 
 
 def trained_state(model: Classifier) -> dict[str, torch.Tensor]:
@@ -348,7 +387,7 @@ def load_trained(model: Classifier, state: dict[str, torch.Tensor], where: str) 
         model.load_state_dict(state)
 
 
-def save(model: Classifier, folder: Path, dropout: float) -> None:
+def save(model: Classifier, folder: Path) -> None:
     """model.safetensors, config.json and head.json of a Classifier into `folder` (a LoRA fold: its adapters and
     head, and the `lora` block that says which base they go over)."""
     from safetensors.torch import save_file
@@ -357,10 +396,7 @@ def save(model: Classifier, folder: Path, dropout: float) -> None:
     state = {k: v.detach().contiguous().cpu() for k, v in trained_state(model).items()}
     save_file(state, folder / layout.WEIGHTS, metadata={"format": "pt"})
     model.encoder.config.save_pretrained(folder)
-    head = {"version": HEAD, "pooling": model.pooling, "dropout": dropout}
-    if model.lora is not None:
-        head["lora"] = model.lora
-    (folder / HEAD_JSON).write_text(json.dumps(head, indent=1) + "\n")
+    write_head(folder, model.spec, model.lora)
 
 
 def enable_checkpointing(model) -> None:

@@ -96,7 +96,7 @@ def test_the_flops_a_token_are_the_matrix_products_torch_counts() -> None:
                             intermediate_size=256, max_position_embeddings=80, pad_token_id=1,
                             attn_implementation="eager")  # fmt: skip
     # eager attention: its two products are plain matmuls the counter sees (CPU's fused kernel it does not count)
-    model = modeling.Classifier(modeling.encoder_from_config(conf), "mean", 0.0).eval()
+    model = modeling.Classifier(modeling.encoder_from_config(conf), modeling.HeadSpec("mean", 0.0)).eval()
     batch, seq = 3, 48
     ids = torch.randint(5, 300, (batch, seq))
     with FlopCounterMode(display=False) as counter, torch.no_grad():

@@ -363,7 +363,7 @@ def test_half_precision_folder_loads_fp32_master_weights(tmp_path, dtype) -> Non
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     for p, q in zip(model.encoder.parameters(), stored.encoder.parameters(), strict=True):
         assert torch.equal(p, q.float())  # the stored values, widened
-    modeling.save(stored, tmp_path / "fold", 0.0)  # a trained fold's folder too
+    modeling.save(stored, tmp_path / "fold")  # a trained fold's folder too
     again = modeling.build_model(cfg, tokenizer=None, source=tmp_path / "fold")
     assert {p.dtype for p in again.parameters()} == {torch.float32}
     for p, q in zip(again.parameters(), stored.parameters(), strict=True):

@@ -63,7 +63,7 @@ def test_a_step_changes_only_the_adapters_and_the_head(family: str, prec: str) -
     optimizer step in bf16 (fp16: with the GradScaler) with accumulation and checkpointing; every adapter's B and
     the head moved."""
     torch.manual_seed(0)
-    model = modeling.Classifier(modeling.encoder_from_config(tiny_config(family)), "mean", 0.0)
+    model = modeling.Classifier(modeling.encoder_from_config(tiny_config(family)), modeling.HeadSpec("mean", 0.0))
     with_lora(model, dtype=lora.base_dtype(prec))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trained = set(lora.trained_state(model))
@@ -174,7 +174,7 @@ def test_quantize_is_refused_on_a_cpu_and_for_a_model_built_from_a_config_in_one
     )
     tiny = config.load("sample", [*LORA, "model.lora.quantize=8bit"], device=False)
     with pytest.raises(PipelineError, match=r"^model.lora.quantize=8bit: only a pretrained model.name is read "):
-        modeling.lora_base(tiny, None, {"from": "tiny"}, 0.0, "fp32", CPU, "8bit")
+        modeling.lora_base(tiny, None, {"from": "tiny"}, modeling.HeadSpec("mean", 0.0), "fp32", CPU, "8bit")
 
 
 def test_r0_leaves_the_fingerprint_and_the_optimizer_as_they_were(prepared) -> None:

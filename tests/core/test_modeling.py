@@ -42,7 +42,9 @@ def test_masked_mean_is_the_mean_of_the_real_tokens() -> None:
 @pytest.mark.parametrize("pooling", schema.CHOICES["model.pooling"])
 def test_every_family_scores_a_row_whatever_its_padding(family: str, pooling: str) -> None:
     torch.manual_seed(0)
-    model = modeling.Classifier(modeling.encoder_from_config(family_config(family)), pooling, 0.1).eval()
+    model = modeling.Classifier(
+        modeling.encoder_from_config(family_config(family)), modeling.HeadSpec(pooling, 0.1)
+    ).eval()
     row = [0, 17, 45, 9, 2]
     with torch.no_grad():
         alone = model(**batch_of([row], 5))
@@ -87,8 +89,10 @@ def test_an_encoder_the_head_cannot_read_is_one_line(tmp_path) -> None:
 
 def test_a_fold_folder_reloads_the_model_as_trained_and_an_old_one_is_refused(tmp_path) -> None:
     torch.manual_seed(0)
-    model = modeling.Classifier(modeling.encoder_from_config(family_config("bert")), "mean", 0.1).eval()
-    modeling.save(model, tmp_path / "fold0", 0.1)
+    model = modeling.Classifier(
+        modeling.encoder_from_config(family_config("bert")), modeling.HeadSpec("mean", 0.1)
+    ).eval()
+    modeling.save(model, tmp_path / "fold0")
     again = modeling.load_fold_model(tmp_path / "fold0").eval()
     b = batch_of([[0, 17, 45, 2], [0, 9, 2]], 6)
     with torch.no_grad():
@@ -111,8 +115,10 @@ def test_a_damaged_model_folder_is_one_line_naming_the_file(tmp_path, damaged: s
     torch.manual_seed(0)
     model = tmp_path / "bert"
     modeling.encoder_from_config(family_config("bert")).save_pretrained(model)
-    classifier = modeling.Classifier(modeling.encoder_from_config(family_config("bert")), "mean", 0.1)
-    modeling.save(classifier, tmp_path / "fold0", 0.1)
+    classifier = modeling.Classifier(
+        modeling.encoder_from_config(family_config("bert")), modeling.HeadSpec("mean", 0.1)
+    )
+    modeling.save(classifier, tmp_path / "fold0")
     cut(model / damaged)
     cut(tmp_path / "fold0" / damaged)
     cfg = config.load("sample", [f"model.name={model}"])
@@ -239,3 +245,13 @@ def test_every_reader_refuses_a_fold_trained_under_the_old_head_in_one_line(tmp_
     )
     write_json(folder / layout.DONE, {"fold": 0, "digest": "before", "files": {}, "head": modeling.HEAD})
     assert "other data or settings" in validity.fold_status(folder, "now")
+
+
+def test_the_head_spec_is_what_head_json_keeps_and_what_the_fold_reloads_with(tmp_path) -> None:
+    spec = modeling.HeadSpec("cls", 0.25)
+    model = modeling.Classifier(modeling.encoder_from_config(family_config("bert")), spec)
+    modeling.save(model, tmp_path)
+    assert modeling.head_spec(modeling.read_head(tmp_path)) == spec
+    assert modeling.load_fold_model(tmp_path).spec == spec
+    again = modeling.load_fold_model(tmp_path, dropout=0.0)  # a stage-2 fold's dropout over its stage-1 model
+    assert again.spec == modeling.HeadSpec("cls", 0.0) and again.dropout.p == 0.0

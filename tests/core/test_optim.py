@@ -21,7 +21,7 @@ def train_cfg(**kw):
 
 def family_model(family: str) -> modeling.Classifier:
     torch.manual_seed(0)
-    return modeling.Classifier(modeling.encoder_from_config(family_config(family)), "mean", 0.0)
+    return modeling.Classifier(modeling.encoder_from_config(family_config(family)), modeling.HeadSpec("mean", 0.0))
 
 
 def rate_of_each_parameter(opt) -> dict[int, float]:

@@ -57,7 +57,7 @@ def test_trimming_leaves_predictions_unchanged(tmp_path) -> None:
     torch.testing.assert_close(logits(model, trim.remap(data, vmap)), before, rtol=1e-5, atol=1e-6)
 
     # saved and loaded as a fold is: weights + vocab_map.npy beside them
-    modeling.save(model, tmp_path, 0.0)
+    modeling.save(model, tmp_path)
     trim.save_map(tmp_path, vmap)
     loaded = modeling.load_fold_model(tmp_path).eval()
     vmap2 = trim.load_map(tmp_path, loaded)

@@ -25,7 +25,7 @@ def tiny_classifier(
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    return modeling.Classifier(modeling.encoder_from_config(conf), pooling, 0.0)
+    return modeling.Classifier(modeling.encoder_from_config(conf), modeling.HeadSpec(pooling, 0.0))
 
 
 def sample_tiny(seed: int = 0, *overrides: str) -> modeling.Classifier:
@@ -35,7 +35,7 @@ def sample_tiny(seed: int = 0, *overrides: str) -> modeling.Classifier:
     cfg = config.load("sample", [*SAMPLE_TINY, *overrides])
     torch.manual_seed(seed)
     encoder = modeling.encoder_from_config(modeling.tiny_config(cfg, SAMPLE_VOCAB, SAMPLE_PAD))
-    return modeling.Classifier(encoder, "cls", cfg.model.dropout).float()
+    return modeling.Classifier(encoder, modeling.HeadSpec("cls", cfg.model.dropout)).float()
 
 
 SAMPLE_VOCAB, SAMPLE_PAD = 100, 1

@@ -47,7 +47,7 @@ def test_parameter_count_matches_the_model() -> None:
     arch = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64}
     arch.update(max_position_embeddings=66, type_vocab_size=2)
     encoder = modeling.encoder_from_config(XLMRobertaConfig(num_attention_heads=2, **arch))
-    model = modeling.Classifier(encoder, "cls", 0.1)
+    model = modeling.Classifier(encoder, modeling.HeadSpec("cls", 0.1))
     assert disk.transformer_parameters(arch) == sum(p.numel() for p in model.parameters())
     large = disk.transformer_parameters(disk.KNOWN_MODELS["xlm-roberta-large"])
     assert 558e6 < large < 560e6  # 2.24 GB of fp32 safetensors (the published 560M less its head's dense layer)
@@ -61,7 +61,9 @@ def test_lora_parameter_count_matches_the_adapters_put_on(targets: str) -> None:
     from pipeline.core import lora, modeling
 
     arch = {"vocab_size": 1000, "hidden_size": 32, "num_hidden_layers": 2, "intermediate_size": 64}
-    model = modeling.Classifier(modeling.encoder_from_config(XLMRobertaConfig(num_attention_heads=2, **arch)), "cls", 0)
+    model = modeling.Classifier(
+        modeling.encoder_from_config(XLMRobertaConfig(num_attention_heads=2, **arch)), modeling.HeadSpec("cls", 0)
+    )
     settings = config.load("sample", ["model.lora.r=4", f"model.lora.targets={targets}"], device=False).model.lora
     lora.attach(model, lora.spec(settings, model.encoder, {"from": "test"}), lora.base_dtype("fp32"))
     assert disk.lora_parameters(arch, settings) == modeling.count_parameters(model)
