@@ -14,6 +14,7 @@ from tests.helpers.pages import PAGES
 
 LINK = re.compile(r"\]\(([^()\s#]*)#([^()\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+CODE = re.compile(r"`[^`\n]+`")  # inline code: a link written there is an example, not a link
 
 
 def anchor(heading: str) -> str:
@@ -29,7 +30,7 @@ def anchors(page: Path) -> set[str]:
 def broken(page: Path) -> list[str]:
     """The links of a page to a section that its target page does not have (or to a page that does not exist)."""
     found = []
-    for target, section in LINK.findall(FENCE.sub("", page.read_text(encoding="utf-8"))):
+    for target, section in LINK.findall(CODE.sub("", FENCE.sub("", page.read_text(encoding="utf-8")))):
         if target and not target.endswith(".md"):
             continue  # a web address, a file that is not a page
         dest = (page.parent / target).resolve() if target else page
@@ -54,7 +55,9 @@ def test_anchor_is_github_s() -> None:
 def test_a_link_to_a_missing_section_is_caught(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("# A\n\n## Kept\n\n```bash\n# not a heading\n```\n")
     page = tmp_path / "b.md"
-    page.write_text("[k](a.md#kept) [g](a.md#gone) [n](a.md#not-a-heading) [p](c.md#x) [w](https://x.org/#y)\n")
+    page.write_text(
+        "[k](a.md#kept) [g](a.md#gone) [n](a.md#not-a-heading) [p](c.md#x) [w](https://x.org/#y) `[e](a.md#e)`\n"
+    )
     assert broken(page) == [
         "a.md#gone: no such section in a.md",
         "a.md#not-a-heading: no such section in a.md",
