@@ -245,7 +245,7 @@ def rows(cfg: Config) -> list[dict]:
 
 def rank(r: dict) -> tuple:
     """Experiments scored on the most folds first, each set of folds apart (figures compare only over the same
-    rows); within one, the six-language AUC first (it ranks experiments as the test does: docs/recipes.md
+    rows); within one, the six-language AUC first (it ranks experiments as the test does: docs/results.md
     measures it), those weighted to the test's length mix before those without it (another estimate: apart),
     then the validation AUC of experiments without held-out translated rows; NaN last."""
     folds = r.get("scored_folds") or []

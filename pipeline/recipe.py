@@ -9,7 +9,7 @@ Writes  input/recipes/<recipe>/<step>.log               each step's output
 The plan comes first: every step, which are done already and why the others are not, and an ETA from the
 minutes of the folds already trained (done.json) or the recipe's own figures, scheduled on the cores. Then
 the steps whose needs are done run as `python -m pipeline <stage>` processes, `recipe.jobs` at a time (one
-torch thread each: docs/recipes.md measured that faster than two threads for one), a train step's folds each
+torch thread each: docs/results.md measured that faster than two threads for one), a train step's folds each
 in a process of its own (their locks allow it). One line a finished step. A killed chain (Ctrl-C, SIGTERM or
 SIGKILL: its processes are stopped as after Ctrl-C, saving their progress) continues where it stopped when
 run again: a done step is never run again, a stopped fold resumes from its saved state.

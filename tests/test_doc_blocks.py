@@ -17,37 +17,25 @@ import pytest
 
 from pipeline import baseline, blend, export, predict, train
 from tests.helpers import ROOT, prepare_tiny
+from tests.helpers.pages import CONTINUES, PAGES, PYTHON, blocks
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("torch_one_thread")]
-
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
-CONTINUES = "<!-- continues the block above -->"
-NOT_RUN = re.compile(r"<!-- not run: (\S.*?) -->")
-
-
-def marker(page: str, start: int) -> str:
-    """The line just before the block starting at `start`."""
-    return page[:start].rstrip("\n").rsplit("\n", 1)[-1].strip()
 
 
 def scripts() -> list[tuple[str, str]]:
     """(page:line, source) for each script a reader would paste: a block with the ones that continue it."""
     out: list[tuple[str, str]] = []
     for path in PAGES:
-        page = path.read_text()
         previous = None
-        for m in BLOCK.finditer(page):
-            before = marker(page, m.start())
-            where = f"{path.relative_to(ROOT)}:{page[: m.start()].count(chr(10)) + 1}"
-            if NOT_RUN.fullmatch(before):
+        for block in blocks(path, PYTHON):
+            if block.not_run is not None:
                 previous = None
                 continue
-            if before == CONTINUES:
-                assert previous is not None, f"{where}: continues no Python block above it"
-                out[previous] = (out[previous][0], out[previous][1] + m.group(1))
+            if block.before == CONTINUES:
+                assert previous is not None, f"{block.where}: continues no Python block above it"
+                out[previous] = (out[previous][0], out[previous][1] + block.body)
                 continue
-            out.append((where, m.group(1)))
+            out.append((block.where, block.body))
             previous = len(out) - 1
     return out
 
@@ -57,7 +45,7 @@ SCRIPTS = scripts()
 
 def test_the_pages_have_python_blocks_and_few_left_out() -> None:
     assert SCRIPTS, "no ```python block found: the pattern no longer matches the pages"
-    left_out = [m for p in PAGES for m in NOT_RUN.findall(p.read_text())]
+    left_out = [b.not_run for p in PAGES for b in blocks(p, PYTHON) if b.not_run is not None]
     assert len(left_out) <= 2, left_out  # an exception, each with its reason; not a way around this test
 
 
