@@ -35,6 +35,29 @@ def fast_growing_scaler(monkeypatch) -> None:
         device.type, enabled=name == "fp16", growth_interval=1))  # fmt: skip
 
 
+class Watch:
+    """A stop flag that never stops: asked once per optimizer step, after it, it records `look(run)`."""
+
+    def __init__(self, look) -> None:
+        self.run, self.look, self.seen = None, look, []
+
+    @property
+    def raised(self) -> bool:
+        self.seen.append(self.look(self.run))
+        return False
+
+
+def watched(cfg, look) -> tuple:
+    """The fold of `cfg` (fold 0) with a Watch as its stop flag: (run, watch)."""
+    watch = Watch(look)
+    watch.run = run = fold_run(cfg, watch)
+    return run, watch
+
+
+def weights(run) -> torch.Tensor:
+    return torch.cat([p.detach().flatten().clone() for p in run.model.parameters()])
+
+
 def step_records(cfg) -> list[dict]:
     lines = (layout.fold_dir(cfg, 0) / layout.STEPS).read_text().splitlines()
     return [json.loads(line) for line in lines]
@@ -47,14 +70,18 @@ def test_fp16_fold_skips_overflowed_steps_and_resumes_as_uninterrupted(prepared,
     fast_growing_scaler(monkeypatch)
     cfg = with_train(prepared, precision="fp16", log_every_steps=1, save_every_steps=1)
     reference = dataclasses.replace(cfg, models_dir=str(tmp_path / "reference"))
-    want = fold_run(reference, StopAt(10**9)).run()
+    run, watch = watched(reference, weights)
+    want = run.run()
     steps = step_records(reference)
     skipped = [r for r in steps if r["grad_norm"] is None]
     assert skipped and skipped[0]["step"] < 12, steps  # an overflow before the stop below
-    for before, r in zip(steps, steps[1:]):
-        if r["grad_norm"] is None:  # skipped: the scale backs off and the schedule does not move
-            assert r["loss_scale"] == before["loss_scale"] / 2 and r["lr"] == before["lr"]
-            assert r["skipped"] == 1
+    assert len(watch.seen) == len(steps)
+    for k, (before, r) in enumerate(zip(steps, steps[1:]), start=1):
+        if r["grad_norm"] is None:  # skipped: no update, the scale backs off, the schedule does not move
+            assert torch.equal(watch.seen[k], watch.seen[k - 1]), r
+            assert r["loss_scale"] == before["loss_scale"] / 2 and r["lr"] == before["lr"] and r["skipped"] == 1
+        else:
+            assert not torch.equal(watch.seen[k], watch.seen[k - 1]), r
 
     run = fold_run(cfg, StopAt(12))
     with pytest.raises(Interrupted):
@@ -109,18 +136,9 @@ def test_fp16_clips_the_unscaled_gradients() -> None:
         torch.testing.assert_close(got[name], want[name], rtol=0.1, atol=2e-3 * 0.1 * clip)
 
 
-class WatchDtypes:
-    """A stop flag that never stops: asked once per optimizer step, it records the dtypes of the parameters the
-    fold's optimizer updates at that step."""
-
-    def __init__(self) -> None:
-        self.run, self.seen, self.asked = None, set(), 0
-
-    @property
-    def raised(self) -> bool:
-        self.asked += 1
-        self.seen |= {p.dtype for g in self.run.optimizer.param_groups for p in g["params"]}
-        return False
+def dtypes(run) -> set[torch.dtype]:
+    """The dtypes of the parameters the fold's optimizer updates."""
+    return {p.dtype for g in run.optimizer.param_groups for p in g["params"]}
 
 
 @pytest.mark.parametrize("setting", ["bf16", "auto"])
@@ -131,9 +149,7 @@ def test_bf16_and_auto_train_fp32_weights(prepared, monkeypatch, setting) -> Non
 
     monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)  # as on an AMX CPU
     monkeypatch.setattr(memory, "step_rates", lambda *a: {"bf16": 20.0, "fp32": 10.0})  # bf16 measured faster
-    watch = WatchDtypes()
-    run = fold_run(with_train(prepared, precision=setting), watch)
-    watch.run = run
+    run, watch = watched(with_train(prepared, precision=setting), dtypes)
     assert run.precision == "bf16"
     run.run()
-    assert watch.asked >= run.windows and watch.seen == {torch.float32}
+    assert len(watch.seen) >= run.windows and set().union(*watch.seen) == {torch.float32}
