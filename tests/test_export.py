@@ -137,3 +137,43 @@ def test_the_ensemble_example_of_export_md_loads_every_exported_fold(tmp_path: P
     monkeypatch.chdir(tmp_path)
     exec(block.split("```", 1)[0], {"load": load})  # noqa: S102  # the block's own names: only `load` is given
     assert loaded == ["fold0", "fold0", "fold1", "fold2", "fold3", "fold4"]
+
+
+def test_a_trimmed_folds_export_has_the_whole_vocabulary_and_every_special_token_at_its_id(tmp_path: Path) -> None:
+    """What the fold's test predictions cannot show (its texts use only the kept ids): the exported encoder has as
+    many embedding rows as the untrimmed model and its config says so, each id's row is the one the fold read for it
+    in training (a dropped id: <unk>'s), and the tokenizer's special tokens sit at their original ids."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoTokenizer
+
+    from pipeline.core import modeling, trim
+    from pipeline.inputs.tokenizer import load_tokenizer
+
+    cfg = prepare_tiny(tmp_path, "train.folds=[0]", "train.device=cpu", "model.trim_vocab=true")
+    train.run(cfg)
+    [folder] = export.run(cfg)
+    fold = layout.fold_dir(cfg, 0)
+    tokenizer = load_tokenizer(fold)
+    original = modeling.build_model(cfg, tokenizer).encoder.get_input_embeddings().num_embeddings  # untrimmed
+    trained = modeling.build_model(cfg, tokenizer, source=fold)  # as the fold trained: its embedding trimmed
+    vmap = trim.load_map(fold, trained)
+    rows = trained.encoder.get_input_embeddings().weight.detach()
+    assert len(rows) < original == len(vmap)  # trimmed indeed
+
+    exported = AutoConfig.from_pretrained(folder)
+    [weight] = [v for k, v in load_file(folder / "model.safetensors").items() if k.endswith("word_embeddings.weight")]
+    assert exported.vocab_size == len(weight) == original
+    assert exported.pad_token_id == tokenizer.pad_token_id
+    torch.testing.assert_close(weight, rows[torch.as_tensor(vmap, dtype=torch.long)], rtol=0, atol=0)
+    dropped = np.flatnonzero(vmap == vmap[tokenizer.unk_token_id])
+    assert len(dropped) > 1 and all(torch.equal(weight[i], weight[tokenizer.unk_token_id]) for i in dropped)
+
+    out = AutoTokenizer.from_pretrained(folder)
+    specials = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "cls_token_id", "sep_token_id",
+                "mask_token_id")  # fmt: skip
+    assert {s: getattr(out, s) for s in specials} == {s: getattr(tokenizer, s) for s in specials}
+    assert len(out) == original and out.all_special_ids == tokenizer.all_special_ids
+    for i in tokenizer.all_special_ids:  # each its own row (<unk>'s the dropped ids' too), the one the fold trained
+        assert torch.equal(weight[i], rows[vmap[i]])
+        assert i == tokenizer.unk_token_id or np.count_nonzero(vmap == vmap[i]) == 1

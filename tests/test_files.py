@@ -490,3 +490,44 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
         with experiments.experiment_lock(cfg, "train"):  # the same process again: no self-refusal
             pass
     assert path.read_text() == ""
+
+
+# ---------------------------------------------------------------- durability: the bytes reach the disk first
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda p: files.write_json(p, {"auc": 0.9}),
+        lambda p: files.write_csv(p, pd.DataFrame({"id": ["a"], "toxic": [1e-7]})),
+        lambda p: files.atomic_write_text(p, "text\n"),
+    ],
+    ids=["json", "csv", "text"],
+)
+def test_an_artifact_is_written_and_fsynced_before_it_is_renamed(tmp_path: Path, monkeypatch, write) -> None:
+    """A power cut after the rename but before the page cache reached the disk would leave a named, empty file:
+    the temporary's bytes are fsynced, all of them, before the rename gives it the final name."""
+    events: list[tuple] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")  # which file the descriptor is, and what it holds now
+        events.append(("fsync", name, Path(name).read_bytes()))
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        events.append(("replace", str(src), str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    path = tmp_path / "out" / "artifact"
+    write(path)
+    final = path.read_bytes()
+    renames = [e for e in events if e[0] == "replace" and e[2] == str(path)]
+    assert len(renames) == 1, events
+    tmp = renames[0][1]
+    synced = [i for i, e in enumerate(events) if e[0] == "fsync" and e[1] == tmp]
+    assert synced, f"the temporary {tmp} was never fsynced: {events}"
+    assert synced[-1] < events.index(renames[0]), f"fsync after the rename: {events}"
+    assert events[synced[-1]][2] == final and final  # every byte written before the fsync, none after

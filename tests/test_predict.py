@@ -32,13 +32,15 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     SAMPLE.to_csv(raw / "sample_submission.csv", index=False)
     folds = [tmp_path / "models" / "sample" / f"fold{k}" for k in range(2)]
     test = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["x"] * 4, "lang": ["es"] * 4})
-    good = frame(["a", "b", "c", "d"], [0.1, 0.2, 0.3, 0.4])
+    # folds that differ, the second in another row order: no single fold equals their mean
+    by_fold = {"fold0": frame(["a", "b", "c", "d"], [0.1, 0.2, 0.3, 0.4]),
+               "fold1": frame(["d", "c", "b", "a"], [0.2, 0.5, 0.0, 0.3])}  # fmt: skip
 
     monkeypatch.setattr(predict.validity, "usable_folds", lambda cfg, digest, stage: folds)
     monkeypatch.setattr(predict.validity, "current_fingerprint", lambda cfg, meta: "x")
     monkeypatch.setattr(predict.tables, "load_table", lambda cfg: (None, test, {"raw": str(raw)}))
     monkeypatch.setattr(predict.tokens, "load_cache", lambda cfg, meta: ({"test": None}, {}))
-    monkeypatch.setattr(predict, "fold_test_preds", lambda cfg, d, data, test, meta, device: good)
+    monkeypatch.setattr(predict, "fold_test_preds", lambda cfg, d, data, test, meta, device: by_fold[d.name])
     cfg = config.load(
         "sample",
         [
@@ -52,7 +54,7 @@ def test_run_with_failing_check_writes_no_file(tmp_path: Path, monkeypatch: pyte
     assert path == tmp_path / "subs" / "submission.csv"
     written = pd.read_csv(path, dtype={"id": str})
     assert written["id"].tolist() == ["b", "a", "c", "d"]
-    np.testing.assert_allclose(written["toxic"], [0.2, 0.1, 0.3, 0.4])
+    np.testing.assert_allclose(written["toxic"], [0.1, 0.2, 0.4, 0.3])  # b, a, c, d: each id's mean over the folds
     assert (tmp_path / "subs" / "sample.csv").exists()
 
     subs = tmp_path / "subs2"
