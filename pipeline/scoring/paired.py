@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from pipeline import layout
 from pipeline.scoring import metrics
 
 DRAWS = 200  # resamples per interval: the percentiles of 200 differences are within a few 1e-4 of their limit
@@ -155,3 +156,15 @@ def shared_weights(rows: pd.DataFrame, profile: dict, groups, draws: int, seed: 
     if cache is not None:
         cache[key] = weights
     return weights
+
+
+def read_groups(folder) -> pd.DataFrame | None:
+    """The id and `group` of every row of a prepared folder's table (folds.csv); None where it cannot be read or
+    has no groups (tables prepared before them: every row is then drawn alone)."""
+    if folder is None:
+        return None
+    try:
+        table = pd.read_csv(folder / layout.TABLE, usecols=["id", "group"], dtype=str, keep_default_na=False)
+    except (OSError, ValueError):
+        return None
+    return table
