@@ -90,8 +90,10 @@ def aucs(y: np.ndarray, p: np.ndarray, weights: np.ndarray) -> np.ndarray:
     order = np.argsort(p, kind="stable")
     scores, pos, w = p[order], y[order], weights[:, order]
     starts = np.flatnonzero(np.r_[True, scores[1:] != scores[:-1]])  # rows of equal score: one group
-    w_pos = np.add.reduceat(w * pos, starts, axis=1)
-    w_neg = np.add.reduceat(w * ~pos, starts, axis=1)
+    w_pos = w * pos
+    w_neg = w - w_pos
+    if len(starts) < len(scores):  # ties: each group's rows summed (without them every row is its own group)
+        w_pos, w_neg = np.add.reduceat(w_pos, starts, axis=1), np.add.reduceat(w_neg, starts, axis=1)
     beaten = np.cumsum(w_neg, axis=1) - 0.5 * w_neg
     with np.errstate(invalid="ignore", divide="ignore"):
         return (w_pos * beaten).sum(axis=1) / (w_pos.sum(axis=1) * w_neg.sum(axis=1))
@@ -122,40 +124,49 @@ def interval(a: pd.DataFrame, b: pd.DataFrame, profile: dict, groups: pd.DataFra
              draws: int = DRAWS, seed: int = SEED, cache: dict | None = None) -> Interval | None:  # fmt: skip
     """The paired interval of a's six-language estimate less b's, both weighted by `profile` (a's OOF rows `a`,
     b's `b`: the same rows, each with its `pred`); None where they are not of the same rows or the estimate has
-    no figure. `cache`: a dict kept across calls, so that pairs of the same rows share the draws' weights (the
-    costly part)."""
+    no figure. `cache`: a dict kept across calls, so that pairs of the same rows share the draws' weights and an
+    experiment in several pairs is scored on the draws once (the costly parts)."""
     rows = aligned(a, b)
     if rows is None:
         return None
     rows = rows[metrics.stand_in_mask(rows, profile["mix"])].reset_index(drop=True)  # the others weigh 0
     if rows.empty:
         return None
-    weights = shared_weights(rows, profile, groups, draws, seed, cache)
+    cache = {} if cache is None else cache
+    key = drawn_key(rows, profile, groups, draws, seed)
+    if key not in cache:
+        keys = group_keys(rows, groups)
+        cache[key] = (metrics.row_weights(rows, profile), draw_weights(rows, profile, draws_of(keys, draws, seed)))
     y = rows["toxic"].to_numpy() >= 0.5
-    pa, pb = rows["pred"].to_numpy(np.float64), rows["pred_b"].to_numpy(np.float64)
-    diff = metrics.six_language(rows, profile)["auc"] - metrics.six_language(rows.assign(pred=pb), profile)["auc"]
-    spread = aucs(y, pa, weights) - aucs(y, pb, weights)
+    (one, over), (other, spread) = (scored(y, rows[c].to_numpy(np.float64), key, cache) for c in ("pred", "pred_b"))
+    spread = over - spread
     spread = spread[np.isfinite(spread)]
-    if np.isnan(diff) or not len(spread):
+    if np.isnan(one - other) or not len(spread):
         return None
     tail = 100 * (1 - LEVEL) / 2
     low, high = np.percentile(spread, [tail, 100 - tail])
-    return Interval(float(diff), float(low), float(high))
+    return Interval(float(one - other), float(low), float(high))
 
 
-def shared_weights(rows: pd.DataFrame, profile: dict, groups, draws: int, seed: int, cache: dict | None) -> np.ndarray:
-    """draw_weights of these rows, from `cache` where the same rows (id, language, class, tokens) and profile
-    were drawn before."""
-    keys = group_keys(rows, groups)
-    keep = rows[[c for c in (*KEY, "toxic", "tokens") if c in rows]].astype(str).assign(group=keys)
-    seen = hashlib.sha256(pd.util.hash_pandas_object(keep, index=False).to_numpy().tobytes()).hexdigest()
-    key = (seen, repr(profile), draws, seed)
-    if cache is not None and key in cache:
-        return cache[key]
-    weights = draw_weights(rows, profile, draws_of(keys, draws, seed))
-    if cache is not None:
-        cache[key] = weights
-    return weights
+def drawn_key(rows: pd.DataFrame, profile: dict, groups, draws: int, seed: int) -> tuple:
+    """What the draws' weights depend on: the rows (id, language, class, tokens, group), the profile and the
+    draws; rows alike in these share them."""
+    keep = rows[[c for c in (*KEY, "toxic", "tokens") if c in rows]].astype(str).assign(group=group_keys(rows, groups))
+    return (fingerprint(keep), repr(profile), draws, seed)
+
+
+def scored(y: np.ndarray, p: np.ndarray, key: tuple, cache: dict) -> tuple[float, np.ndarray]:
+    """One experiment's estimate on the rows of `key` and its AUC on each of their draws, from `cache` where the
+    same predictions were scored on them before (an experiment sits in several pairs of a board)."""
+    mine = (key, fingerprint(pd.DataFrame({"p": p})))
+    if mine not in cache:
+        weights, drawn = cache[key]
+        cache[mine] = (metrics.auc(y, p, weights) if weights.any() else float("nan"), aucs(y, p, drawn))
+    return cache[mine]
+
+
+def fingerprint(frame: pd.DataFrame) -> str:
+    return hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes()).hexdigest()
 
 
 def read_groups(folder) -> pd.DataFrame | None:
