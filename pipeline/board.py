@@ -3,7 +3,8 @@
 Reads   models/*/fold<k>/oof.csv and done.json of the folds that count (every figure is computed from them,
         with the test profile their done.json records: each experiment is scored by its own inputs),
         models/*/cv.json for the test AUC and a blend's weights while they describe those very folds,
-        models/*/pipeline.yaml for a trained experiment's settings
+        models/*/pipeline.yaml for a trained experiment's settings,
+        input/prepared/<its tables>/folds.csv for each row's group (a comment's copies and translations)
 Writes  models/board.md   the table that is printed
 
 Columns: every metric of metrics.METRICS, by its name (the six-language AUC, the estimate of the test AUC,
@@ -17,10 +18,10 @@ version does not know), (newer version), with one line that says so. One whose 6
 length mix (its prepared folder has no lengths.csv) where others have it, (no length): another estimate, ranked
 apart below them, never a tie or a disagreement with them. Beside each row ranked by the 6-lang AUC, its
 difference to the next comparable row below and the paired bootstrap interval of it (pipeline.scoring.paired:
-the labelled rows drawn again, a comment's copies and translations together, models/*'s prepared folds.csv
-naming them); (~) marks a tie where that interval covers 0 or the two rows' order flips at a corner of the
-toxic-rate range (pipeline.scoring.ranking). Where experiments have a test AUC, a line counts the pairs each
-estimate orders as the test does, far pairs (interval clear of 0) apart from close ones.
+the labelled rows drawn again, a comment's copies and translations together); (~) marks a tie where that
+interval covers 0 or the two rows' order flips at a corner of the toxic-rate range (pipeline.scoring.ranking).
+Where experiments have a test AUC, a line counts the pairs each estimate orders as the test does, far pairs
+(interval clear of 0) apart from close ones.
 """
 
 from __future__ import annotations
