@@ -98,3 +98,17 @@ def test_the_interval_is_seeded_and_needs_the_same_rows() -> None:
     iv = paired.Interval(0.0042, -0.0011, 0.0093)
     assert iv.shown() == "+0.0042 [-0.0011, +0.0093]" and iv.covers_zero
     assert not paired.Interval(0.0042, 0.0011, 0.0093).covers_zero
+
+
+def test_the_groups_are_read_from_the_prepared_table(tmp_path) -> None:
+    """folds.csv's id and group, '' kept (a row without a group is drawn alone); None without the table or its
+    group column (tables prepared before groups: every row alone)."""
+    pd.DataFrame({"id": ["a", "b", "c"], "text": ["x", "y", "z"], "group": ["g1", "g1", ""]}).to_csv(
+        tmp_path / layout.TABLE, index=False
+    )
+    groups = paired.read_groups(tmp_path)
+    rows = pd.DataFrame({"id": ["a", "b", "c"]})
+    assert list(paired.group_keys(rows, groups)) == ["group:g1", "group:g1", "row:c"]
+    assert paired.read_groups(tmp_path / "none") is None and paired.read_groups(None) is None
+    pd.DataFrame({"id": ["a"], "text": ["x"]}).to_csv(tmp_path / layout.TABLE, index=False)
+    assert paired.read_groups(tmp_path) is None
