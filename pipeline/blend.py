@@ -49,7 +49,7 @@ from pipeline import experiments, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_dir, file_record, json_digest, write_csv, write_json
 from pipeline.schema import Config
-from pipeline.scoring import metrics, report
+from pipeline.scoring import metrics, paired, report
 from pipeline.scoring import summary as run_summary
 from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
 from pipeline.scoring.publish import publish
@@ -285,7 +285,7 @@ def member_scale(m: Member) -> str:
 
 
 def print_report(name: str, members: list[Member], f: Fit, summary: dict, seconds: float, paths: str,
-                 profile: dict) -> None:  # fmt: skip
+                 profile: dict, groups: pd.DataFrame | None = None) -> None:  # fmt: skip
     rows = [(m.name, f"{w:.2f}", m.oof[[c for c in ("pred", "best") if c in m.oof]], member_scale(m))
             for m, w in zip(members, f.weights)]  # fmt: skip
     rows += [
@@ -296,15 +296,27 @@ def print_report(name: str, members: list[Member], f: Fit, summary: dict, second
     per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in f.fold_weights.items())
     print(f"weights fit without each fold (fold: {' '.join(m.name for m in members)}): {per_fold}")
     six, valid = metrics.SIX, metrics.BY_KEY["valid_auc"]
-    # '-' where there is no such figure (no stand-in rows of both classes for a test language), as every table
-    theirs = [v[six.key] for v in summary["blend"]["member_metrics"].values() if not math.isnan(v[six.key])]
-    best = max(theirs) if theirs else None
     print(
         f"blend {name}: {six.header} {metrics.shown(summary['metrics'][six.key], six.fmt)} (best member "
-        f"{metrics.shown(best, six.fmt)}), {valid.header} {metrics.shown(summary['metrics'][valid.key], valid.fmt)}"
+        f"{against_best(members, f, summary, profile, groups)}), "
+        f"{valid.header} {metrics.shown(summary['metrics'][valid.key], valid.fmt)}"
         + (f", test AUC {summary['test_auc']['auc']:.4f}" if "test_auc" in summary else "")
         + f", {seconds:.1f} s -> {paths}"
     )
+
+
+def against_best(members: list[Member], f: Fit, summary: dict, profile: dict, groups: pd.DataFrame | None) -> str:
+    """The best member by the 6-lang AUC, its figure, and the blend's (nested OOF) difference to it with its paired
+    interval (paired.interval: whether the blend is better beyond the rows' noise); '-' where no member has the
+    figure, as every table shows one that is not there."""
+    six, theirs = metrics.SIX.key, summary["blend"]["member_metrics"]
+    scored = [m for m in members if not math.isnan(theirs[m.name][six])]
+    if not scored:
+        return "-"
+    best = max(scored, key=lambda m: theirs[m.name][six])
+    said = f"{best.name} {theirs[best.name][six]:{metrics.SIX.fmt}}"
+    iv = paired.interval(f.oof, best.oof, profile, groups) if not math.isnan(summary["metrics"][six]) else None
+    return said + (f"; the blend less it {iv.shown()}, the {paired.LEVEL:.0%} paired interval" if iv else "")
 
 
 def run(cfg: Config) -> dict:
@@ -324,7 +336,8 @@ def run(cfg: Config) -> dict:
     sample = read_sample_submission(cfg)
     raw = layout.raw_dir(cfg)
     test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
-    profile = blend_profile(members, test, member_prepared(cfg, members[0].name))
+    prepared = member_prepared(cfg, members[0].name)
+    profile = blend_profile(members, test, prepared)
     f = fit(members, cfg.blend.step, profile)
     on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
     preds = mix(on_test, f.weights)
@@ -340,7 +353,7 @@ def run(cfg: Config) -> dict:
     if score is not None:
         summary["test_auc"] = score
     paths = f"{exp}/cv.json, cv.png, {path}"
-    print_report(name, members, f, summary, time.perf_counter() - start, paths, profile)
+    print_report(name, members, f, summary, time.perf_counter() - start, paths, profile, paired.read_groups(prepared))
     print()
     print(run_summary.block(cfg, "blend", time.perf_counter() - start, name=name))
     return summary

@@ -3,7 +3,8 @@
 Reads   models/*/fold<k>/oof.csv and done.json of the folds that count (every figure is computed from them,
         with the test profile their done.json records: each experiment is scored by its own inputs),
         models/*/cv.json for the test AUC and a blend's weights while they describe those very folds,
-        models/*/pipeline.yaml for a trained experiment's settings
+        models/*/pipeline.yaml for a trained experiment's settings,
+        input/prepared/<its tables>/folds.csv for each row's group (a comment's copies and translations)
 Writes  models/board.md   the table that is printed
 
 Columns: every metric of metrics.METRICS, by its name (the six-language AUC, the estimate of the test AUC,
@@ -15,8 +16,12 @@ epochs, lr, effective batch. An experiment with folds still to train is marked (
 folds that no longer match their inputs, (stale); one made by a newer version of the pipeline (settings this
 version does not know), (newer version), with one line that says so. One whose 6-lang AUC is without the test's
 length mix (its prepared folder has no lengths.csv) where others have it, (no length): another estimate, ranked
-apart below them, never a tie or a disagreement with them. Where experiments have a test AUC, a line counts the
-pairs each estimate orders as the test does.
+apart below them, never a tie or a disagreement with them. Beside each row ranked by the 6-lang AUC, its
+difference to the next comparable row below and the paired bootstrap interval of it (pipeline.scoring.paired:
+the labelled rows drawn again, a comment's copies and translations together); (~) marks a tie where that
+interval covers 0 or the two rows' order flips at a corner of the toxic-rate range (pipeline.scoring.ranking).
+Where experiments have a test AUC, a line counts the pairs each estimate orders as the test does, far pairs
+(interval clear of 0) apart from close ones.
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
 from pipeline.schema import Config
-from pipeline.scoring import calibration, metrics, report
+from pipeline.scoring import calibration, metrics, paired, ranking, report
 from pipeline.scoring.metrics import shown as cell
 
+# the column of each row's 6-lang AUC less the next comparable row's, with its paired interval (paired.interval)
+NEXT = f"vs next ({paired.LEVEL:.0%})"
 NOT_YET = ("not trained", "not made", "not complete")  # why a fold does not count yet, not why it no longer does
 
 
@@ -107,20 +114,30 @@ def summary_of(exp: Path, counted: set[int], profile=None, prepared: Path | None
         summary.update({key: saved[key] for key in ("blend",) if key in saved})  # the weights of these folds
     if of_these_folds(saved.get("test_auc"), done):  # predict's score of these very folds
         summary["test_auc"] = saved["test_auc"]
+    summary["oof"] = oof  # the rows its figures are of: the board draws them again (paired intervals)
     calibrated = saved.get("calibration")
     if "six" in summary and of_these_folds(calibrated, done):  # the submission is calibrated: so is its OOF
         summary["six"]["calibrated"] = {k: calibrated.get(k) for k in ("how", "oof_before", "oof_after", "c_by_fold")}
-        summary["six"]["calibrated"]["corners"] = calibrated_corners(oof, summary["six"], calibrated)
+        scaled = calibrated_oof(oof, summary["six"], calibrated)
+        summary["six"]["calibrated"]["oof"] = scaled
+        summary["six"]["calibrated"]["corners"] = calibrated_corners(scaled, summary["six"])
     return summary
 
 
-def calibrated_corners(oof, six: dict, calibrated: dict) -> list[float] | None:
-    """The range's corners of the figure a calibrated experiment is ranked by: its OOF scaled with each fold's
-    recorded C (calibration.with_recorded_c) at every corner of its uncalibrated range, so that ties with it are
-    marked as with any other row; None without each fold's C or a range."""
-    if not calibrated.get("c_by_fold") or not six.get("corners"):
+def calibrated_oof(oof, six: dict, calibrated: dict):
+    """The OOF of the figure a calibrated experiment is ranked by: scaled with each fold's recorded C
+    (calibration.with_recorded_c); None without each fold's C."""
+    if not calibrated.get("c_by_fold"):
         return None
-    scaled = calibration.with_recorded_c(oof, six["profile"], calibrated["c_by_fold"])
+    return calibration.with_recorded_c(oof, six["profile"], calibrated["c_by_fold"])
+
+
+def calibrated_corners(scaled, six: dict) -> list[float] | None:
+    """The range's corners of the figure a calibrated experiment is ranked by: its calibrated OOF (calibrated_oof)
+    at every corner of its uncalibrated range, so that ties with it are marked as with any other row; None without
+    that OOF or a range."""
+    if scaled is None or not six.get("corners"):
+        return None
     return metrics.six_corners(scaled, six["profile"])
 
 
@@ -192,11 +209,13 @@ def row(cfg: Config, exp: Path) -> dict | None:
     if not layout.done_dirs(exp):
         return None
     counted, stale, incomplete, newer = counted_folds(cfg, exp)
-    summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp), experiment_prepared(cfg, exp))
+    prepared = experiment_prepared(cfg, exp)
+    summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp), prepared)
     s = display_settings(exp, summary)
     six = summary.get("six") or {}
     figures = dict(summary["metrics"])
     calibrated = six.get("calibrated")  # the submission is calibrated, with or without a 6-lang AUC to show it
+    scored = calibrated.pop("oof", None) if calibrated else None
     # judged by the calibrated OOF's (nested) estimate where the record has one (null in cv.json where it was not a
     # number); a record without each fold's C is of an older predict, whose after figure was the best of four
     # estimates, chosen on the rows it scores: not ranked by
@@ -204,6 +223,8 @@ def row(cfg: Config, exp: Path) -> dict | None:
     if ranked and not math.isnan(figures[metrics.SIX.key]):
         calibrated = {**calibrated, "ranked": True}
         figures[metrics.SIX.key] = calibrated["oof_after"]
+    else:
+        scored = summary.get("oof")
     return {
         "name": exp.name,
         "metrics": figures,
@@ -224,12 +245,17 @@ def row(cfg: Config, exp: Path) -> dict | None:
         "newer": newer,  # made by a newer version (or a member was): this one cannot say whether its folds count
         "calibrated": calibrated,  # {how, oof_before, oof_after} where its submission is calibrated
         "test_of": json.dumps((six.get("profile") or {}).get("mix"), sort_keys=True),  # the test it was scored for
+        # the OOF rows its 6-lang AUC is of (a calibrated one's: scaled), its profile and the rows' groups: what
+        # the paired interval with another row draws again (paired.interval)
+        "paired": {"oof": scored, "profile": six["profile"], "groups": paired.read_groups(prepared)}
+        if scored is not None and "profile" in six and not math.isnan(figures[metrics.SIX.key])
+        else None,
         **s,
     }
 
 
 def rows(cfg: Config) -> list[dict]:
-    """One row per experiment or blend folder, ranked (see rank); a folder that cannot be read is named on
+    """One row per experiment or blend folder, ranked (ranking.rank); a folder that cannot be read is named on
     stderr and left out."""
     out = []
     for exp in sorted(p for p in layout.models_root(cfg).iterdir() if p.is_dir()):
@@ -240,103 +266,15 @@ def rows(cfg: Config) -> list[dict]:
             continue
         if found is not None:
             out.append(found)
-    return mark_ties(mark_disagreements(mark_no_length(sorted(out, key=rank))))
-
-
-def rank(r: dict) -> tuple:
-    """Experiments scored on the most folds first, each set of folds apart (figures compare only over the same
-    rows); within one, the six-language AUC first (it ranks experiments as the test does: docs/results.md
-    measures it), those weighted to the test's length mix before those without it (another estimate: apart),
-    then the validation AUC of experiments without held-out translated rows; NaN last."""
-    folds = r.get("scored_folds") or []
-    for i, m in enumerate(metrics.RANKED_BY):
-        if not math.isnan(r["metrics"][m.key]):
-            apart = m is metrics.SIX and r.get("length") is False  # a row made by hand (tests) has no flag
-            return (-len(folds), folds, i, apart, -r["metrics"][m.key])
-    return (-len(folds), folds, len(metrics.RANKED_BY), False, 0.0)
-
-
-def mark_no_length(board: list[dict]) -> list[dict]:
-    """`no_length`: a row ranked by a 6-lang AUC without the test's length mix on a board where others have it
-    (rank puts it below them); on a board where no row has it, nothing is marked: every figure is alike."""
-    if any(by_six(r) and r.get("length") for r in board):
-        for r in board:
-            r["no_length"] = by_six(r) and r.get("length") is False
-    return board
-
-
-def by_six(r: dict) -> bool:
-    return not math.isnan(r["metrics"][metrics.SIX.key])
-
-
-def comparable(r: dict, q: dict) -> bool:
-    """Two rows whose figures compare: of the same test, over the same folds' rows, and where they are compared
-    by the 6-lang AUC, both weighted to the test's length mix or neither."""
-    same_estimate = compared_by(r, q) is not metrics.SIX or r.get("length") == q.get("length")
-    return r.get("test_of") == q.get("test_of") and r.get("scored_folds") == q.get("scored_folds") and same_estimate
-
-
-def mark_ties(board: list[dict]) -> list[dict]:
-    """`tie`: for an experiment ranked by the six-language AUC, the comparable ones ranked below it (every one,
-    not only the next: a over c may flip at a corner where b, between them, flips with neither) whose order
-    with it flips at some corner of the range (both rows' corners: metrics.six_corners), by name: the estimate
-    cannot tell them apart."""
-    for i, r in enumerate(board):
-        a = r.get("corners")
-        below = [q for q in board[i + 1 :] if comparable(r, q) and a and q.get("corners")
-                 and len(a) == len(q["corners"]) and compared_by(r, q) is metrics.SIX]  # fmt: skip
-        if below:
-            r["tie"] = ", ".join(q["name"] for q in below if any(y > x for x, y in zip(a, q["corners"])))
-    return board
-
-
-def compared_by(r: dict, q: dict) -> metrics.Metric:
-    """The metric two rows are ranked by: the first of metrics.RANKED_BY both have."""
-    both = [m for m in metrics.RANKED_BY if not (math.isnan(r["metrics"][m.key]) or math.isnan(q["metrics"][m.key]))]
-    return both[0] if both else metrics.RANKED_BY[-1]
-
-
-def mark_disagreements(board: list[dict]) -> list[dict]:
-    """`below`: for an experiment ranked above another of the same test while its test AUC is below it, that
-    other one (the one with the best test AUC of those): its OOF rose where its test AUC fell. Experiments
-    scored on other tests (the sample's and the real slice's) are not compared."""
-    for r in board:
-        others = [q for q in board if q is not r and q["test"] is not None and r["test"] is not None
-                  and comparable(r, q)
-                  and q["metrics"][compared_by(r, q).key] < r["metrics"][compared_by(r, q).key]
-                  and q["test"] > r["test"]]  # fmt: skip
-        r["below"] = max(others, key=lambda q: q["test"])["name"] if others else ""
-    return board
-
-
-def order_agreement(board: list[dict]) -> str:
-    """How many pairs of experiments with a test AUC (comparable ones: same test, same folds) the estimate
-    orders as the test does, and the estimate without length; '' without such a pair. A reading of the test,
-    never a choice: nothing is ranked or fitted by it."""
-    six = metrics.SIX.key
-    scored = [r for r in board if r["test"] is not None and not math.isnan(r["metrics"][six])]
-    pairs = [(r, q) for i, r in enumerate(scored) for q in scored[i + 1 :] if comparable(r, q)]
-    if not pairs:
-        return ""
-
-    def same(a: float | None, b: float | None, ta: float, tb: float) -> bool:
-        return a is not None and b is not None and (a - b) * (ta - tb) > 0
-
-    with_length = sum(same(r["metrics"][six], q["metrics"][six], r["test"], q["test"]) for r, q in pairs)
-    text = f"- order as the test AUC: the {metrics.SIX.header} orders {with_length} of {len(pairs)} pair(s) as the test"
-    both = [(r, q) for r, q in pairs if r.get("without") is not None and q.get("without") is not None]
-    if both:  # a calibrated row is ranked by its calibrated OOF, its figure without length is the uncalibrated one
-        without = sum(same(r["without"], q["without"], r["test"], q["test"]) for r, q in both)
-        text += f" does, without length {without} of {len(both)}"
-    else:
-        text += " does"
-    return text + " (experiments with a test AUC, over the same folds)"
+    marked = ranking.mark_no_length(sorted(out, key=ranking.rank))
+    return ranking.mark_ties(ranking.mark_disagreements(ranking.mark_intervals(marked)))
 
 
 def board_table(board: list[dict]) -> str:
     """A Markdown table: readable printed, rendered on GitHub."""
     langs = sorted({lg for r in board for lg in r["per_lang"]})
-    head = ["experiment", *(m.header for m in metrics.METRICS), "w/o length", *langs, "folds", "minutes", "test AUC"]
+    head = ["experiment", *(m.header for m in metrics.METRICS), NEXT, "w/o length", *langs, "folds", "minutes"]
+    head += ["test AUC"]
     head += ["model", "max_len", "epochs", "lr", "batch"]
     body = []
     for r in board:
@@ -348,8 +286,9 @@ def board_table(board: list[dict]) -> str:
             + (" (calibrated)" if r.get("calibrated") else "")
             + (" (no length)" if r.get("no_length") else "")
             + (" (!)" if r.get("below") else "")
-            + (" (~)" if r.get("tie") else ""),
+            + (" (~)" if r.get("tie") or r.get("close") else ""),
             *(cell(r["metrics"].get(m.key), m.fmt) for m in metrics.METRICS),
+            r["next"]["interval"].shown() if r.get("next") else "-",
             cell(r.get("without"), ".4f"),
             *(cell(r["per_lang"].get(lg), ".4f") for lg in langs),
             r["folds"],
@@ -372,7 +311,7 @@ def board_table(board: list[dict]) -> str:
 def stale_notes(board: list[dict]) -> str:
     """Why each experiment marked stale or (!) is: its numbers describe folds that no longer match their
     inputs; its OOF and test AUC disagree with another experiment's."""
-    agreement = order_agreement(board)
+    agreement = ranking.order_agreement(board)
     notes = [agreement] if agreement else []
     notes += [f"- {r['name']} (stale): {r['stale']}" for r in board if r.get("stale")]
     notes += [f"- {r['name']} (incomplete): {r['incomplete']}" for r in board if r.get("incomplete")]
@@ -382,9 +321,13 @@ def stale_notes(board: list[dict]) -> str:
               "the test's length mix (its rows have no token counts: its prepared folder has no lengths.csv, which "
               "`make data` writes); ranked apart, below those weighted by length, with which it does not compare"
               for r in board if r.get("no_length")]  # fmt: skip
+    if any(r.get("next") for r in board):
+        notes.append(tie_note())
     notes += [f"- {r['name']} (~): a tie with {r['tie']}: their order flips as the test's toxic rates move within "
               "the range under the validation-rate assumption (`make cv` shows it)" for r in board
               if r.get("tie")]  # fmt: skip
+    notes += [f"- {r['name']} (~): a tie with {r['close']}: {r['next']['interval'].shown()}, the {paired.LEVEL:.0%} "
+              "interval of the difference covers 0" for r in board if r.get("close")]  # fmt: skip
     sets = {tuple(r.get("scored_folds") or []) for r in board if r.get("scored_folds")}
     if len(sets) > 1:
         notes.append("- experiments are ranked among those scored on the same folds, the most folds first: "
@@ -392,10 +335,20 @@ def stale_notes(board: list[dict]) -> str:
     for r in board:
         if r.get("below"):
             q = next(x for x in board if x["name"] == r["below"])
-            m = compared_by(r, q)
+            m = ranking.compared_by(r, q)
             notes.append(f"- {r['name']} (!): {m.header} {r['metrics'][m.key]:.4f} above {q['name']}'s "
                          f"{q['metrics'][m.key]:.4f}, test AUC {r['test']:.4f} below its {q['test']:.4f}")  # fmt: skip
     return "\n".join(notes)
+
+
+def tie_note() -> str:
+    """What the `vs next` column and a tie (~) mean, for a reader new to the board."""
+    return (f"- {NEXT}: the row's {metrics.SIX.header} less the next comparable row's below it, and the "
+            f"{paired.LEVEL:.0%} interval of that difference over {paired.DRAWS} redraws of the labelled rows (a "
+            "comment with its copies and translations drawn together, both experiments scored on the same draw). "
+            "(~) marks a tie: the two cannot be told apart, because the interval covers 0 (another sample of rows "
+            "could order them the other way), or because their order flips as the test's unknown toxic rates move "
+            "within their range; a tie is no evidence that either is better")  # fmt: skip
 
 
 def calibrated_note(r: dict) -> str:

@@ -99,6 +99,27 @@ def test_blend_of_two_experiments(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert f"{metrics.SIX.header} - (best member -), " in line and "nan" not in line
 
 
+@pytest.mark.slow  # blends five folds of two members: seconds
+def test_the_blend_is_judged_against_its_best_member_with_a_paired_interval(tmp_path: Path, capsys) -> None:
+    """Where the members have a 6-lang AUC, the blend's line names the best member and the blend's difference to it
+    with its paired interval (paired.interval), the difference that of the two figures printed."""
+    comp = Competition(tmp_path, 600)
+    y = comp.rows["toxic"].to_numpy()
+    three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
+             "rate_from": dict.fromkeys(("es", "it", "tr"), "validation.csv")}  # fmt: skip
+    rng = np.random.default_rng(3)
+    for name, noise in (("a", 1.0), ("b", 1.3)):
+        pred = 1 / (1 + np.exp(-(2 * y - 1 + rng.normal(0, noise, len(y)))))
+        comp.experiment(name, pred, {k: rng.random(90) for k in range(5)}, profile=three)
+    summary = blend.run(comp.config("blend.members=[a,b]"))
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("blend a+b:")]
+    best = summary["blend"]["member_metrics"]["a"][metrics.SIX.key]
+    assert f"(best member a {best:.4f}; the blend less it " in line and "the 95% paired interval)" in line, line
+    diff, low, high = map(float, line.split("the blend less it ")[1].split(", the")[0].replace(" [", ", ")
+                          .rstrip("]").split(", "))  # fmt: skip
+    assert low <= diff <= high and diff == pytest.approx(summary["metrics"][metrics.SIX.key] - best, abs=1e-4)
+
+
 def test_a_blend_refuses_a_calibration_before_any_work(tmp_path: Path) -> None:
     """A blend's predictions are ranks: a calibration fit on probabilities cannot map them, so it is refused
     in one line and nothing is written."""

@@ -11,7 +11,7 @@ import pytest
 from pipeline import blend, board, config, layout, validity
 from pipeline.errors import PipelineError
 from pipeline.files import read_json, write_json
-from pipeline.scoring import metrics, report
+from pipeline.scoring import metrics, paired, ranking, report
 from tests.helpers import board_rows
 from tests.helpers.experiments import Competition, write_lengths
 
@@ -78,7 +78,7 @@ def test_board_lists_experiments_and_blends(built: Path, tmp_path: Path, capsys:
     oof = [float(r[VALID]) for r in rows[:-1]]
     assert oof == sorted(oof, reverse=True)  # best OOF first
     assert names[-2:] == ["partial (incomplete)", "stage1"]  # the noisiest, then the one without OOF
-    want = ["experiment", *(m.header for m in metrics.METRICS), "w/o length", "es", "it", "tr", "folds"]
+    want = ["experiment", *(m.header for m in metrics.METRICS), board.NEXT, "w/o length", "es", "it", "tr", "folds"]
     assert list(rows[0])[: len(want)] == want
     row = {r["experiment"].split(" (")[0]: r for r in rows}
     cv = read_json(models / "xlmr" / "cv.json")
@@ -244,7 +244,7 @@ def test_a_tie_is_marked_with_every_row_below_whose_order_flips_not_only_the_nex
 
     # a over b and b over c at every corner; a under c at the third
     a, b, c = row("a", [0.910, 0.905, 0.880]), row("b", [0.905, 0.900, 0.870]), row("c", [0.900, 0.895, 0.890])
-    marked = board.mark_ties([a, b, c])
+    marked = ranking.mark_ties([a, b, c])
     assert marked[0]["tie"] == "c" and marked[1]["tie"] == "c"
 
 
@@ -260,10 +260,10 @@ def test_a_calibrated_rows_corners_are_its_calibrated_oofs() -> None:
     six = {"profile": profile, "corners": metrics.six_corners(oof, profile)}
     scaled, by_fold = calibration.nested_choice(oof, profile)
     record = {"c_by_fold": {str(k): c for k, c in by_fold.items()}}  # as cv.json reads back
-    got = board.calibrated_corners(oof, six, record)
+    got = board.calibrated_corners(board.calibrated_oof(oof, six, record), six)
     assert got == pytest.approx(metrics.six_corners(scaled, profile)) and len(got) == len(six["corners"])
-    assert board.calibrated_corners(oof, six, {}) is None
-    assert board.calibrated_corners(oof, {**six, "corners": None}, record) is None
+    assert board.calibrated_oof(oof, six, {}) is None and board.calibrated_corners(None, six) is None
+    assert board.calibrated_corners(scaled, {**six, "corners": None}) is None
 
 
 def test_a_calibrated_submission_is_ranked_by_its_calibrated_estimate_and_says_so(tmp_path: Path) -> None:
@@ -381,11 +381,11 @@ def test_a_row_with_the_length_mix_and_one_without_are_never_a_tie_or_a_disagree
                 "test_of": "t", "scored_folds": [0, 1], "corners": corners, "length": length}  # fmt: skip
 
     a, b = row("a", [0.910, 0.900], 0.88, True), row("b", [0.905, 0.903], 0.89, False)
-    marked = board.mark_ties(board.mark_disagreements([a, b]))
-    assert marked[0].get("tie") is None and marked[0]["below"] == "" and board.order_agreement(marked) == ""
+    marked = ranking.mark_ties(ranking.mark_disagreements([a, b]))
+    assert marked[0].get("tie") is None and marked[0]["below"] == "" and ranking.order_agreement(marked) == ""
     b["length"] = True  # the same estimate: b flips with a at the second corner, its test AUC above a's
-    marked = board.mark_ties(board.mark_disagreements([a, b]))
-    assert marked[0]["tie"] == "b" and marked[0]["below"] == "b" and board.order_agreement(marked) != ""
+    marked = ranking.mark_ties(ranking.mark_disagreements([a, b]))
+    assert marked[0]["tie"] == "b" and marked[0]["below"] == "b" and ranking.order_agreement(marked) != ""
 
 
 def test_two_experiments_whose_order_flips_inside_the_estimates_range_are_a_tie() -> None:
@@ -394,11 +394,54 @@ def test_two_experiments_whose_order_flips_inside_the_estimates_range_are_a_tie(
                 "test_of": "t", "scored_folds": list(folds), "corners": corners}  # fmt: skip
 
     a, b, c = row("a", [0.910, 0.900]), row("b", [0.905, 0.903]), row("c", [0.850, 0.860])
-    marked = board.mark_ties([a, b, c])
+    marked = ranking.mark_ties([a, b, c])
     assert marked[0]["tie"] == "b"  # b is above a at the second corner
     assert marked[1]["tie"] == ""  # b is above c at every corner
     d = row("d", [0.905, 0.903], folds=(0, 1))
-    assert board.mark_ties([row("a", [0.910, 0.900]), d])[0].get("tie") is None  # other rows: not compared
+    assert ranking.mark_ties([row("a", [0.910, 0.900]), d])[0].get("tie") is None  # other rows: not compared
+
+
+def test_a_pair_whose_paired_interval_covers_0_is_a_tie_though_its_corners_never_flip() -> None:
+    def row(name: str, corners, interval: paired.Interval | None = None) -> dict:
+        r = {"name": name, "metrics": {metrics.SIX.key: corners[0], "valid_auc": 0.9}, "test": None,
+             "test_of": "t", "scored_folds": [0, 1], "corners": corners}  # fmt: skip
+        return {**r, "next": {"name": "next", "interval": interval}} if interval else r
+
+    # a above b at every corner, but by less than the rows can tell; b above c by more
+    a = row("a", [0.910, 0.905], paired.Interval(0.002, -0.001, 0.005))
+    b, c = row("b", [0.908, 0.903], paired.Interval(0.02, 0.01, 0.03)), row("c", [0.888, 0.883])
+    a["next"]["name"], b["next"]["name"] = "b", "c"
+    marked = ranking.mark_ties([a, b, c])
+    assert marked[0]["tie"] == "" and marked[0]["close"] == "b"  # not the corners: the interval
+    assert "close" not in marked[1] and marked[1]["tie"] == ""
+    notes = board.stale_notes(marked)
+    assert "- a (~): a tie with b: +0.0020 [-0.0010, +0.0050], the 95% interval of the difference covers 0" in notes
+    assert "because the interval covers 0" in notes and "toxic rates move" in notes  # both causes, in words
+
+
+@pytest.mark.slow  # reports three experiments' folds and draws their rows again: seconds
+def test_the_board_shows_the_paired_interval_to_the_next_row_and_marks_a_close_pair(tmp_path: Path) -> None:
+    """Two experiments that err alike (one's predictions the other's, nudged) and a far better one: the better one's
+    interval to the next is clear of 0 and not a tie; the two alike are a tie, their difference inside their
+    interval; the last row has no next."""
+    comp = Competition(tmp_path, 600)
+    y = comp.rows["toxic"].to_numpy()
+    three = {"mix": {"es": 0.5, "it": 0.3, "tr": 0.2}, "rates": {"es": 0.3, "it": 0.1, "tr": 0.2},
+             "rate_from": dict.fromkeys(("es", "it", "tr"), "validation.csv")}  # fmt: skip
+    blunt = noisy(y, 1.0, 2)
+    comp.experiment("sharp", noisy(y, 0.3, 1), None, profile=three)
+    comp.experiment("blunt", blunt, None, profile=three)
+    comp.experiment("blunt-nudged", blunt + np.random.default_rng(3).normal(0, 0.05, len(y)), None, profile=three)
+    text = board.run(board_config(comp.models))
+    listed = board_rows(text)
+    names = [r["experiment"].removesuffix(" (~)") for r in listed]
+    assert names[0] == "sharp" and set(names[1:]) == {"blunt", "blunt-nudged"}
+    assert listed[0]["experiment"] == "sharp" and listed[1]["experiment"].endswith(" (~)"), text
+    diff, low, high = map(float, listed[0][board.NEXT].replace(" [", ", ").rstrip("]").split(", "))
+    assert 0 < low <= diff <= high
+    six = [float(r[metrics.SIX.header]) for r in listed]
+    assert diff == pytest.approx(six[0] - six[1], abs=2e-4)
+    assert listed[2][board.NEXT] == "-" and f"a tie with {names[2]}: " in text
 
 
 def test_the_pairs_each_estimate_orders_as_the_test_are_counted() -> None:
@@ -408,9 +451,30 @@ def test_the_pairs_each_estimate_orders_as_the_test_are_counted() -> None:
 
     # by test a > b > c; with length orders all three pairs so, without length puts c first
     a, b, c = row("a", 0.93, 0.91, 0.895), row("b", 0.92, 0.90, 0.890), row("c", 0.91, 0.95, 0.880)
-    line = board.order_agreement([a, b, c, row("d", 0.99, 0.99, None), row("e", 0.5, 0.5, 0.99, folds=(0,))])
+    line = ranking.order_agreement([a, b, c, row("d", 0.99, 0.99, None), row("e", 0.5, 0.5, 0.99, folds=(0,))])
     assert line.startswith(f"- order as the test AUC: the {metrics.SIX.header} orders 3 of 3 pair(s)")
     assert "without length 1 of 3" in line  # d has no test AUC, e other folds: neither is counted
-    assert board.order_agreement([a, row("d", 0.99, 0.99, None)]) == ""
-    assert "without length" not in board.order_agreement([a, row("b", 0.92, None, 0.89)])
+    assert ranking.order_agreement([a, row("d", 0.99, 0.99, None)]) == ""
+    assert "without length" not in ranking.order_agreement([a, row("b", 0.92, None, 0.89)])
     assert line in board.stale_notes([a, b, c])
+
+
+def test_the_pairs_the_estimate_orders_as_the_test_are_counted_far_apart_from_close() -> None:
+    """A pair whose paired interval covers 0 is close: ordering it as the test is a coin's luck, counted apart from
+    the far pairs; a pair without an interval (rows without their OOF) apart from both."""
+
+    def row(name: str, six: float, test: float, folds=(0, 1)) -> dict:
+        return {"name": name, "metrics": {metrics.SIX.key: six, "valid_auc": 0.9}, "without": None, "test": test,
+                "test_of": "t", "scored_folds": list(folds)}  # fmt: skip
+
+    # by the estimate a > b > c, by the test b > a > c: a-b close (and ordered wrong), a-c and b-c far (right)
+    a, b, c = row("a", 0.930, 0.890), row("b", 0.929, 0.895), row("c", 0.900, 0.870)
+    a["intervals"] = {"b": paired.Interval(0.001, -0.002, 0.004), "c": paired.Interval(0.03, 0.02, 0.04)}
+    b["intervals"] = {"c": paired.Interval(0.029, 0.019, 0.039)}
+    line = ranking.order_agreement([a, b, c])
+    assert line.startswith(f"- order as the test AUC: the {metrics.SIX.header} orders 2 of 2 far pair(s) and 0 of 1 "
+                           "close pair(s) as the test does"), line  # fmt: skip
+    b["intervals"] = {"c": None}
+    assert "orders 1 of 1 far pair(s) and 0 of 1 close pair(s) and 1 of 1 pair(s) without an interval" in (
+        ranking.order_agreement([a, b, c])
+    )
