@@ -18,9 +18,12 @@ from pipeline import layout, validity
 from pipeline.files import read_json, write_csv, write_json
 from pipeline.inputs import tables
 from pipeline.schema import Config
-from pipeline.scoring import metrics
+from pipeline.scoring import buckets, metrics
 from pipeline.scoring.metrics import FROM_PRIOR, read_profile
 from pipeline.scoring.plots import plot_curves, plot_cv, read_jsonl
+
+# where a translated language's class x length link came from, as cv.json's six.lengths.link records it
+VALID_LINK, OWN_LINK = "validation.csv", "own rows"
 
 
 def read_oof(dirs: list[Path], prepared: Path | None = None) -> pd.DataFrame:
@@ -68,7 +71,7 @@ def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = 
 def unmatched_lengths(oof: pd.DataFrame, profile: dict) -> dict[str, float]:
     """Each test language's share of its test rows whose length bucket its weighted stand-ins do not fill: the
     test's bucket shares less the weighted stand-ins', summed where these fall short. 0 where every bucket holds
-    rows enough; else the share of buckets with no stand-in rows, or too few of a class, which metrics.merged_buckets
+    rows enough; else the share of buckets with no stand-in rows, or too few of a class, which buckets.merged_buckets
     gave to a neighbour whose rows, of other lengths, carry it (a stand-in without a token count fills none)."""
     weights, langs = metrics.row_weights(oof, profile), oof["lang"].to_numpy()
     tokens = pd.to_numeric(oof["tokens"], errors="coerce").to_numpy(np.float64)
@@ -79,7 +82,7 @@ def unmatched_lengths(oof: pd.DataFrame, profile: dict) -> dict[str, float]:
             continue
         known = at & ~np.isnan(tokens)
         filled = np.bincount(
-            metrics.length_buckets(tokens[known]), weights=weights[known], minlength=len(metrics.LENGTH_EDGES) + 1
+            buckets.length_buckets(tokens[known]), weights=weights[known], minlength=len(buckets.LENGTH_EDGES) + 1
         )
         # the language's weight sums to its share of the test: as shares of it, comparable with the test's
         short = np.asarray(test, np.float64) - filled / weights[at].sum()
@@ -91,19 +94,20 @@ def length_figures(oof: pd.DataFrame, profile: dict) -> dict | None:
     """What length does to the estimate (cv.json's six.lengths): the test's and the stand-ins' bucket shares
     per language, the share of each language's test rows whose length its stand-ins could not match
     (unmatched_lengths), the effective sample sizes with and without length, the estimate without length, and
-    the AUC per length bucket of validation.csv's rows; None where the rows carry no token counts or the profile
-    no test lengths."""
+    the AUC per length bucket of validation.csv's rows, where each translated language's class x length link came
+    from (seed_figures) and the languages weighted without length, with why (metrics.length_gaps); None where the
+    rows carry no token counts or the profile no test lengths."""
     if "tokens" not in oof or not profile.get("lengths"):
         return None
     at = metrics.stand_in_mask(oof, profile["mix"])
     tokens = pd.to_numeric(oof["tokens"], errors="coerce")
-    rows = {g: metrics.bucket_shares(tokens[at & (oof["lang"] == g).to_numpy()].dropna()) for g in profile["mix"]}
+    rows = {g: buckets.bucket_shares(tokens[at & (oof["lang"] == g).to_numpy()].dropna()) for g in profile["mix"]}
     valid = metrics.on_validation(oof) & tokens.notna().to_numpy()
-    buckets = metrics.length_buckets(tokens[valid])
+    bucket = buckets.length_buckets(tokens[valid])
     y, p = oof["toxic"].to_numpy()[valid], oof["pred"].to_numpy()[valid]
-    by_bucket = {name: metrics.auc(y[buckets == b], p[buckets == b]) for b, name in enumerate(metrics.bucket_names())}
+    by_bucket = {name: metrics.auc(y[bucket == b], p[bucket == b]) for b, name in enumerate(buckets.bucket_names())}
     return {
-        "edges": list(metrics.LENGTH_EDGES),
+        "edges": list(buckets.LENGTH_EDGES),
         "test": profile["lengths"],
         "rows": rows,
         "unmatched": unmatched_lengths(oof, profile),
@@ -111,8 +115,20 @@ def length_figures(oof: pd.DataFrame, profile: dict) -> dict | None:
         "ess": metrics.effective_sizes(oof, profile),
         "ess_without": metrics.effective_sizes(oof, metrics.without_lengths(profile)),
         "valid_by_bucket": by_bucket,
-        "valid_bucket_rows": np.bincount(buckets, minlength=len(metrics.LENGTH_EDGES) + 1).tolist(),
+        "valid_bucket_rows": np.bincount(bucket, minlength=len(buckets.LENGTH_EDGES) + 1).tolist(),
+        "without_length": metrics.length_gaps(oof, profile),
+        **seed_figures(oof, profile),
     }
+
+
+def seed_figures(oof: pd.DataFrame, profile: dict) -> dict:
+    """`translated`: the languages weighted by length whose stand-ins are translated rows, and `link`: where
+    their class x length link came from: validation.csv's comments (the profile's `valid_lengths`), or their own
+    rows (a profile recorded before validation.csv's rows were counted: the weighting of before)."""
+    real, langs = metrics.on_validation(oof), oof["lang"].to_numpy()
+    at = metrics.stand_in_mask(oof, profile["mix"])
+    translated = [g for g in metrics.stand_in_buckets(oof, profile) if not (real & at & (langs == g)).any()]
+    return {"translated": translated, "link": VALID_LINK if profile.get("valid_lengths") else OWN_LINK}
 
 
 def pred_scale(done: dict[int, dict]) -> str:
@@ -217,7 +233,7 @@ def six_line(value: float, six: dict) -> str:
 def length_lines(lengths: dict, value: float) -> list[str]:
     """What weighting by length did, under the six-language line: the figure without it, each language's
     bucket shares (test and stand-ins) and effective rows, and validation.csv's AUC per bucket."""
-    names = metrics.bucket_names()
+    names = buckets.bucket_names()
     out = [f"  without length {lengths['without']:.4f} ({value - lengths['without']:+.4f} by length); "
            f"share of rows per token bucket ({' '.join(names)}), test / stand-ins; effective rows toxic, clean "
            "with length (without):"]  # fmt: skip
@@ -231,11 +247,29 @@ def length_lines(lengths: dict, value: float) -> list[str]:
     if short:
         which = ", ".join(f"{g} ({v:.3f} of its test rows)" for g, v in short.items())
         out.append(f"  length mix not matched for {which}: "
-                   f"token buckets with no stand-in rows, or under {metrics.MIN_BUCKET_ROWS} of a class, merged into a "
+                   f"token buckets with no stand-in rows, or under {buckets.MIN_BUCKET_ROWS} of a class, merged into a "
                    "neighbour, whose rows of other lengths carry their share")  # fmt: skip
+    out += seed_lines(lengths)
     by = " ".join(f"{n} {metrics.shown(lengths['valid_by_bucket'].get(n), '.4f')} (n={c})"
                   for n, c in zip(names, lengths["valid_bucket_rows"]))  # fmt: skip
     out.append(f"  valid AUC per token bucket (validation.csv's rows): {by}")
+    return out
+
+
+def seed_lines(lengths: dict) -> list[str]:
+    """Where the translated languages' class x length link came from, and which languages were weighted without
+    length and why (seed_figures, metrics.length_gaps); nothing of a cv.json written before they were recorded."""
+    out, translated = [], ", ".join(lengths.get("translated") or [])
+    if translated and lengths.get("link") == VALID_LINK:
+        out.append(f"  {translated}: class x length link of validation.csv's comments, not their translated rows'")
+    elif translated and lengths.get("link") == OWN_LINK:
+        out.append(f"  {translated}: class x length link of their own translated rows, as before validation.csv's "
+                   "rows were counted (the profile has no token counts of them: `make data` writes them)")  # fmt: skip
+    gaps = lengths.get("without_length") or {}
+    if gaps:
+        out.append("  weighted without length (language and class only): "
+                   + "; ".join(f"{g} ({why})" for g, why in gaps.items())
+                   + " (lengths.csv counts every row the tables had when `make data` ran: run it again)")  # fmt: skip
     return out
 
 
