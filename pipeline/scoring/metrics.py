@@ -90,8 +90,8 @@ def test_profile(valid: pd.DataFrame, test_langs, test_tokens=None, valid_tokens
     A rate is validation.csv's for a language it has: the competition drew validation.csv and test.csv from
     the same comments and annotation. A language without validation rows gets the prior, validation.csv's
     rate over all its rows: the translated rows that stand for it are toxic by design (about half), so their
-    own rate says nothing of the test's, and an EM estimate from the unlabelled test predictions needs
-    probabilities calibrated for that language, which only its labelled rows could give.
+    own rate says nothing of the test's. A reading of each rate by EM on the test predictions
+    (pipeline.scoring.rates) is added by `make cv` once they exist (`em`), and widens the range (rate_spans).
     `valid`: validation.csv's rows (lang, toxic)."""
     mix = language_mix(test_langs)
     y = valid["toxic"].to_numpy(np.float64)
@@ -233,7 +233,9 @@ def prior_span(profile: dict) -> tuple[list[str], float, float] | None:
 def rate_spans(profile: dict) -> dict[str, tuple[float, float]]:
     """Every rate the estimate's range moves, and its two ends: a prior language's over PRIOR_RATES, a
     language with validation rows by RATE_SES standard errors of its rate (rate_se; a profile recorded
-    before it had one: none of those)."""
+    before it had one: none of those); each widened to take in the language's rate by EM on the test
+    predictions where the profile has one (`em`: pipeline.scoring.rates), so that the range holds both
+    readings of the test's rate."""
     span, ses = prior_span(profile), profile.get("rate_se") or {}
     if span is None:
         return {}
@@ -242,13 +244,17 @@ def rate_spans(profile: dict) -> dict[str, tuple[float, float]]:
         if g in profile["mix"] and g not in out and se > 0:
             r = profile["rates"][g]
             out[g] = (max(r - RATE_SES * se, 0.0), min(r + RATE_SES * se, 1.0))
+    for g, r in ((profile.get("em") or {}).get("rates") or {}).items():
+        low, high = out.get(g, (profile["rates"][g],) * 2) if g in profile["mix"] else (r, r)
+        if defined(r) and min(low, r) < max(high, r):
+            out[g] = (min(low, r), max(high, r))
     return out
 
 
 def six_corners(oof: pd.DataFrame, profile: dict) -> list[float] | None:
     """The six-language estimate with each moved rate (rate_spans) at either end of its span, every combination
     in one fixed order: the range under the validation-rate assumption (its min to max; two experiments whose
-    order differs at some corner are a tie); None where no rate is a prior."""
+    order differs at some corner are a tie), EM's rates taken in; None where no rate is a prior."""
     spans = rate_spans(profile)
     if not spans:
         return None

@@ -2,7 +2,8 @@
 
 Writes  models/<name>/oof.csv     every validation row with its out-of-fold prediction
         models/<name>/cv.json     every metric (metrics.METRICS) of the OOF and of each fold, AUC per language,
-                                  the pred scale (and test_auc from predict)
+                                  the pred scale (and test_auc from predict), the test profile the estimate was
+                                  weighted by, with each language's toxic rate by EM once predict has run
         models/<name>/cv.png      ROC curves per language, AUC per fold (scoring/plots.py)
         models/<name>/curves.png  each fold's training loss, validation AUC and learning rate (scoring/plots.py)
 """
@@ -18,7 +19,7 @@ from pipeline import layout, validity
 from pipeline.files import read_json, write_csv, write_json
 from pipeline.inputs import tables
 from pipeline.schema import Config
-from pipeline.scoring import buckets, metrics
+from pipeline.scoring import buckets, metrics, rates
 from pipeline.scoring.metrics import FROM_PRIOR, read_profile
 from pipeline.scoring.plots import plot_curves, plot_cv, read_jsonl
 
@@ -152,10 +153,26 @@ def fold_table(summary: dict) -> str:
                               langs, minutes))  # fmt: skip
     if "six" in summary:
         lines.append(six_line(summary["metrics"][metrics.SIX.key], summary["six"]))
+        lines += [line for line in [em_line(summary)] if line]
     lines += [line for line in [best_step_line(summary)] if line]
     judged = judged_line(summary)
     lines += [judged] if judged else []
     return "\n".join(lines)
+
+
+def em_line(summary: dict) -> str:
+    """`  toxic rate by EM on the test predictions ...: es 0.141 (0.150) fr 0.090 (0.151) ...`: each language's
+    rate by EM beside the rate the estimate assumes; that it needs `make predict` before there are predictions
+    ('' for ranks: a blend's, which are no probabilities)."""
+    if summary.get("scale") == layout.RANK:
+        return ""
+    profile = summary["six"]["profile"]
+    em = profile.get("em") or {}
+    if not em.get("rates"):
+        return "  toxic rate by EM on the test predictions: needs `make predict` (no fold's test predictions yet)"
+    each = " ".join(f"{g} {r:.3f} ({profile['rates'][g]:.3f})" for g, r in em["rates"].items())
+    return (f"  toxic rate by EM on the test predictions (Saerens et al. 2002; mean of {em['folds']} folds, each "
+            f"language's prior read on its stand-ins), beside the rate assumed: {each}")  # fmt: skip
 
 
 def judged_line(summary: dict) -> str:
@@ -224,6 +241,7 @@ def six_line(value: float, six: dict) -> str:
         known = [g for g in (profile.get("rate_se") or {}) if g in profile["mix"] and g not in span[0]]
         also = (f", {', '.join(known)} within {metrics.RATE_SES:g} standard errors of their validation.csv rate"
                 if known else "")  # fmt: skip
+        also += ", each span taking in its EM rate (below)" if (profile.get("em") or {}).get("rates") else ""
         line += (f"\n  from {low:.4f} to {high:.4f}: the range under the validation-rate assumption "
                  f"({', '.join(span[0])} at any toxic rate from {span[1]:.3f} to {span[2]:.3f}{also}); the test's own "
                  "rates are not known")  # fmt: skip
@@ -294,6 +312,41 @@ def best_step_line(summary: dict) -> str:
     )
 
 
+def em_figures(oof: pd.DataFrame, dirs: list[Path], prepared: Path, profile: dict | None, scale: str) -> dict | None:
+    """Each test language's toxic rate by EM on the folds' test predictions (pipeline.scoring.rates), the prior
+    of each read on its stand-ins' probabilities from the kept model (`best`, else `pred`: what predicted the
+    test); None for ranks (a blend's), without a profile, or before `make predict` wrote a fold's predictions."""
+    if scale != layout.PROBABILITY or not profile:
+        return None
+    try:
+        test = pd.read_csv(prepared / layout.TEST_TABLE, usecols=["id", "lang"], dtype=str, keep_default_na=False)
+    except (OSError, ValueError):
+        return None
+    rows = metrics.stand_ins(oof, profile["mix"])
+    rows = rows.assign(pred=rows["best"] if "best" in rows else rows["pred"])
+    found = rates.test_rates(rows, [f for f in map(fold_test, dirs) if f is not None], test)
+    return found if found and found["rates"] else None
+
+
+def fold_test(fold_dir: Path) -> pd.DataFrame | None:
+    """A fold's test predictions (id, toxic) as `make predict` left them, where intact and made with the weights
+    its done.json records (predict's test.json, or done.json itself for a baseline's); None otherwise."""
+    done, stamp = validity.read_done(fold_dir) or {}, {}
+    try:
+        stamp = read_json(fold_dir / layout.TEST_KEY)
+    except (OSError, ValueError):
+        pass
+    stamp = stamp if isinstance(stamp, dict) else {}
+    record = stamp.get("file") or (done.get("files") or {}).get(layout.TEST_PREDS)
+    weights = ((done.get("files") or {}).get(layout.WEIGHTS) or {}).get("sha256")
+    made_with = (stamp.get("key") or {}).get("weights") if isinstance(stamp.get("key"), dict) else None
+    if weights and made_with and made_with != weights:  # of other weights: the fold was trained again since
+        return None
+    if record is None or validity.file_problem(fold_dir, layout.TEST_PREDS, record):
+        return None
+    return pd.read_csv(fold_dir / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+
+
 def read_cv(path: Path) -> dict:
     """A cv.json, or {} when it is missing or unreadable (it is rewritten from the folds)."""
     try:
@@ -317,7 +370,9 @@ def cv_report(cfg: Config, digest: str | None = None, prepared: Path | None = No
     prepared = prepared or layout.prepared_dir(cfg)
     oof = read_oof(dirs, prepared)
     done = {layout.fold_index(d): validity.read_done(d) for d in dirs}
-    summary = cv_summary(oof, done, metrics.with_test_lengths(profile_of(done) or read_profile(cfg), prepared))
+    profile = metrics.with_test_lengths(profile_of(done) or read_profile(cfg), prepared)
+    em = em_figures(oof, dirs, prepared, profile, pred_scale(done))
+    summary = cv_summary(oof, done, {**profile, "em": em} if em else profile)  # EM's rates widen the range
     old = exp / layout.CV_JSON
     if old.exists():  # what `make predict` recorded (test score, calibration) stays while of the same folds
         saved = read_cv(old)
