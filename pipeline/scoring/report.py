@@ -169,7 +169,10 @@ def em_line(summary: dict) -> str:
     profile = summary["six"]["profile"]
     em = profile.get("em") or {}
     if not em.get("rates"):
-        return "  toxic rate by EM on the test predictions: needs `make predict` (no fold's test predictions yet)"
+        return (
+            "  toxic rate by EM on the test predictions: needs `make predict`, then `make cv` (no fold's test "
+            "predictions yet)"
+        )
     each = " ".join(f"{g} {r:.3f} ({profile['rates'][g]:.3f})" for g, r in em["rates"].items())
     return (f"  toxic rate by EM on the test predictions (Saerens et al. 2002; mean of {em['folds']} folds, each "
             f"language's prior read on its stand-ins), beside the rate assumed: {each}")  # fmt: skip

@@ -89,8 +89,10 @@ def test_cv_shows_and_records_the_em_rate_or_says_it_needs_predict(tmp_path: Pat
     pred = 1 / (1 + np.exp(-(2 * y - 1 + np.random.default_rng(1).normal(0, 1.0, len(y)))))
     comp.experiment("x", pred, None)
     cv.run(comp.config("name=x"))
-    assert ("  toxic rate by EM on the test predictions: needs `make predict` (no fold's test predictions yet)"
-            in capsys.readouterr().out)  # fmt: skip
+    need = (
+        "  toxic rate by EM on the test predictions: needs `make predict`, then `make cv` (no fold's test predictions"
+    )
+    assert need in capsys.readouterr().out
     tests = {k: np.full(len(ids_of_test(600)), 0.2) + 0.01 * k for k in range(5)}
     comp.experiment("x", pred, tests)
     cv.run(comp.config("name=x"))
