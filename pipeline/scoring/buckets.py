@@ -63,6 +63,8 @@ def language_weights(toxic: np.ndarray, buckets: np.ndarray | None, share: float
     counts = np.zeros((2, len(LENGTH_EDGES) + 1))
     np.add.at(counts, (cls, buckets), 1.0)
     start = counts if seed is None else np.asarray(seed, dtype=np.float64)
+    if not (start.sum(axis=1) > 0).all():  # a seed without a class's rows holds no link: refused, not fit to 0
+        raise ValueError(f"a class x length seed needs rows of both classes, not {start.sum(axis=1).tolist()}")
     group = merged_buckets(np.minimum(counts, start))  # thick enough in the rows weighted and in the seed's link
     cells, seeded = (
         np.stack([np.bincount(group, weights=c, minlength=group.max() + 1) for c in table]) for table in (counts, start)
@@ -85,8 +87,10 @@ def class_length_counts(toxic, tokens) -> dict[str, list[float]]:
 
 
 def seed_table(counts: dict | None) -> np.ndarray | None:
-    """A profile's `valid_lengths` (class_length_counts) as language_weights' seed: (toxic, clean) x bucket."""
-    return np.array([counts["toxic"], counts["clean"]], dtype=np.float64) if counts else None
+    """A profile's `valid_lengths` (class_length_counts) as language_weights' seed: (toxic, clean) x bucket; None
+    without it or where it holds no row of a class (no link to give: the stand-ins' own, as said where printed)."""
+    table = np.array([counts["toxic"], counts["clean"]], dtype=np.float64) if counts else None
+    return table if table is not None and (table.sum(axis=1) > 0).all() else None
 
 
 def merged_buckets(counts: np.ndarray) -> np.ndarray:

@@ -129,7 +129,8 @@ def seed_figures(oof: pd.DataFrame, profile: dict) -> dict:
     real, langs = metrics.on_validation(oof), oof["lang"].to_numpy()
     at = metrics.stand_in_mask(oof, profile["mix"])
     translated = [g for g in metrics.stand_in_buckets(oof, profile) if not (real & at & (langs == g)).any()]
-    return {"translated": translated, "link": VALID_LINK if profile.get("valid_lengths") else OWN_LINK}
+    seeded = buckets.seed_table(profile.get("valid_lengths")) is not None
+    return {"translated": translated, "link": VALID_LINK if seeded else OWN_LINK}
 
 
 def pred_scale(done: dict[int, dict]) -> str:

@@ -44,6 +44,8 @@ def test_a_bucket_thin_in_the_seed_merges_as_one_thin_in_the_rows_does() -> None
     # one group: its toxic rows weigh alike, not by a link read off 4 comments
     assert w[toxic & (bucket == 3)][0] == pytest.approx(w[toxic & (bucket == 4)][0])
     assert w[toxic & (bucket == 2)][0] != pytest.approx(w[toxic & (bucket == 3)][0])
+    with pytest.raises(ValueError, match="needs rows of both classes"):  # else the toxic mass would fit to 0
+        buckets.language_weights(toxic, bucket, 1.0, 0.2, [0.1, 0.2, 0.2, 0.2, 0.3], seed * [[0], [1]])
 
 
 def test_class_length_counts_count_each_class_per_bucket_of_the_rows_with_a_count() -> None:
@@ -51,3 +53,4 @@ def test_class_length_counts_count_each_class_per_bucket_of_the_rows_with_a_coun
     assert got == {"toxic": [1.0, 0.0, 0.0, 0.0, 2.0], "clean": [0.0, 1.0, 0.0, 0.0, 1.0]}
     assert np.array_equal(buckets.seed_table(got), [[1, 0, 0, 0, 2], [0, 1, 0, 0, 1]])
     assert buckets.seed_table(None) is None
+    assert buckets.seed_table({"toxic": [0.0] * 5, "clean": [3.0] * 5}) is None  # no toxic comment: no link

@@ -101,3 +101,22 @@ def test_cv_shows_and_records_the_em_rate_or_says_it_needs_predict(tmp_path: Pat
     assert em["folds"] == 5 and sorted(em["rates"]) == ["es", "it", "tr"]  # fr, pt, ru: no stand-ins here
     assert "  toxic rate by EM on the test predictions (Saerens et al. 2002; mean of 5 folds" in out
     assert f"es {em['rates']['es']:.3f} (" in out
+
+
+def test_a_folds_test_predictions_count_only_as_made_by_its_kept_weights_and_intact(tmp_path: Path) -> None:
+    from pipeline import layout
+    from pipeline.files import file_record, write_csv, write_json
+    from pipeline.scoring import report
+
+    write_csv(tmp_path / layout.TEST_PREDS, pd.DataFrame({"id": ["a", "b"], "toxic": [0.1, 0.7]}))
+    record = file_record(tmp_path / layout.TEST_PREDS)
+    write_json(tmp_path / layout.DONE, {"digest": "d", "files": {layout.WEIGHTS: {"sha256": "w1"}}})
+    write_json(tmp_path / layout.TEST_KEY, {"key": {"weights": "w1"}, "file": record})
+    assert report.fold_test(tmp_path)["toxic"].tolist() == [0.1, 0.7]
+    write_json(tmp_path / layout.TEST_KEY, {"key": {"weights": "w0"}, "file": record})  # trained again since
+    assert report.fold_test(tmp_path) is None
+    write_json(tmp_path / layout.TEST_KEY, {"key": {"weights": "w1"}, "file": record})
+    write_csv(tmp_path / layout.TEST_PREDS, pd.DataFrame({"id": ["a", "b"], "toxic": [0.9, 0.7]}))  # edited
+    assert report.fold_test(tmp_path) is None
+    (tmp_path / layout.TEST_KEY).unlink()  # no record of it anywhere: not trusted
+    assert report.fold_test(tmp_path) is None
