@@ -169,14 +169,17 @@ def em_line(summary: dict) -> str:
         return ""
     profile = summary["six"]["profile"]
     em = profile.get("em") or {}
-    if not em.get("rates"):
+    if not em.get("rates") and not em.get("unusable"):
         return (
             "  toxic rate by EM on the test predictions: needs `make predict`, then `make cv` (no fold's test "
             "predictions yet)"
         )
-    each = " ".join(f"{g} {r:.3f} ({profile['rates'][g]:.3f})" for g, r in em["rates"].items())
+    each = [" ".join(f"{g} {r:.3f} ({profile['rates'][g]:.3f})" for g, r in em["rates"].items())]
+    off = ", ".join(em.get("unusable") or [])
+    each += [f"none for {off}: a fold's EM answer at a boundary or not converged"] if off else []
+    said = "; ".join(e for e in each if e)
     return (f"  toxic rate by EM on the test predictions (Saerens et al. 2002; mean of {em['folds']} folds, each "
-            f"language's prior read on its stand-ins), beside the rate assumed: {each}")  # fmt: skip
+            f"language's prior read on its stand-ins), beside the rate assumed: {said}")  # fmt: skip
 
 
 def judged_line(summary: dict) -> str:
@@ -329,7 +332,7 @@ def em_figures(oof: pd.DataFrame, dirs: list[Path], prepared: Path, profile: dic
     rows = metrics.stand_ins(oof, profile["mix"])
     rows = rows.assign(pred=rows["best"] if "best" in rows else rows["pred"])
     found = rates.test_rates(rows, [f for f in map(fold_test, dirs) if f is not None], test)
-    return found if found and found["rates"] else None
+    return found if found and (found["rates"] or found["unusable"]) else None
 
 
 def fold_test(fold_dir: Path) -> pd.DataFrame | None:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from pipeline.files import read_json
-from pipeline.scoring import metrics, rates
+from pipeline.scoring import calibration, metrics, rates
 from tests.scoring.test_metrics import six_language_oof
 
 
@@ -26,9 +26,9 @@ def test_em_recovers_a_rate_of_0_08_from_a_model_calibrated_at_0_5_where_the_mea
     rng = np.random.default_rng(0)
     for separation in (0.75, 1.0, 1.5):
         p, _ = calibrated(rng, 20_000, 0.08, 0.5, separation)
-        assert rates.em_rate(p, 0.5) == pytest.approx(0.08, abs=0.02)
+        found, converged = calibration.test_prior(p, 0.5)
+        assert converged and found == pytest.approx(0.08, abs=0.02)
         assert p.mean() > 0.08 + 0.05  # the mean of probabilities calibrated at 0.5 keeps far from the rate
-    assert np.isnan(rates.em_rate([], 0.5)) and np.isnan(rates.em_rate([0.2, 0.4], 0.0))
 
 
 def test_the_prior_is_the_one_the_model_is_calibrated_at_read_on_its_labelled_stand_ins() -> None:
@@ -39,8 +39,8 @@ def test_the_prior_is_the_one_the_model_is_calibrated_at_read_on_its_labelled_st
     prior = rates.calibrated_prior(p, y)
     assert prior == pytest.approx(0.3, abs=0.03)
     test, _ = calibrated(rng, 20_000, 0.12, 0.3)
-    assert rates.em_rate(test, prior) == pytest.approx(0.12, abs=0.02)
-    assert abs(rates.em_rate(test, 0.5) - 0.12) > 0.03  # the stand-ins' rate as the prior: off
+    assert calibration.test_prior(test, prior)[0] == pytest.approx(0.12, abs=0.02)
+    assert abs(calibration.test_prior(test, 0.5)[0] - 0.12) > 0.03  # the stand-ins' rate as the prior: off
     assert np.isnan(rates.calibrated_prior([0.2, 0.7], [1, 1]))
 
 
@@ -60,6 +60,17 @@ def test_each_languages_rate_is_the_mean_over_the_folds_test_predictions() -> No
     assert got["rates"] == pytest.approx(truth, abs=0.02) and got["folds"] == 2
     assert got["priors"]["fr"] == pytest.approx(0.5, abs=0.04)
     assert rates.test_rates(pd.concat(stand), [], pd.concat(test)) is None
+    # one fold that calls every tr row clean: EM's answer at the boundary, no tr rate from any fold (and said)
+    folds[1][2] = folds[1][2].assign(toxic=1e-9)
+    got = rates.test_rates(pd.concat(stand), [pd.concat(f) for f in folds], pd.concat(test))
+    assert sorted(got["rates"]) == ["es", "fr"] and got["unusable"] == ["tr"]
+    from pipeline.scoring import report
+
+    profile = {"rates": dict.fromkeys(truth, 0.15), "em": got}
+    es, fr = got["rates"]["es"], got["rates"]["fr"]
+    assert report.em_line({"scale": "probability", "six": {"profile": profile}}).endswith(
+        f"es {es:.3f} (0.150) fr {fr:.3f} (0.150); none for tr: a fold's EM answer at a boundary or not converged"
+    )
 
 
 def test_the_estimates_range_takes_in_each_languages_em_rate() -> None:
@@ -93,12 +104,15 @@ def test_cv_shows_and_records_the_em_rate_or_says_it_needs_predict(tmp_path: Pat
         "  toxic rate by EM on the test predictions: needs `make predict`, then `make cv` (no fold's test predictions"
     )
     assert need in capsys.readouterr().out
-    tests = {k: np.full(len(ids_of_test(600)), 0.2) + 0.01 * k for k in range(5)}
+    rng = np.random.default_rng(2)
+    test_y = rng.random(len(ids_of_test(600))) < 0.2  # the test's comments drawn as the OOF's, at another rate
+    tests = {k: 1 / (1 + np.exp(-(2 * test_y - 1 + rng.normal(0, 1.0, len(test_y))))) for k in range(5)}
     comp.experiment("x", pred, tests)
     cv.run(comp.config("name=x"))
     out = capsys.readouterr().out
     em = read_json(layout.experiment_dir(comp.config("name=x")) / layout.CV_JSON)["six"]["profile"]["em"]
     assert em["folds"] == 5 and sorted(em["rates"]) == ["es", "it", "tr"]  # fr, pt, ru: no stand-ins here
+    assert all(0.1 < r < 0.3 for r in em["rates"].values()), em  # the test's 0.2, from 100 rows a language
     assert "  toxic rate by EM on the test predictions (Saerens et al. 2002; mean of 5 folds" in out
     assert f"es {em['rates']['es']:.3f} (" in out
 
