@@ -1,6 +1,7 @@
 """Stage `make cv`: the fold AUC table of what has been trained so far, for the current inputs and settings.
 
-Reads   models/<name>/fold<k>/oof.csv and done.json of the folds made from the current inputs and settings
+Reads   models/<name>/fold<k>/oof.csv and done.json of the folds made from the current inputs and settings,
+        and their test.csv where `make predict` wrote it (each test language's toxic rate by EM: scoring/rates.py)
 Writes  models/<name>/oof.csv   every validation row with its out-of-fold prediction
         models/<name>/cv.json   every metric (scoring.metrics.METRICS) of the OOF and of each fold, AUC per language
         models/<name>/cv.png    ROC curves per language, AUC per fold

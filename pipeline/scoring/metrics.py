@@ -9,8 +9,11 @@ and weights each language's toxic and clean rows to what the test is believed to
 of the test's rows (known: test.csv has a lang column) times its toxic rate in the test (not known:
 `test_profile` estimates it without test labels). Where the OOF rows carry their untruncated token counts
 (`tokens`) and the profile the test's length mix per language (`lengths`), each language's rows are weighted
-over class x length bucket instead (`language_weights`): the class margins as above, the length margins the
-test's own bucket shares for that language. The validation AUC is validation.csv's rows only. METRICS is the
+over class x length bucket instead (buckets.language_weights): the class margins as above, the length margins
+the test's own bucket shares for that language, the link between class and length its stand-ins' own where they
+are real comments and validation.csv's comments' (`valid_lengths`) where they are translations. The rates a
+language's toxic rate is varied over (`rate_spans`) take in the rate EM reads off the test predictions where a
+profile has one (`em`: pipeline.scoring.rates). The validation AUC is validation.csv's rows only. METRICS is the
 one list of figures every report shows.
 """
 
@@ -32,15 +35,10 @@ from pipeline.inputs import tables
 from pipeline.inputs.csvfile import label_values, read_csv
 from pipeline.layout import TEST_LABELS, VALID_SOURCE
 from pipeline.schema import Config
+from pipeline.scoring.buckets import class_length_counts, language_weights, length_buckets, length_mix, seed_table
 
 # where a test language's toxic rate comes from, as cv.json and `make cv` say it
 FROM_VALIDATION, FROM_PRIOR = "validation.csv", "prior"
-# the token counts that end a length bucket (the last holds the longer rows): fixed, never an experiment's own
-# max_length, so that every row of a board is weighted alike
-LENGTH_EDGES = (32, 64, 96, 128)
-# a length bucket with fewer stand-in rows than this of either class merges into a neighbour: a handful of rows
-# carrying a quarter of a language's weight would make the estimate their noise
-MIN_BUCKET_ROWS = 10
 # the toxic rates a language without validation rows is varied over for the estimate's range: wider than
 # validation.csv's languages (0.107-0.195), since nothing says the test's other languages lie between them
 PRIOR_RATES = (0.05, 0.35)
@@ -81,17 +79,19 @@ def language_mix(langs) -> dict[str, float]:
     return {str(k): float(v / counts.sum()) for k, v in counts.sort_index().items()}
 
 
-def test_profile(valid: pd.DataFrame, test_langs, test_tokens=None) -> dict:
+def test_profile(valid: pd.DataFrame, test_langs, test_tokens=None, valid_tokens=None) -> dict:
     """What the test is believed to hold, per language: `mix` (its share of the test's rows, from test.csv's
     lang column) and `rates` (its toxic rate), with `rate_from` saying where each rate comes from and `rate_se`
     its standard error (0 for the prior, which the range moves over PRIOR_RATES instead); with `test_tokens`
-    (each test row's untruncated token count), `lengths`: each language's share of rows per length bucket.
+    (each test row's untruncated token count), `lengths`: each language's share of rows per length bucket; with
+    `valid_tokens` (each of `valid`'s rows' count), `valid_lengths`: their class x bucket counts, the link between
+    class and length that the weights of a language without validation rows are seeded with (buckets.py).
 
     A rate is validation.csv's for a language it has: the competition drew validation.csv and test.csv from
     the same comments and annotation. A language without validation rows gets the prior, validation.csv's
     rate over all its rows: the translated rows that stand for it are toxic by design (about half), so their
-    own rate says nothing of the test's, and an EM estimate from the unlabelled test predictions needs
-    probabilities calibrated for that language, which only its labelled rows could give.
+    own rate says nothing of the test's. A reading of each rate by EM on the test predictions
+    (pipeline.scoring.rates) is added by `make cv` once they exist (`em`), and widens the range (rate_spans).
     `valid`: validation.csv's rows (lang, toxic)."""
     mix = language_mix(test_langs)
     y = valid["toxic"].to_numpy(np.float64)
@@ -104,32 +104,9 @@ def test_profile(valid: pd.DataFrame, test_langs, test_tokens=None) -> dict:
     profile = {"mix": mix, "rates": rates, "rate_from": rate_from, "rate_se": ses}
     if test_tokens is not None:
         profile["lengths"] = length_mix(test_langs, test_tokens)
+    if valid_tokens is not None:
+        profile["valid_lengths"] = class_length_counts(y, valid_tokens)
     return profile
-
-
-def length_buckets(tokens) -> np.ndarray:
-    """Each row's length bucket: 0 for at most LENGTH_EDGES[0] tokens, ..., len(LENGTH_EDGES) for longer."""
-    return np.searchsorted(np.asarray(LENGTH_EDGES), np.asarray(tokens, dtype=np.float64), side="left")
-
-
-def bucket_shares(tokens) -> list[float]:
-    """The share of rows in each length bucket."""
-    counts = np.bincount(length_buckets(tokens), minlength=len(LENGTH_EDGES) + 1).astype(np.float64)
-    return (counts / max(counts.sum(), 1.0)).tolist()
-
-
-def length_mix(langs, tokens) -> dict[str, list[float]]:
-    """Each language's bucket shares (of the test's rows: what the estimate's length margins are)."""
-    langs, tokens = np.asarray(langs), np.asarray(tokens)
-    return {str(g): bucket_shares(tokens[langs == g]) for g in sorted(set(langs))}
-
-
-def bucket_names() -> list[str]:
-    """The buckets as cv.json and `make cv` name them: '<=32', '33-64', ..., '>128'."""
-    lows = [1, *(e + 1 for e in LENGTH_EDGES[:-1])]
-    return [f"<={LENGTH_EDGES[0]}", *(f"{lo}-{hi}" for lo, hi in zip(lows[1:], LENGTH_EDGES[1:]))] + [
-        f">{LENGTH_EDGES[-1]}"
-    ]
 
 
 def on_validation(oof: pd.DataFrame) -> np.ndarray:
@@ -158,76 +135,58 @@ def row_weights(oof: pd.DataFrame, profile: dict) -> np.ndarray:
     the test's share of toxic and of clean rows whatever its stand-ins' own rate; 0 for a row that stands for
     no test language (an English original held out with its translations, a translation of a language
     validation.csv has). Where the rows carry `tokens` and the profile `lengths`, each language's mass is
-    spread over class x length bucket as well (language_weights); a language whose stand-ins lack a count
-    keeps the class weights alone."""
+    spread over class x length bucket as well (language_weights), a language of translated stand-ins seeded
+    with validation.csv's class x length link where the profile has it (`valid_lengths`); a language
+    length_gaps names keeps the class weights alone."""
     weights = np.zeros(len(oof))
     at = stand_in_mask(oof, profile["mix"])
-    langs, y = oof["lang"].to_numpy(), oof["toxic"].to_numpy() >= 0.5
-    tokens = pd.to_numeric(oof["tokens"], errors="coerce").to_numpy(np.float64) if "tokens" in oof else None
-    lengths = profile.get("lengths") or {}
+    langs, y, real = oof["lang"].to_numpy(), oof["toxic"].to_numpy() >= 0.5, on_validation(oof)
+    lengths, buckets = profile.get("lengths") or {}, stand_in_buckets(oof, profile)
+    seed = seed_table(profile.get("valid_lengths"))
     for lang, share in profile["mix"].items():
         rows = at & (langs == lang)
         if not rows.any():
             continue
-        mine = tokens[rows] if tokens is not None and lang in lengths else None
-        buckets = length_buckets(mine) if mine is not None and not np.isnan(mine).any() else None
-        weights[rows] = language_weights(y[rows], buckets, share, profile["rates"][lang], lengths.get(lang))
+        # validation.csv's rows are real comments: their own link; translated stand-ins: the real comments'
+        mine = None if real[rows].any() else seed
+        weights[rows] = language_weights(
+            y[rows], buckets.get(lang), share, profile["rates"][lang], lengths.get(lang), mine
+        )
     return weights
 
 
-def language_weights(toxic: np.ndarray, buckets: np.ndarray | None, share: float, rate: float,
-                     test_shares) -> np.ndarray:  # fmt: skip
-    """One language's stand-in rows' weights: `share` of the whole, `rate` of it on the toxic rows; with
-    `buckets` (each row's length bucket) and `test_shares` (the test's rows per bucket), fit by iterative
-    proportional fitting from the rows' own class x bucket counts, so that the class margins stay as without
-    length and the length margins are the test's, buckets too thin (merged_buckets) merged first."""
-    toxic = np.asarray(toxic, dtype=bool)
-    cls = np.where(toxic, 0, 1)
-    mass = np.array([share * rate, share * (1 - rate)])
-    if buckets is None or toxic.all() or not toxic.any():  # one class: no margin to keep but its own
-        counts = np.bincount(cls, minlength=2).astype(np.float64)
-        return mass[cls] / counts[cls]
-    counts = np.zeros((2, len(LENGTH_EDGES) + 1))
-    np.add.at(counts, (cls, buckets), 1.0)
-    group = merged_buckets(counts)
-    cells = np.stack([np.bincount(group, weights=c, minlength=group.max() + 1) for c in counts])
-    target = share * np.bincount(group, weights=np.asarray(test_shares, np.float64), minlength=group.max() + 1)
-    fitted = fit_cells(cells, mass, target)
-    of_row = group[buckets]
-    return fitted[cls, of_row] / cells[cls, of_row]
-
-
-def merged_buckets(counts: np.ndarray) -> np.ndarray:
-    """Each length bucket's group: neighbours merged (a thin group with the thinner of its neighbours) until
-    every group holds MIN_BUCKET_ROWS rows of each class, or one group is left. `counts`: (2, buckets), the
-    rows of each class per bucket."""
-    groups = [[b] for b in range(counts.shape[1])]
-    while len(groups) > 1:
-        held = [counts[:, g].sum(axis=1).min() for g in groups]
-        thin = next((i for i, n in enumerate(held) if n < MIN_BUCKET_ROWS), None)
-        if thin is None:
-            break
-        near = [j for j in (thin - 1, thin + 1) if 0 <= j < len(groups)]
-        other = min(near, key=lambda j: held[j])
-        lo = min(thin, other)
-        groups[lo : lo + 2] = [groups[lo] + groups[lo + 1]]
-    out = np.zeros(counts.shape[1], dtype=np.int64)
-    for i, g in enumerate(groups):
-        out[g] = i
+def stand_in_buckets(oof: pd.DataFrame, profile: dict) -> dict[str, np.ndarray]:
+    """Each test language's stand-in rows' length buckets, for the languages weighted by length: those whose
+    every stand-in row has a token count and whose test rows have a length mix (the others: length_gaps)."""
+    if "tokens" not in oof or not profile.get("lengths"):
+        return {}
+    at, langs = stand_in_mask(oof, profile["mix"]), oof["lang"].to_numpy()
+    tokens = pd.to_numeric(oof["tokens"], errors="coerce").to_numpy(np.float64)
+    out = {}
+    for lang in profile["mix"]:
+        mine = tokens[at & (langs == lang)]
+        if lang in profile["lengths"] and len(mine) and not np.isnan(mine).any():
+            out[lang] = length_buckets(mine)
     return out
 
 
-def fit_cells(cells: np.ndarray, rows: np.ndarray, columns: np.ndarray, sweeps: int = 500) -> np.ndarray:
-    """Iterative proportional fitting: `cells` (class x bucket counts) scaled until its row sums are `rows` and
-    its column sums `columns` (both summing to the same total), keeping the counts' own odds ratios."""
-    fitted = cells.astype(np.float64).copy()
-    for _ in range(sweeps):
-        fitted *= (rows / np.maximum(fitted.sum(axis=1), 1e-300))[:, None]
-        col = fitted.sum(axis=0)
-        fitted *= np.divide(columns, col, out=np.zeros_like(col), where=col > 0)[None, :]
-        if np.allclose(fitted.sum(axis=1), rows, rtol=1e-9, atol=1e-12):
-            break
-    return fitted
+def length_gaps(oof: pd.DataFrame, profile: dict) -> dict[str, str]:
+    """The test languages weighted without length where the estimate weights by length (the rows carry token
+    counts, the profile the test's lengths), each with why: rows lengths.csv has no count for (one is enough: a
+    language's weights over class x bucket need every row's bucket), or no test rows' lengths; {} otherwise."""
+    if "tokens" not in oof or not profile.get("lengths"):
+        return {}
+    at, langs, done = stand_in_mask(oof, profile["mix"]), oof["lang"].to_numpy(), stand_in_buckets(oof, profile)
+    tokens = pd.to_numeric(oof["tokens"], errors="coerce").to_numpy(np.float64)
+    out = {}
+    for lang in profile["mix"]:
+        rows = at & (langs == lang)
+        if lang in done or not rows.any():
+            continue
+        lacking = int(np.isnan(tokens[rows]).sum())
+        out[lang] = (f"{lacking} of its {int(rows.sum())} stand-in rows have no token count"
+                     if lacking else "its test rows have no token counts")  # fmt: skip
+    return out
 
 
 def without_lengths(profile: dict | None) -> dict | None:
@@ -274,7 +233,9 @@ def prior_span(profile: dict) -> tuple[list[str], float, float] | None:
 def rate_spans(profile: dict) -> dict[str, tuple[float, float]]:
     """Every rate the estimate's range moves, and its two ends: a prior language's over PRIOR_RATES, a
     language with validation rows by RATE_SES standard errors of its rate (rate_se; a profile recorded
-    before it had one: none of those)."""
+    before it had one: none of those); each widened to take in the language's rate by EM on the test
+    predictions where the profile has one (`em`: pipeline.scoring.rates), so that the range holds both
+    readings of the test's rate."""
     span, ses = prior_span(profile), profile.get("rate_se") or {}
     if span is None:
         return {}
@@ -283,13 +244,17 @@ def rate_spans(profile: dict) -> dict[str, tuple[float, float]]:
         if g in profile["mix"] and g not in out and se > 0:
             r = profile["rates"][g]
             out[g] = (max(r - RATE_SES * se, 0.0), min(r + RATE_SES * se, 1.0))
+    for g, r in ((profile.get("em") or {}).get("rates") or {}).items():
+        low, high = out.get(g, (profile["rates"][g],) * 2) if g in profile["mix"] else (r, r)
+        if defined(r) and min(low, r) < max(high, r):
+            out[g] = (min(low, r), max(high, r))
     return out
 
 
 def six_corners(oof: pd.DataFrame, profile: dict) -> list[float] | None:
     """The six-language estimate with each moved rate (rate_spans) at either end of its span, every combination
     in one fixed order: the range under the validation-rate assumption (its min to max; two experiments whose
-    order differs at some corner are a tie); None where no rate is a prior."""
+    order differs at some corner are a tie), EM's rates taken in; None where no rate is a prior."""
     spans = rate_spans(profile)
     if not spans:
         return None
@@ -440,13 +405,35 @@ def folder_profile(folder: Path) -> dict | None:
 
 
 def with_test_lengths(profile: dict | None, folder: Path) -> dict | None:
-    """`profile` with the test's length mix of a prepared folder's lengths.csv where it has none (one recorded by
-    folds made before it was counted: the test's lengths need no labels); as it is without the file."""
+    """`profile` with what a prepared folder's lengths.csv says where it lacks it (one recorded by folds made
+    before it was counted): the test's length mix (`lengths`: no labels needed) and validation.csv's class x
+    length counts (`valid_lengths`, from folds.csv's labels: the rows the estimate scores anyway); as it is
+    without the file."""
     lengths = tables.read_lengths(folder)
-    if not profile or profile.get("lengths") or lengths is None:
+    if not profile or lengths is None:
         return profile
+    out = dict(profile)
     test = lengths[lengths["split"] == "test"]
-    return {**profile, "lengths": length_mix(test["lang"], test["tokens"])} if len(test) else profile
+    if not out.get("lengths") and len(test):
+        out["lengths"] = length_mix(test["lang"], test["tokens"])
+    if not out.get("valid_lengths"):
+        counted = valid_counts(folder, lengths)
+        out.update({"valid_lengths": counted} if counted else {})
+    return out
+
+
+def valid_counts(folder: Path, lengths: pd.DataFrame) -> dict | None:
+    """validation.csv's rows' class x length counts (buckets.class_length_counts) of a prepared folder: folds.csv's
+    labels, lengths.csv's token counts; None where neither holds such a row."""
+    try:
+        table = pd.read_csv(folder / layout.TABLE, usecols=["id", "toxic", "source"], dtype={"id": str, "source": str},
+                            keep_default_na=False)  # fmt: skip
+    except (OSError, ValueError):
+        return None
+    valid = table[table["source"] == VALID_SOURCE]
+    counts = lengths.loc[(lengths["split"] == "train") & (lengths["source"] == VALID_SOURCE), ["id", "tokens"]]
+    rows = valid.merge(counts.drop_duplicates("id"), on="id")
+    return class_length_counts(rows["toxic"], rows["tokens"]) if len(rows) else None
 
 
 def fold_score(rows: pd.DataFrame, preds, profile: dict | None) -> tuple[str, float, dict[str, float]]:

@@ -2,7 +2,8 @@
 
 Writes  models/<name>/oof.csv     every validation row with its out-of-fold prediction
         models/<name>/cv.json     every metric (metrics.METRICS) of the OOF and of each fold, AUC per language,
-                                  the pred scale (and test_auc from predict)
+                                  the pred scale (and test_auc from predict), the test profile the estimate was
+                                  weighted by, with each language's toxic rate by EM once predict has run
         models/<name>/cv.png      ROC curves per language, AUC per fold (scoring/plots.py)
         models/<name>/curves.png  each fold's training loss, validation AUC and learning rate (scoring/plots.py)
 """
@@ -18,9 +19,12 @@ from pipeline import layout, validity
 from pipeline.files import read_json, write_csv, write_json
 from pipeline.inputs import tables
 from pipeline.schema import Config
-from pipeline.scoring import metrics
+from pipeline.scoring import buckets, metrics, rates
 from pipeline.scoring.metrics import FROM_PRIOR, read_profile
 from pipeline.scoring.plots import plot_curves, plot_cv, read_jsonl
+
+# where a translated language's class x length link came from, as cv.json's six.lengths.link records it
+VALID_LINK, OWN_LINK = "validation.csv", "own rows"
 
 
 def read_oof(dirs: list[Path], prepared: Path | None = None) -> pd.DataFrame:
@@ -68,7 +72,7 @@ def cv_summary(oof: pd.DataFrame, done: dict[int, dict], profile: dict | None = 
 def unmatched_lengths(oof: pd.DataFrame, profile: dict) -> dict[str, float]:
     """Each test language's share of its test rows whose length bucket its weighted stand-ins do not fill: the
     test's bucket shares less the weighted stand-ins', summed where these fall short. 0 where every bucket holds
-    rows enough; else the share of buckets with no stand-in rows, or too few of a class, which metrics.merged_buckets
+    rows enough; else the share of buckets with no stand-in rows, or too few of a class, which buckets.merged_buckets
     gave to a neighbour whose rows, of other lengths, carry it (a stand-in without a token count fills none)."""
     weights, langs = metrics.row_weights(oof, profile), oof["lang"].to_numpy()
     tokens = pd.to_numeric(oof["tokens"], errors="coerce").to_numpy(np.float64)
@@ -79,7 +83,7 @@ def unmatched_lengths(oof: pd.DataFrame, profile: dict) -> dict[str, float]:
             continue
         known = at & ~np.isnan(tokens)
         filled = np.bincount(
-            metrics.length_buckets(tokens[known]), weights=weights[known], minlength=len(metrics.LENGTH_EDGES) + 1
+            buckets.length_buckets(tokens[known]), weights=weights[known], minlength=len(buckets.LENGTH_EDGES) + 1
         )
         # the language's weight sums to its share of the test: as shares of it, comparable with the test's
         short = np.asarray(test, np.float64) - filled / weights[at].sum()
@@ -91,19 +95,20 @@ def length_figures(oof: pd.DataFrame, profile: dict) -> dict | None:
     """What length does to the estimate (cv.json's six.lengths): the test's and the stand-ins' bucket shares
     per language, the share of each language's test rows whose length its stand-ins could not match
     (unmatched_lengths), the effective sample sizes with and without length, the estimate without length, and
-    the AUC per length bucket of validation.csv's rows; None where the rows carry no token counts or the profile
-    no test lengths."""
+    the AUC per length bucket of validation.csv's rows, where each translated language's class x length link came
+    from (seed_figures) and the languages weighted without length, with why (metrics.length_gaps); None where the
+    rows carry no token counts or the profile no test lengths."""
     if "tokens" not in oof or not profile.get("lengths"):
         return None
     at = metrics.stand_in_mask(oof, profile["mix"])
     tokens = pd.to_numeric(oof["tokens"], errors="coerce")
-    rows = {g: metrics.bucket_shares(tokens[at & (oof["lang"] == g).to_numpy()].dropna()) for g in profile["mix"]}
+    rows = {g: buckets.bucket_shares(tokens[at & (oof["lang"] == g).to_numpy()].dropna()) for g in profile["mix"]}
     valid = metrics.on_validation(oof) & tokens.notna().to_numpy()
-    buckets = metrics.length_buckets(tokens[valid])
+    bucket = buckets.length_buckets(tokens[valid])
     y, p = oof["toxic"].to_numpy()[valid], oof["pred"].to_numpy()[valid]
-    by_bucket = {name: metrics.auc(y[buckets == b], p[buckets == b]) for b, name in enumerate(metrics.bucket_names())}
+    by_bucket = {name: metrics.auc(y[bucket == b], p[bucket == b]) for b, name in enumerate(buckets.bucket_names())}
     return {
-        "edges": list(metrics.LENGTH_EDGES),
+        "edges": list(buckets.LENGTH_EDGES),
         "test": profile["lengths"],
         "rows": rows,
         "unmatched": unmatched_lengths(oof, profile),
@@ -111,8 +116,21 @@ def length_figures(oof: pd.DataFrame, profile: dict) -> dict | None:
         "ess": metrics.effective_sizes(oof, profile),
         "ess_without": metrics.effective_sizes(oof, metrics.without_lengths(profile)),
         "valid_by_bucket": by_bucket,
-        "valid_bucket_rows": np.bincount(buckets, minlength=len(metrics.LENGTH_EDGES) + 1).tolist(),
+        "valid_bucket_rows": np.bincount(bucket, minlength=len(buckets.LENGTH_EDGES) + 1).tolist(),
+        "without_length": metrics.length_gaps(oof, profile),
+        **seed_figures(oof, profile),
     }
+
+
+def seed_figures(oof: pd.DataFrame, profile: dict) -> dict:
+    """`translated`: the languages weighted by length whose stand-ins are translated rows, and `link`: where
+    their class x length link came from: validation.csv's comments (the profile's `valid_lengths`), or their own
+    rows (a profile recorded before validation.csv's rows were counted: the weighting of before)."""
+    real, langs = metrics.on_validation(oof), oof["lang"].to_numpy()
+    at = metrics.stand_in_mask(oof, profile["mix"])
+    translated = [g for g in metrics.stand_in_buckets(oof, profile) if not (real & at & (langs == g)).any()]
+    seeded = buckets.seed_table(profile.get("valid_lengths")) is not None
+    return {"translated": translated, "link": VALID_LINK if seeded else OWN_LINK}
 
 
 def pred_scale(done: dict[int, dict]) -> str:
@@ -136,10 +154,32 @@ def fold_table(summary: dict) -> str:
                               langs, minutes))  # fmt: skip
     if "six" in summary:
         lines.append(six_line(summary["metrics"][metrics.SIX.key], summary["six"]))
+        lines += [line for line in [em_line(summary)] if line]
     lines += [line for line in [best_step_line(summary)] if line]
     judged = judged_line(summary)
     lines += [judged] if judged else []
     return "\n".join(lines)
+
+
+def em_line(summary: dict) -> str:
+    """`  toxic rate by EM on the test predictions ...: es 0.141 (0.150) fr 0.090 (0.151) ...`: each language's
+    rate by EM beside the rate the estimate assumes; that it needs `make predict` before there are predictions
+    ('' for ranks: a blend's, which are no probabilities)."""
+    if summary.get("scale") == layout.RANK:
+        return ""
+    profile = summary["six"]["profile"]
+    em = profile.get("em") or {}
+    if not em.get("rates") and not em.get("unusable"):
+        return (
+            "  toxic rate by EM on the test predictions: needs `make predict`, then `make cv` (no fold's test "
+            "predictions yet)"
+        )
+    each = [" ".join(f"{g} {r:.3f} ({profile['rates'][g]:.3f})" for g, r in em["rates"].items())]
+    off = ", ".join(em.get("unusable") or [])
+    each += [f"none for {off}: a fold's EM answer at a boundary or not converged"] if off else []
+    said = "; ".join(e for e in each if e)
+    return (f"  toxic rate by EM on the test predictions (Saerens et al. 2002; mean of {em['folds']} folds, each "
+            f"language's prior read on its stand-ins), beside the rate assumed: {said}")  # fmt: skip
 
 
 def judged_line(summary: dict) -> str:
@@ -208,6 +248,7 @@ def six_line(value: float, six: dict) -> str:
         known = [g for g in (profile.get("rate_se") or {}) if g in profile["mix"] and g not in span[0]]
         also = (f", {', '.join(known)} within {metrics.RATE_SES:g} standard errors of their validation.csv rate"
                 if known else "")  # fmt: skip
+        also += ", each span taking in its EM rate (below)" if (profile.get("em") or {}).get("rates") else ""
         line += (f"\n  from {low:.4f} to {high:.4f}: the range under the validation-rate assumption "
                  f"({', '.join(span[0])} at any toxic rate from {span[1]:.3f} to {span[2]:.3f}{also}); the test's own "
                  "rates are not known")  # fmt: skip
@@ -217,7 +258,7 @@ def six_line(value: float, six: dict) -> str:
 def length_lines(lengths: dict, value: float) -> list[str]:
     """What weighting by length did, under the six-language line: the figure without it, each language's
     bucket shares (test and stand-ins) and effective rows, and validation.csv's AUC per bucket."""
-    names = metrics.bucket_names()
+    names = buckets.bucket_names()
     out = [f"  without length {lengths['without']:.4f} ({value - lengths['without']:+.4f} by length); "
            f"share of rows per token bucket ({' '.join(names)}), test / stand-ins; effective rows toxic, clean "
            "with length (without):"]  # fmt: skip
@@ -231,11 +272,29 @@ def length_lines(lengths: dict, value: float) -> list[str]:
     if short:
         which = ", ".join(f"{g} ({v:.3f} of its test rows)" for g, v in short.items())
         out.append(f"  length mix not matched for {which}: "
-                   f"token buckets with no stand-in rows, or under {metrics.MIN_BUCKET_ROWS} of a class, merged into a "
+                   f"token buckets with no stand-in rows, or under {buckets.MIN_BUCKET_ROWS} of a class, merged into a "
                    "neighbour, whose rows of other lengths carry their share")  # fmt: skip
+    out += seed_lines(lengths)
     by = " ".join(f"{n} {metrics.shown(lengths['valid_by_bucket'].get(n), '.4f')} (n={c})"
                   for n, c in zip(names, lengths["valid_bucket_rows"]))  # fmt: skip
     out.append(f"  valid AUC per token bucket (validation.csv's rows): {by}")
+    return out
+
+
+def seed_lines(lengths: dict) -> list[str]:
+    """Where the translated languages' class x length link came from, and which languages were weighted without
+    length and why (seed_figures, metrics.length_gaps); nothing of a cv.json written before they were recorded."""
+    out, translated = [], ", ".join(lengths.get("translated") or [])
+    if translated and lengths.get("link") == VALID_LINK:
+        out.append(f"  {translated}: class x length link of validation.csv's comments, not their translated rows'")
+    elif translated and lengths.get("link") == OWN_LINK:
+        out.append(f"  {translated}: class x length link of their own translated rows, as before validation.csv's "
+                   "rows were counted (the profile has no token counts of them: `make data` writes them)")  # fmt: skip
+    gaps = lengths.get("without_length") or {}
+    if gaps:
+        out.append("  weighted without length (language and class only): "
+                   + "; ".join(f"{g} ({why})" for g, why in gaps.items())
+                   + " (lengths.csv counts every row the tables had when `make data` ran: run it again)")  # fmt: skip
     return out
 
 
@@ -258,6 +317,41 @@ def best_step_line(summary: dict) -> str:
         f"{m.header} {best[m.key]:.4f} with each fold's best step, chosen on the rows it is scored on "
         f"({gap:+.4f}); the folds and the OOF above take each half of a fold at the step its other half chose"
     )
+
+
+def em_figures(oof: pd.DataFrame, dirs: list[Path], prepared: Path, profile: dict | None, scale: str) -> dict | None:
+    """Each test language's toxic rate by EM on the folds' test predictions (pipeline.scoring.rates), the prior
+    of each read on its stand-ins' probabilities from the kept model (`best`, else `pred`: what predicted the
+    test); None for ranks (a blend's), without a profile, or before `make predict` wrote a fold's predictions."""
+    if scale != layout.PROBABILITY or not profile:
+        return None
+    try:
+        test = pd.read_csv(prepared / layout.TEST_TABLE, usecols=["id", "lang"], dtype=str, keep_default_na=False)
+    except (OSError, ValueError):
+        return None
+    rows = metrics.stand_ins(oof, profile["mix"])
+    rows = rows.assign(pred=rows["best"] if "best" in rows else rows["pred"])
+    found = rates.test_rates(rows, [f for f in map(fold_test, dirs) if f is not None], test)
+    return found if found and (found["rates"] or found["unusable"]) else None
+
+
+def fold_test(fold_dir: Path) -> pd.DataFrame | None:
+    """A fold's test predictions (id, toxic) as `make predict` left them, where intact and made with the weights
+    its done.json records (predict's test.json, or done.json itself for a baseline's); None otherwise."""
+    done, stamp = validity.read_done(fold_dir) or {}, {}
+    try:
+        stamp = read_json(fold_dir / layout.TEST_KEY)
+    except (OSError, ValueError):
+        pass
+    stamp = stamp if isinstance(stamp, dict) else {}
+    record = stamp.get("file") or (done.get("files") or {}).get(layout.TEST_PREDS)
+    weights = ((done.get("files") or {}).get(layout.WEIGHTS) or {}).get("sha256")
+    made_with = (stamp.get("key") or {}).get("weights") if isinstance(stamp.get("key"), dict) else None
+    if weights and made_with and made_with != weights:  # of other weights: the fold was trained again since
+        return None
+    if record is None or validity.file_problem(fold_dir, layout.TEST_PREDS, record):
+        return None
+    return pd.read_csv(fold_dir / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
 
 
 def read_cv(path: Path) -> dict:
@@ -283,7 +377,9 @@ def cv_report(cfg: Config, digest: str | None = None, prepared: Path | None = No
     prepared = prepared or layout.prepared_dir(cfg)
     oof = read_oof(dirs, prepared)
     done = {layout.fold_index(d): validity.read_done(d) for d in dirs}
-    summary = cv_summary(oof, done, metrics.with_test_lengths(profile_of(done) or read_profile(cfg), prepared))
+    profile = metrics.with_test_lengths(profile_of(done) or read_profile(cfg), prepared)
+    em = em_figures(oof, dirs, prepared, profile, pred_scale(done))
+    summary = cv_summary(oof, done, {**profile, "em": em} if em else profile)  # EM's rates widen the range
     old = exp / layout.CV_JSON
     if old.exists():  # what `make predict` recorded (test score, calibration) stays while of the same folds
         saved = read_cv(old)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from pipeline.files import read_json, write_json
-from pipeline.scoring import metrics
+from pipeline.scoring import buckets, metrics
 
 # ---------------------------------------------------------------- metrics
 
@@ -198,7 +198,7 @@ def test_length_weights_keep_the_class_margins_and_take_the_tests_length_margins
     oof, test = lengths.oof_and_test(0, test_rows=20_000)
     profile = metrics.test_profile(oof[oof["source"] == "validation"], test["lang"], test["tokens"])
     w = metrics.row_weights(oof, profile)
-    bucket = metrics.length_buckets(oof["tokens"])
+    bucket = buckets.length_buckets(oof["tokens"])
     for lang, share in profile["mix"].items():
         at = (oof["lang"] == lang).to_numpy()
         toxic = at & (oof["toxic"] == 1).to_numpy()
@@ -214,15 +214,15 @@ def test_length_weights_keep_the_class_margins_and_take_the_tests_length_margins
 
 def test_a_length_bucket_with_too_few_rows_of_a_class_merges_into_its_neighbour() -> None:
     counts = np.array([[50, 40, 30, 20, 3], [200, 150, 100, 60, 5]])  # 3 toxic rows over 128 tokens
-    assert metrics.merged_buckets(counts).tolist() == [0, 1, 2, 3, 3]
+    assert buckets.merged_buckets(counts).tolist() == [0, 1, 2, 3, 3]
     thin_start = np.array([[2, 40, 30, 20, 30], [9, 150, 100, 60, 50]])
-    assert metrics.merged_buckets(thin_start).tolist() == [0, 0, 1, 2, 3]
-    assert metrics.merged_buckets(np.array([[1, 2, 1, 0, 1], [5, 5, 5, 5, 5]])).tolist() == [0] * 5
+    assert buckets.merged_buckets(thin_start).tolist() == [0, 0, 1, 2, 3]
+    assert buckets.merged_buckets(np.array([[1, 2, 1, 0, 1], [5, 5, 5, 5, 5]])).tolist() == [0] * 5
     # the merged bucket takes the test's share of both: its rows carry 0.2 + 0.3 of the language
     y = np.r_[np.ones(60), np.zeros(200)].astype(bool)
     b = np.r_[np.repeat([0, 1, 2, 3], 15), np.repeat([0, 1, 2, 3], 48), np.full(8, 4)]
     b[56:60] = 4  # 4 toxic rows over 128 tokens
-    w = metrics.language_weights(y, b, 1.0, 0.2, [0.2, 0.2, 0.1, 0.2, 0.3])
+    w = buckets.language_weights(y, b, 1.0, 0.2, [0.2, 0.2, 0.1, 0.2, 0.3])
     assert w[(b == 3) | (b == 4)].sum() == pytest.approx(0.5) and w[y].sum() == pytest.approx(0.2)
 
 
@@ -310,3 +310,101 @@ def test_the_brier_score_is_of_the_kept_models_probabilities_not_the_halves_of_t
                          "best": [0.1, 0.9, 0.2, 0.8]})  # fmt: skip
     assert metrics.valid_brier(rows) == pytest.approx(np.mean([0.01, 0.01, 0.04, 0.04]))
     assert metrics.valid_brier(rows.drop(columns="best")) == pytest.approx(np.mean([0.81, 0.81, 0.04, 0.04]))
+
+
+# ---------------------------------------------------------------- the class x length link of the translated rows
+
+
+def linked_profile(seed: int = 1, test_rows: int = 30_000):
+    from tests.helpers import lengths
+
+    oof, test = lengths.oof_and_test(seed, test_rows=test_rows, linked=True)
+    valid = oof[oof["source"] == "validation"]
+    return oof, metrics.test_profile(valid, test["lang"], test["tokens"], valid["tokens"])
+
+
+def test_the_translated_languages_are_seeded_with_validation_csvs_link_the_real_ones_with_their_own() -> None:
+    oof, profile = linked_profile()
+    assert profile["valid_lengths"] == buckets.class_length_counts(
+        oof.loc[oof["source"] == "validation", "toxic"], oof.loc[oof["source"] == "validation", "tokens"]
+    )
+    seeded, own = metrics.row_weights(oof, profile), metrics.row_weights(oof, {**profile, "valid_lengths": None})
+    real = (oof["source"] == "validation").to_numpy()
+    assert np.allclose(seeded[real], own[real])
+    for lang in ("fr", "pt", "ru"):
+        at = (oof["lang"] == lang).to_numpy()
+        assert not np.allclose(seeded[at], own[at])
+        assert seeded[at].sum() == pytest.approx(own[at].sum())
+
+
+def test_validation_csvs_link_shrinks_the_error_where_the_translations_link_class_and_length_otherwise() -> None:
+    """The test's and validation.csv's toxic rows are a little shorter than their clean ones, the translated
+    stand-ins' longer (tests/helpers/lengths.py, linked): seeded with their own link, the long toxic rows the
+    model is worst on weigh too much and the estimate reads low; with validation.csv's, near the truth."""
+    from tests.helpers import lengths
+
+    errors = np.array([lengths.seed_errors(seed) for seed in range(10)])
+    own, seeded = errors.mean(axis=0)
+    rmse_own, rmse_seeded = np.sqrt((errors**2).mean(axis=0))
+    assert own < -0.005 and abs(seeded) < 0.7 * abs(own)  # measured: -0.0075 and +0.0047
+    assert rmse_seeded < 0.75 * rmse_own  # measured: 0.0102 and 0.0061
+
+
+def test_the_fold_table_says_where_the_translated_languages_link_came_from() -> None:
+    from pipeline.scoring import report
+
+    oof, profile = linked_profile()
+    done = {k: {"epochs": 1, "metric": "six"} for k in range(5)}
+    summary = report.cv_summary(oof, done, profile)
+    assert summary["six"]["lengths"]["translated"] == ["fr", "pt", "ru"]
+    assert "  fr, pt, ru: class x length link of validation.csv's comments, not their translated rows'" in (
+        report.fold_table(summary)
+    )
+    old = report.cv_summary(oof, done, {k: v for k, v in profile.items() if k != "valid_lengths"})
+    assert "  fr, pt, ru: class x length link of their own translated rows, as before validation.csv's rows were " in (
+        report.fold_table(old)
+    )
+    assert old["metrics"]["six"] != summary["metrics"]["six"]
+
+
+def test_a_language_weighted_without_length_is_named_with_why() -> None:
+    """A stand-in row of pt without a token count: pt's rows keep the class weights alone, and `make cv`'s table
+    and cv.json say so rather than claim pt's length mix."""
+    from pipeline.scoring import report
+
+    oof, profile = linked_profile()
+    pt = np.flatnonzero((oof["lang"] == "pt").to_numpy())
+    oof.loc[pt[:3], "tokens"] = np.nan
+    assert metrics.length_gaps(oof, profile) == {"pt": "3 of its 2000 stand-in rows have no token count"}
+    summary = report.cv_summary(oof, {k: {"epochs": 1, "metric": "six"} for k in range(5)}, profile)
+    assert summary["six"]["lengths"]["without_length"] == {"pt": "3 of its 2000 stand-in rows have no token count"}
+    assert ("  weighted without length (language and class only): pt (3 of its 2000 stand-in rows have no token "
+            "count)") in report.fold_table(summary)  # fmt: skip
+    assert metrics.length_gaps(oof, {**profile, "lengths": {g: v for g, v in profile["lengths"].items() if g != "ru"}}
+                               ) == {"pt": "3 of its 2000 stand-in rows have no token count",
+                                     "ru": "its test rows have no token counts"}  # fmt: skip
+    whole, _ = linked_profile()
+    assert metrics.length_gaps(whole, profile) == {}
+    assert "weighted without length" not in report.fold_table(report.cv_summary(whole, {0: {}}, profile))
+
+
+def test_a_prepared_folders_profile_carries_validation_csvs_class_x_length_counts(tmp_path: Path) -> None:
+    """lengths.csv's counts of validation.csv's rows, with folds.csv's labels: in the profile every stage reads,
+    and added to one recorded before they were counted (as the test's length mix is)."""
+    from pipeline import layout
+    from tests.helpers.experiments import Competition, write_lengths
+
+    comp = Competition(tmp_path, 300)
+    prepared = layout.prepared_dir(comp.cfg)
+
+    def count(split: str, rows: pd.DataFrame) -> np.ndarray:  # 10 to 213 tokens, by the row's id
+        return 10 + 7 * (rows["id"].str[1:].astype(int).to_numpy() % 30)
+
+    write_lengths(prepared, count)
+    table = pd.read_csv(prepared / layout.TABLE, dtype={"id": str}, keep_default_na=False)
+    valid = table[(table["source"] == "validation") & (table["fold"] >= 0)]  # the rows lengths.csv counts
+    want = buckets.class_length_counts(valid["toxic"], count("train", valid))
+    got = metrics.read_profile(comp.cfg)["valid_lengths"]
+    assert got == want and sum(got["toxic"]) == valid["toxic"].sum() and sum(got["clean"]) > 0
+    recorded = {k: v for k, v in metrics.read_profile(comp.cfg).items() if k != "valid_lengths"}
+    assert metrics.with_test_lengths(recorded, prepared)["valid_lengths"] == want
