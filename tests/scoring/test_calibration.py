@@ -13,7 +13,7 @@ from sklearn.metrics import roc_auc_score
 
 from pipeline import board, layout
 from pipeline.errors import PipelineError
-from pipeline.scoring import calibration, metrics, publish
+from pipeline.scoring import calibration, metrics, publish, ranking
 from pipeline.scoring.submission import ensemble
 
 MIX = {"es": 0.2, "fr": 0.3, "it": 0.5}
@@ -288,7 +288,7 @@ def test_board_ranks_by_the_six_language_oof_and_marks_a_rise_that_fell() -> Non
     nan = float("nan")
     rows = [entry("plain", 0.95, nan, 0.80), entry("six-low", 0.90, 0.85, 0.86), entry("six-high", 0.88, 0.87, 0.85),
             entry("none", nan, nan, None)]  # fmt: skip
-    ranked = board.mark_disagreements(sorted(rows, key=board.rank))
+    ranked = ranking.mark_disagreements(sorted(rows, key=ranking.rank))
     assert [r["name"] for r in ranked] == ["six-high", "six-low", "plain", "none"]
     marks = {r["name"]: r["below"] for r in ranked}
     assert marks == {"six-high": "six-low", "six-low": "", "plain": "six-low", "none": ""}
@@ -307,6 +307,6 @@ def test_experiments_scored_on_other_tests_are_not_compared() -> None:
         {**entry("real", 0.89, nan_, 0.84), "test_of": "real"},
         {**entry("sample", 0.83, nan_, 0.85), "test_of": "s"},
     ]
-    assert [r["below"] for r in board.mark_disagreements(sorted(rows, key=board.rank))] == ["", ""]
+    assert [r["below"] for r in ranking.mark_disagreements(sorted(rows, key=ranking.rank))] == ["", ""]
     same = [{**r, "test_of": "real"} for r in rows]
-    assert [r["below"] for r in board.mark_disagreements(sorted(same, key=board.rank))] == ["sample", ""]
+    assert [r["below"] for r in ranking.mark_disagreements(sorted(same, key=ranking.rank))] == ["sample", ""]
