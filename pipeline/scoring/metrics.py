@@ -30,17 +30,12 @@ from pipeline import layout
 from pipeline.errors import PipelineError
 from pipeline.inputs import tables
 from pipeline.inputs.csvfile import label_values, read_csv
+from pipeline.inputs.lengths import LENGTH_EDGES, MIN_BUCKET_ROWS  # the buckets, owned where the split uses them
 from pipeline.layout import TEST_LABELS, VALID_SOURCE
 from pipeline.schema import Config
 
 # where a test language's toxic rate comes from, as cv.json and `make cv` say it
 FROM_VALIDATION, FROM_PRIOR = "validation.csv", "prior"
-# the token counts that end a length bucket (the last holds the longer rows): fixed, never an experiment's own
-# max_length, so that every row of a board is weighted alike
-LENGTH_EDGES = (32, 64, 96, 128)
-# a length bucket with fewer stand-in rows than this of either class merges into a neighbour: a handful of rows
-# carrying a quarter of a language's weight would make the estimate their noise
-MIN_BUCKET_ROWS = 10
 # the toxic rates a language without validation rows is varied over for the estimate's range: wider than
 # validation.csv's languages (0.107-0.195), since nothing says the test's other languages lie between them
 PRIOR_RATES = (0.05, 0.35)
