@@ -21,7 +21,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from pipeline import layout, validity
 from pipeline.errors import DataError
-from pipeline.inputs import encoder, groups, lengths, pseudo
+from pipeline.inputs import encoder, groups, lengths, pseudo, texts
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
 from pipeline.schema import Config
 
@@ -184,6 +184,8 @@ def validation_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
     """The validation rows, each in one of data.folds folds."""
     k = cfg.data.folds
     valid = read_csv(path, ["id", "comment_text", "lang", "toxic"], labels=("toxic",))
+    if cfg.data.normalise_text:  # before its copies are grouped, as every source's before it is compared
+        valid = tidy(valid.assign(source=path.stem), "comment_text", notes).drop(columns="source")
     check_unique(valid, "id", path)
     check_lang(valid, path, notes)
     soft = ~valid["toxic"].isin([0, 1])
@@ -246,10 +248,13 @@ def build_tables(cfg: Config, raw, count=None) -> tuple[pd.DataFrame, pd.DataFra
         parts.append(bias_part(cfg, raw / layout.BIAS, notes))
     extras = [extra_part(path, lang, notes) for path, lang in layout.extra_files(cfg, raw)]
     valid = validation_part(cfg, raw / layout.VALID, notes)
+    test = test_table(raw, notes)
+    if cfg.data.normalise_text:  # before anything compares, groups or counts the texts (validation_part: its own)
+        parts, extras = [tidy(p, "text", notes) for p in parts], [tidy(p, "text", notes) for p in extras]
+        test = tidy(test.assign(source=Path(layout.TEST).stem), "text", notes).drop(columns="source")
     # before the held-out split: a held-out copy of a validation text in another fold would train the fold
     # that scores its twin, so every non-validation row holding one goes, held out or not
     parts, extras = drop_validation_copies(valid, parts, extras, notes)
-    test = test_table(raw, notes)
     if extras:
         standin = lengths.standin_langs(test["lang"], valid["lang"])
         extra, parts, held = hold_out(cfg, pd.concat(extras, ignore_index=True), parts, standin, count)
@@ -267,6 +272,18 @@ def build_tables(cfg: Config, raw, count=None) -> tuple[pd.DataFrame, pd.DataFra
     notes += [table.attrs["pseudo"]] if table.attrs.get("pseudo") else []
     table.attrs["notes"] = notes  # said by `make data`
     return table, test
+
+
+def tidy(frame: pd.DataFrame, column: str, notes: list[str]) -> pd.DataFrame:
+    """`frame` (one source's rows) with `column` normalised (pipeline.inputs.texts), and what that changed in
+    `notes`: the share of rows with a newline and with talk-page layout, before and after."""
+    if frame.empty:
+        return frame
+    out = frame.assign(**{column: texts.normalise_all(frame[column])})
+    (nl, mark), (nl_after, mark_after) = texts.layout_shares(frame[column]), texts.layout_shares(out[column])
+    notes.append(f"{frame['source'].iloc[0]}: texts normalised (data.normalise_text): rows with a newline "
+                 f"{nl:.1%} -> {nl_after:.1%}, with talk-page layout {mark:.1%} -> {mark_after:.1%}")  # fmt: skip
+    return out
 
 
 def drop_validation_copies(

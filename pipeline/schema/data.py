@@ -58,6 +58,13 @@ class DataConfig:
         role=LATER,
         when=("data.held_out", Above(0)),
     )
+    normalise_text: bool = setting(
+        False,
+        "every source's texts on one line, whitespace collapsed and talk-page layout (line markers, `==` headings, "
+        "`''` quotes, magic words) removed, as the test's come: a layout only the training files have is a cue to "
+        "the source, not to toxicity (`pipeline/inputs/texts.py`)",
+        role=LATER,
+    )
     group_encoder: str = setting(
         "",
         "a sentence encoder folder (Hugging Face) that finds the translations of one "

@@ -15,7 +15,7 @@ import pytest
 from pipeline import data, layout, validity
 from pipeline.errors import DataError
 from pipeline.files import read_json, write_json
-from pipeline.inputs import lengths, sample, tables, tokens
+from pipeline.inputs import lengths, sample, tables, texts, tokens
 from tests.helpers import E5, SCALE, SHARED, make_cfg, turkish_upper
 
 LANGS_TEST = {"es", "fr", "it", "pt", "ru", "tr"}
@@ -399,9 +399,9 @@ def test_a_soft_label_in_validation_csv_is_said(tmp_path: Path, raw_sample: Path
 # ---------------------------------------------------------------- long comments held out (pipeline.inputs.lengths)
 
 
-def words(texts: list[str]) -> np.ndarray:
+def words(batch: list[str]) -> np.ndarray:
     """A stand-in tokenizer's untruncated counts: a token a word, and <s> </s>."""
-    return np.array([len(t.split()) + 2 for t in texts])
+    return np.array([len(t.split()) + 2 for t in batch])
 
 
 def long_translations(tmp_path: Path, raw: Path, *overrides: str):
@@ -409,8 +409,8 @@ def long_translations(tmp_path: Path, raw: Path, *overrides: str):
     over lengths.LONG words, the pt ones all short; the config that holds out 10% of them."""
     ids, long = [f"src{i}" for i in range(60)], set(range(0, 60, 7)) - {56}
     fr = [("mot " * (lengths.LONG + 5) if i in long else "un court commentaire") + f" {i}" for i in range(60)]
-    for lang, texts in (("fr", fr), ("pt", [f"um comentário curto {i}" for i in range(60)])):
-        pd.DataFrame({"id": ids, "comment_text": texts, "toxic": [i % 2 for i in range(60)]}).to_csv(
+    for lang, written in (("fr", fr), ("pt", [f"um comentário curto {i}" for i in range(60)])):
+        pd.DataFrame({"id": ids, "comment_text": written, "toxic": [i % 2 for i in range(60)]}).to_csv(
             tmp_path / f"translated-{lang}.csv", index=False
         )
     files = f"[{tmp_path}/translated-fr.csv,{tmp_path}/translated-pt.csv]"
@@ -490,3 +490,25 @@ def test_the_tables_signature_names_the_tokenizer_that_counted_the_long_comments
     assert "length_tokenizer" not in validity.input_signature(make_cfg(tmp_path, *base))  # tiny: nothing counted
     off = make_cfg(tmp_path, *base, f"model.name={model}", "data.hold_out_long=false")
     assert "length_tokenizer" not in validity.input_signature(off)
+
+
+# ---------------------------------------------------------------- texts made alike (pipeline.inputs.texts)
+
+
+def test_normalise_text_makes_every_source_s_texts_alike_and_says_what_it_changed(tmp_path: Path, raw_sample: Path):
+    extra = tmp_path / "talk-fr.csv"
+    write_translated(extra, ["== Titre ==\n\n\xa0:une réponse", "un texte\nsur deux lignes"], [0, 1])
+    base = ("data.source=dir", f"data.dir={raw_sample}", f"data.extra_files=[{extra}]")
+    cfg = make_cfg(tmp_path, *base, "data.normalise_text=true")
+    table, test = tables.build_tables(cfg, raw_sample)
+    assert sorted(table.loc[table["source"] == "talk-fr", "text"]) == ["Titre une réponse", "un texte sur deux lignes"]
+    raw_test = pd.read_csv(raw_sample / layout.TEST, dtype=str, keep_default_na=False)
+    assert test["text"].tolist() == [texts.normalise(t) for t in raw_test["content"]]
+    assert not table["text"].str.contains("\n").any()
+    said = table.attrs["notes"]
+    assert ("talk-fr: texts normalised (data.normalise_text): rows with a newline 100.0% -> 0.0%, with talk-page "
+            "layout 50.0% -> 0.0%") in said  # fmt: skip
+    for source in ("jigsaw-toxic-comment-train", "validation", "test"):
+        assert any(s.startswith(f"{source}: texts normalised") for s in said), said
+    off, _ = tables.build_tables(make_cfg(tmp_path, *base), raw_sample)  # the default: the files' texts as given
+    assert off["text"].str.contains("\n").any()
