@@ -21,7 +21,7 @@ versions of one comment form a group, and a group is held out whole, in one fold
 
 Held-out groups are spread over the folds so that each fold holds about as many rows of each language;
 a group larger than MAX_GROUP rows (a chain of near-duplicates, a spammed phrase) is never held out, so
-that one fold does not get it all.
+that one fold does not get it all, not even for a long comment it holds (held_out_folds' `forced` rows).
 """
 
 from __future__ import annotations

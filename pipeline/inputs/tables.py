@@ -3,7 +3,9 @@
 The training table has one row per comment: id, text, lang, toxic, source, fold (and pseudo_for with
 data.pseudo_from: see pipeline.inputs.pseudo). Validation rows get folds 0..k-1, stratified on
 language x label; rows used only for training (English, translated, pseudo-labelled) get fold -1, but
-for data.held_out of the translated rows, held out by source comment (pipeline.inputs.groups). The
+for data.held_out of the translated rows, held out by source comment (pipeline.inputs.groups), and with
+data.hold_out_long every source comment with a long stand-in translation (pipeline.inputs.lengths). With
+data.normalise_text every source's texts are made alike first (pipeline.inputs.texts). The
 test table is id, text, lang. The same config and files give the same tables, byte for byte.
 
 `training_rows` decides which rows a fold trains on, in one place, so that the leak tests check what

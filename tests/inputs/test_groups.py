@@ -140,6 +140,10 @@ def test_a_group_too_large_or_without_a_translation_is_never_held_out() -> None:
     eligible = np.array([True] * (groups.MAX_GROUP + 1) + [False] * 2 + [True] * 10)
     folds = groups.held_out_folds(keys, np.array(["fr"] * len(keys)), eligible, 0.99, 5, seed=0)
     assert (folds[: groups.MAX_GROUP + 3] == -1).all() and (folds[-10:] >= 0).all()
+    forced = np.zeros(len(keys), dtype=bool)
+    forced[0] = True  # a long comment in the large group: the group still stays out
+    folds = groups.held_out_folds(keys, np.array(["fr"] * len(keys)), eligible, 0.99, 5, seed=0, forced=forced)
+    assert (folds[: groups.MAX_GROUP + 3] == -1).all()
 
 
 def write_translations(folder: Path, n: int) -> list[str]:
