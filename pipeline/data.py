@@ -88,8 +88,10 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
             return meta
         return validity.current_meta(cfg)
     log(f"data: building the tables from {raw}")
-    table, test = tables.build_tables(cfg, raw)
-    for note in table.attrs.get("notes", []):  # held-out rows, language codes read otherwise, held_out without files
+    table, test = tables.build_tables(cfg, raw, tokens.length_counter(cfg))  # the split counts long comments
+    for note in table.attrs.get(
+        "notes", []
+    ):  # held-out rows (and how long), language codes read otherwise, held_out without files
         log(f"data: {note}")
     # the frames in memory (text plus per-value overhead) bound the CSVs they become
     need = int(table.memory_usage(deep=True).sum() + test.memory_usage(deep=True).sum())

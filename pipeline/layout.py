@@ -52,8 +52,9 @@ CACHE_META = "meta.json"  # in a token cache: key, sizes and digests of its arra
 # split, id, source, lang, tokens: the untruncated token count of every scored and every test row (the
 # estimate's length buckets), and what they were counted from
 LENGTHS, LENGTHS_KEY = "lengths.csv", "lengths.json"
-# how data.held_out groups translated rows (pipeline.inputs.groups); a new way rebuilds the tables held out before
-HELD_OUT_GROUPING = 2
+# how data.held_out groups translated rows (pipeline.inputs.groups); a new way rebuilds the tables held out before.
+# 3: the long stand-in comments held out too (data.hold_out_long, pipeline.inputs.lengths)
+HELD_OUT_GROUPING = 3
 # how validation.csv's near-copies are grouped into one fold (pipeline.inputs.groups.copy_groups) and its copies
 # found among the training rows; a new way rebuilds every table, whose folds and rows it decides. 2: Turkish's
 # dotted and dotless i are one letter when texts are compared without case (groups.normalised)

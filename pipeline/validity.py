@@ -48,6 +48,10 @@ def input_signature(cfg: Config, raw: Path | None = None) -> dict:
     }
     if cfg.data.held_out > 0:  # tables held out by an earlier way of grouping are built again
         signature["grouping"] = layout.HELD_OUT_GROUPING
+    if cfg.data.held_out > 0 and cfg.data.hold_out_long and cfg.model.name != "tiny":
+        # the model's tokenizer counts the long comments held out (tokens.length_counter): another one splits otherwise
+        source = Path(cfg.model.path or cfg.model.name).expanduser()
+        signature["length_tokenizer"] = files.tree_digest(source) if source.is_dir() else str(source)
     signature["validation_grouping"] = layout.VALIDATION_GROUPING  # so are tables whose folds split near-copies
     return signature
 
@@ -78,6 +82,8 @@ def changed_inputs(recorded: dict, now: dict) -> str:
         return f"{', '.join(changed) or 'the list of files'} changed"
     if any(recorded.get(k) != now.get(k) for k in ("grouping", "validation_grouping")):
         return "an earlier version grouped the rows into folds otherwise"
+    if recorded.get("length_tokenizer") != now.get("length_tokenizer"):
+        return "the model's tokenizer, which counts the long comments held out (data.hold_out_long), changed"
     return "the teacher's test predictions (data.pseudo_from) changed"
 
 

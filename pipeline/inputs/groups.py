@@ -21,7 +21,7 @@ versions of one comment form a group, and a group is held out whole, in one fold
 
 Held-out groups are spread over the folds so that each fold holds about as many rows of each language;
 a group larger than MAX_GROUP rows (a chain of near-duplicates, a spammed phrase) is never held out, so
-that one fold does not get it all.
+that one fold does not get it all, not even for a long comment it holds (held_out_folds' `forced` rows).
 """
 
 from __future__ import annotations
@@ -221,16 +221,20 @@ def source_groups(rows: pd.DataFrame, vectors: np.ndarray | None = None) -> tupl
 
 
 def held_out_folds(keys: np.ndarray, langs: np.ndarray, eligible: np.ndarray, share: float, k: int,
-                   seed: int) -> np.ndarray:  # fmt: skip
-    """Fold 0..k-1 for the rows of a seeded `share` of the groups that hold an `eligible` row and at most
-    MAX_GROUP rows, -1 for the others. Each group is whole in one fold; the largest groups are placed
+                   seed: int, forced: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    """Fold 0..k-1 for the rows of the groups that hold an `eligible` row and at most MAX_GROUP rows: every
+    such group that holds a `forced` row (a long stand-in comment: pipeline.inputs.lengths), and a seeded
+    `share` of the others; -1 for the rest. Each group is whole in one fold; the largest groups are placed
     first, each in the fold that holds the fewest rows of its languages so far."""
     frame = pd.DataFrame({"key": keys, "lang": langs, "eligible": eligible})
     sizes = frame.groupby("key").size()
     can = frame[frame["eligible"]].groupby("key").size().index
     can = [g for g in sorted(can) if sizes[g] <= MAX_GROUP]
+    must = set(keys[forced & eligible]) if forced is not None else set()
+    chosen = [g for g in can if g in must]
+    rest = [g for g in can if g not in must]  # without forced rows: the very groups and draw as before
     rng = np.random.default_rng(seed)
-    chosen = [can[i] for i in rng.permutation(len(can))[: int(round(share * len(can)))]]
+    chosen += [rest[i] for i in rng.permutation(len(rest))[: int(round(share * len(rest)))]]
     order = sorted(set(langs))
     counts = frame[frame["key"].isin(chosen)].groupby(["key", "lang"]).size().unstack(fill_value=0)
     counts = counts.reindex(columns=order, fill_value=0)

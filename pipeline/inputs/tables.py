@@ -3,7 +3,9 @@
 The training table has one row per comment: id, text, lang, toxic, source, fold (and pseudo_for with
 data.pseudo_from: see pipeline.inputs.pseudo). Validation rows get folds 0..k-1, stratified on
 language x label; rows used only for training (English, translated, pseudo-labelled) get fold -1, but
-for data.held_out of the translated rows, held out by source comment (pipeline.inputs.groups). The
+for data.held_out of the translated rows, held out by source comment (pipeline.inputs.groups), and with
+data.hold_out_long every source comment with a long stand-in translation (pipeline.inputs.lengths). With
+data.normalise_text every source's texts are made alike first (pipeline.inputs.texts). The
 test table is id, text, lang. The same config and files give the same tables, byte for byte.
 
 `training_rows` decides which rows a fold trains on, in one place, so that the leak tests check what
@@ -21,7 +23,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from pipeline import layout, validity
 from pipeline.errors import DataError
-from pipeline.inputs import encoder, groups, pseudo
+from pipeline.inputs import encoder, groups, lengths, pseudo, texts
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
 from pipeline.schema import Config
 
@@ -130,13 +132,15 @@ def extra_part(path, lang: str, notes: list[str]) -> pd.DataFrame:
     return part.assign(source_id=extra["source_id"].to_numpy())
 
 
-def hold_out(cfg: Config, extra: pd.DataFrame, english: list[pd.DataFrame]) -> tuple[pd.DataFrame, list, str]:
+def hold_out(cfg: Config, extra: pd.DataFrame, english: list[pd.DataFrame], standin: list[str],
+             count=None) -> tuple[pd.DataFrame, list, list[str]]:  # fmt: skip
     """data.held_out of the groups that hold a translated row made validation rows, each group whole in one
-    fold (pipeline.inputs.groups): the translated rows and the English training rows (`english`: train.csv's,
-    the bias file's) of those groups. Returns both, with their folds, and how they were grouped, in words
-    ('' when none are held out)."""
+    fold (pipeline.inputs.groups), and with data.hold_out_long every group with a `standin` translation over
+    lengths.LONG tokens (`count`: texts -> untruncated token counts; None: not counted): the translated rows and
+    the English training rows (`english`: train.csv's, the bias file's) of those groups. Returns both, with their
+    folds, and what `make data` says of them ([] when none are held out)."""
     if cfg.data.held_out <= 0:
-        return extra, english, ""
+        return extra, english, []
     cols = ["source_id", "text", "lang", "toxic"]
     # an English training row's id is the source id its translations carry
     rows = pd.concat([extra[cols], *[part.assign(source_id=part["id"].astype(str))[cols] for part in english]],
@@ -147,12 +151,19 @@ def hold_out(cfg: Config, extra: pd.DataFrame, english: list[pd.DataFrame]) -> t
     keys, how = groups.source_groups(rows, vectors)
     eligible = np.zeros(len(rows), dtype=bool)
     eligible[: len(extra)] = extra["lang"].to_numpy() != "en"  # a group is held out for its translations
+    tokens = standin_tokens(rows, eligible, standin, count)
+    forced = tokens > lengths.LONG if cfg.data.hold_out_long else None
     folds = groups.held_out_folds(keys, rows["lang"].to_numpy(), eligible, cfg.data.held_out, cfg.data.folds,
-                                  cfg.data.seed)  # fmt: skip
+                                  cfg.data.seed, forced)  # fmt: skip
     held = folds >= 0
     n_extra, n_english = int(held[: len(extra)].sum()), int(held[len(extra) :].sum())
-    words = (f"{n_extra:,} translated and {n_english:,} English training rows of {len(np.unique(keys[held])):,} "
-             f"source comments held out for validation, grouped {how}")  # fmt: skip
+    words = [f"{n_extra:,} translated and {n_english:,} English training rows of {len(np.unique(keys[held])):,} "
+             f"source comments held out for validation, grouped {how}"]  # fmt: skip
+    if count is None and cfg.data.hold_out_long:
+        words.append(f"data.hold_out_long: model.name={cfg.model.name}'s tokenizer is made from these tables, so it "
+                     "cannot count them before the split: no comment is held out for its length")  # fmt: skip
+    elif count is not None:
+        words += lengths.long_lines(rows["lang"].to_numpy(), tokens, rows["toxic"].to_numpy(), held, standin)
     group = np.where(held, keys.astype(str), "")
     out, at = [], len(extra)
     for part in english:
@@ -161,10 +172,22 @@ def hold_out(cfg: Config, extra: pd.DataFrame, english: list[pd.DataFrame]) -> t
     return extra.assign(fold=folds[: len(extra)], group=group[: len(extra)]), out, words
 
 
+def standin_tokens(rows: pd.DataFrame, eligible: np.ndarray, standin: list[str], count) -> np.ndarray:
+    """The untruncated token count of each `eligible` row in a `standin` language, -1 for the others and for all
+    without `count`: only the rows the long rule and its report look at are tokenized."""
+    tokens = np.full(len(rows), -1, dtype=np.int64)
+    at = np.flatnonzero(eligible & rows["lang"].isin(standin).to_numpy())
+    if count is not None and len(at):
+        tokens[at] = count(rows["text"].iloc[at].astype(str).tolist())
+    return tokens
+
+
 def validation_part(cfg: Config, path, notes: list[str]) -> pd.DataFrame:
     """The validation rows, each in one of data.folds folds."""
     k = cfg.data.folds
     valid = read_csv(path, ["id", "comment_text", "lang", "toxic"], labels=("toxic",))
+    if cfg.data.normalise_text:  # before its copies are grouped, as every source's before it is compared
+        valid = tidy(valid.assign(source=path.stem), "comment_text", notes).drop(columns="source")
     check_unique(valid, "id", path)
     check_lang(valid, path, notes)
     soft = ~valid["toxic"].isin([0, 1])
@@ -217,34 +240,52 @@ def test_table(raw, notes: list[str]) -> pd.DataFrame:
     return pd.DataFrame({"id": test["id"], "text": test["content"], "lang": test["lang"]})
 
 
-def build_tables(cfg: Config, raw) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(training table, test table) from the raw files; `table.attrs["notes"]`: what `make data` says about them."""
+def build_tables(cfg: Config, raw, count=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(training table, test table) from the raw files; `table.attrs["notes"]`: what `make data` says about them.
+    `count`: texts -> untruncated token counts by the model's tokenizer (tokens.length_counter), for the long
+    comments held out (hold_out); None where there is none before the tables (the tiny model's)."""
     notes: list[str] = []
     parts = [english_part(cfg, raw / layout.TRAIN, notes)]
     if cfg.data.bias_rows > 0:
         parts.append(bias_part(cfg, raw / layout.BIAS, notes))
     extras = [extra_part(path, lang, notes) for path, lang in layout.extra_files(cfg, raw)]
     valid = validation_part(cfg, raw / layout.VALID, notes)
+    test = test_table(raw, notes)
+    if cfg.data.normalise_text:  # before anything compares, groups or counts the texts (validation_part: its own)
+        parts, extras = [tidy(p, "text", notes) for p in parts], [tidy(p, "text", notes) for p in extras]
+        test = tidy(test.assign(source=Path(layout.TEST).stem), "text", notes).drop(columns="source")
     # before the held-out split: a held-out copy of a validation text in another fold would train the fold
     # that scores its twin, so every non-validation row holding one goes, held out or not
     parts, extras = drop_validation_copies(valid, parts, extras, notes)
     if extras:
-        extra, parts, held = hold_out(cfg, pd.concat(extras, ignore_index=True), parts)
+        standin = lengths.standin_langs(test["lang"], valid["lang"])
+        extra, parts, held = hold_out(cfg, pd.concat(extras, ignore_index=True), parts, standin, count)
         parts = [*parts, extra]
-        notes += [held] if held else []
+        notes += held
     table = pd.concat([*parts, valid], ignore_index=True)
     table["group"] = table["group"].fillna("") if "group" in table else ""
     # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
     table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
     table["fold"] = table["fold"].astype(np.int64)
     check_fold_classes(table, cfg.data.folds, raw / layout.VALID)
-    test = test_table(raw, notes)
     if cfg.data.held_out > 0 and not extras:
         notes.append(nothing_held_out(cfg, table, test))
     table = pseudo.add(cfg, table[TABLE_COLUMNS], test)
     notes += [table.attrs["pseudo"]] if table.attrs.get("pseudo") else []
     table.attrs["notes"] = notes  # said by `make data`
     return table, test
+
+
+def tidy(frame: pd.DataFrame, column: str, notes: list[str]) -> pd.DataFrame:
+    """`frame` (one source's rows) with `column` normalised (pipeline.inputs.texts), and what that changed in
+    `notes`: the share of rows with a newline and with talk-page layout, before and after."""
+    if frame.empty:
+        return frame
+    out = frame.assign(**{column: texts.normalise_all(frame[column])})
+    (nl, mark), (nl_after, mark_after) = texts.layout_shares(frame[column]), texts.layout_shares(out[column])
+    notes.append(f"{frame['source'].iloc[0]}: texts normalised (data.normalise_text): rows with a newline "
+                 f"{nl:.1%} -> {nl_after:.1%}, with talk-page layout {mark:.1%} -> {mark_after:.1%}")  # fmt: skip
+    return out
 
 
 def drop_validation_copies(

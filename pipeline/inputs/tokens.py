@@ -174,6 +174,22 @@ def token_counts(tokenizer, texts: list[str]) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def length_counter(cfg: Config):
+    """texts -> untruncated token counts by the model's tokenizer, loaded at the first call, for the long
+    comments the held-out split keeps (tables.hold_out); None for the tiny model, whose tokenizer is trained
+    on the very tables the split makes."""
+    if cfg.model.name == "tiny":
+        return None
+    loaded: list = []
+
+    def count(texts: list[str]) -> np.ndarray:
+        if not loaded:  # a table without stand-in rows to count never loads it
+            loaded.append(tokenizer_mod.load_tokenizer(tokenizer_source(cfg)))
+        return token_counts(loaded[0], texts)
+
+    return count
+
+
 def write_lengths(prepared: Path, tokenizer, tok_digest: str, table, test, meta: dict) -> None:
     """`prepared`/lengths.csv: the untruncated token count of every row the estimate scores (fold >= 0) and of
     every test row, by this tokenizer; counted again only when the tokenizer or the tables changed."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.schema.base import FRACTION, LATER, NEVER, POSITIVE, SEED, at_least, setting
+from pipeline.schema.base import FRACTION, LATER, NEVER, POSITIVE, SEED, Above, at_least, setting
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,21 @@ class DataConfig:
                               "then covers fr, pt and ru ([recipes.md](recipes.md#six-languages-a-validation-that-"
                               "looks-like-the-test))", within=(FRACTION[0], "a number in [0, 1) (0: no translated "
                               "row held out)"), role=LATER)  # fmt: skip
+    hold_out_long: bool = setting(
+        True,
+        "with `data.held_out`: also every source comment whose translation in a test language without validation "
+        "rows falls in the estimate's longest length bucket by the model's tokenizer, so that the estimate has long "
+        "stand-in rows (the tiny model's tokenizer comes after the split: none)",
+        role=LATER,
+        when=("data.held_out", Above(0)),
+    )
+    normalise_text: bool = setting(
+        False,
+        "every source's texts on one line, whitespace collapsed and talk-page layout (line markers, `==` headings, "
+        "`''` quotes, magic words) removed, as the test's come: a layout only the training files have is a cue to "
+        "the source, not to toxicity (`pipeline/inputs/texts.py`)",
+        role=LATER,
+    )
     group_encoder: str = setting(
         "",
         "a sentence encoder folder (Hugging Face) that finds the translations of one "

@@ -13,12 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# the token counts that end a length bucket (the last holds the longer rows): fixed, never an experiment's own
-# max_length, so that every row of a board is weighted alike
-LENGTH_EDGES = (32, 64, 96, 128)
-# a length bucket with fewer stand-in rows than this of either class merges into a neighbour: a handful of rows
-# carrying a quarter of a language's weight would make the estimate their noise
-MIN_BUCKET_ROWS = 10
+from pipeline.inputs.lengths import LENGTH_EDGES, MIN_BUCKET_ROWS  # owned where the held-out split uses them
 
 
 def length_buckets(tokens) -> np.ndarray:

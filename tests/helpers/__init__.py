@@ -15,6 +15,7 @@ from pipeline.schema import Config
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 SHARED = ROOT.parent / "shared" / "jigsaw-real"
+E5 = ROOT.parent / "shared" / "pretrained" / "multilingual-e5-small-jigsaw"  # a real tokenizer (XLM-R's, trimmed)
 SCALE = 0.2  # the built-in sample at a fifth of its size: 690 training rows, 180 test rows
 
 

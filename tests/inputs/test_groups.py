@@ -114,11 +114,36 @@ def test_held_out_groups_are_whole_seeded_and_even_per_language() -> None:
     assert not np.array_equal(folds, groups.held_out_folds(keys, langs, eligible, 0.3, 5, seed=4))
 
 
+def test_every_group_with_a_forced_row_is_held_out_whole_and_the_share_drawn_from_the_rest() -> None:
+    rng = np.random.default_rng(2)
+    sizes = rng.integers(1, 5, 200)
+    keys = np.repeat(np.arange(200), sizes).astype(str)
+    langs = rng.choice(["fr", "pt", "ru", "en"], len(keys))
+    eligible = langs != "en"
+    forced = eligible & (rng.random(len(keys)) < 0.05)
+    folds = groups.held_out_folds(keys, langs, eligible, 0.1, 5, seed=3, forced=forced)
+    frame = pd.DataFrame({"key": keys, "fold": folds})
+    assert (frame.groupby("key")["fold"].nunique() == 1).all()  # a group never split
+    assert (folds[forced] >= 0).all()  # every long group held out, with its other rows
+    assert frame.loc[frame["key"].isin(set(keys[forced])), "fold"].ge(0).all()
+    can = frame[eligible].groupby("key").size().index
+    rest = len(set(can) - set(keys[forced]))
+    assert frame["key"][folds >= 0].nunique() == len(set(keys[forced])) + round(0.1 * rest)
+    # no forced row: the very split as without the argument
+    none = np.zeros(len(keys), dtype=bool)
+    assert np.array_equal(groups.held_out_folds(keys, langs, eligible, 0.1, 5, seed=3, forced=none),
+                          groups.held_out_folds(keys, langs, eligible, 0.1, 5, seed=3))  # fmt: skip
+
+
 def test_a_group_too_large_or_without_a_translation_is_never_held_out() -> None:
     keys = np.array(["big"] * (groups.MAX_GROUP + 1) + ["en-only"] * 2 + [f"g{i}" for i in range(10)])
     eligible = np.array([True] * (groups.MAX_GROUP + 1) + [False] * 2 + [True] * 10)
     folds = groups.held_out_folds(keys, np.array(["fr"] * len(keys)), eligible, 0.99, 5, seed=0)
     assert (folds[: groups.MAX_GROUP + 3] == -1).all() and (folds[-10:] >= 0).all()
+    forced = np.zeros(len(keys), dtype=bool)
+    forced[0] = True  # a long comment in the large group: the group still stays out
+    folds = groups.held_out_folds(keys, np.array(["fr"] * len(keys)), eligible, 0.99, 5, seed=0, forced=forced)
+    assert (folds[: groups.MAX_GROUP + 3] == -1).all()
 
 
 def write_translations(folder: Path, n: int) -> list[str]:
