@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.inputs import lengths
-from pipeline.scoring import metrics
+from pipeline.scoring import buckets
 
 
 def test_the_split_and_the_estimate_share_one_set_of_edges() -> None:
-    assert metrics.LENGTH_EDGES is lengths.LENGTH_EDGES and metrics.MIN_BUCKET_ROWS == lengths.MIN_BUCKET_ROWS
+    assert buckets.LENGTH_EDGES is lengths.LENGTH_EDGES and buckets.MIN_BUCKET_ROWS == lengths.MIN_BUCKET_ROWS
     assert lengths.LONG == lengths.LENGTH_EDGES[-1]
 
 
