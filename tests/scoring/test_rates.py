@@ -91,8 +91,11 @@ def test_the_estimates_range_takes_in_each_languages_em_rate() -> None:
     assert min(metrics.six_corners(oof, {**profile, "em": far})) < min(metrics.six_corners(oof, profile))
 
 
-def test_cv_shows_and_records_the_em_rate_or_says_it_needs_predict(tmp_path: Path, capsys) -> None:
-    from pipeline import cv, layout
+def test_cv_and_the_board_range_over_the_em_rate_or_cv_says_it_needs_predict(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from pipeline import board, cv, layout
+    from pipeline.scoring import report
     from tests.helpers.experiments import Competition, ids_of_test
 
     comp = Competition(tmp_path, 600, n_test=600)
@@ -115,6 +118,14 @@ def test_cv_shows_and_records_the_em_rate_or_says_it_needs_predict(tmp_path: Pat
     assert all(0.1 < r < 0.3 for r in em["rates"].values()), em  # the test's 0.2, from 100 rows a language
     assert "  toxic rate by EM on the test predictions (Saerens et al. 2002; mean of 5 folds" in out
     assert f"es {em['rates']['es']:.3f} (" in out
+    # the board scores the experiment as `make cv` does: with the EM rates in its profile (their range's corners)
+    seen = []
+    real = report.cv_summary
+    monkeypatch.setattr(
+        report, "cv_summary", lambda oof, done, profile=None: seen.append(profile) or real(oof, done, profile)
+    )
+    board.rows(comp.config("name=x"))
+    assert [p["em"]["rates"] for p in seen if p and "em" in p] == [pytest.approx(em["rates"])]
 
 
 def test_a_folds_test_predictions_count_only_as_made_by_its_kept_weights_and_intact(tmp_path: Path) -> None:
