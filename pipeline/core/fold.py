@@ -19,6 +19,7 @@ import pandas as pd
 
 from pipeline import files, fingerprint, layout, validity
 from pipeline.core import (
+    average,
     batching,
     distributed,
     eta,
@@ -167,9 +168,10 @@ class FoldRun:
         self.optimizer, self.scheduler = optim.make_training(self.model, t, d.device, t.epochs * self.windows)
         self.scaler = precision.make_scaler(self.precision, d.device)
         self.progress = FoldState()
+        self.average = average.make(self.model, t.average, t.average_decay)
         if state is not None:
             self.progress = foldstate.restore(state, self.optimizer, self.scheduler, self.scaler, d, self.fold,
-                                              self.windows)  # fmt: skip
+                                              self.windows, self.average)  # fmt: skip
         smoke = bool(smoke_steps(self.inputs.cfg, t.epochs * self.windows))
         self.log = steplog.StepLog(self.inputs.cfg, self.fold, d, self.step_count(), self.progress.steplog, smoke)
         self.fresh = state is None  # a fold started from its first step (see unsaved_stop)
@@ -221,6 +223,7 @@ class FoldRun:
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
+                "average": self.average.state() if self.average else None,  # train.average's, in fp32
             }
             state = foldstate.resume_state(self.progress, trained, self.inputs.made_from, carries, rngs)
             foldstate.write_state(self.fold_dir / layout.RESUME, state, self.model)
@@ -247,6 +250,8 @@ class FoldRun:
             """The jobs of each optimizer step, always in this order; True ends the epoch. At a fold's first step
             the stop is asked before anything is written, so that a stop there writes nothing (unsaved_stop)."""
             p.step = state
+            if self.average is not None and window.stepped:  # before any evaluation of this step
+                self.average.update()
             self.time_window()
             opening = self.fresh and self.step_count() == 1
             if opening:
@@ -355,7 +360,9 @@ class FoldRun:
         weights and OOF predictions, and patience counts the others."""
         p, d, t = self.progress, self.d, self.cfg.train
         start, clock = time.perf_counter(), eta.now()
-        preds = evaluation.predict_rows(self.model, d, self.data, self.valid_idx, self.cfg, self.precision, self.pad_id)
+        with average.applied(self.average):  # train.average: the averaged weights are what is scored
+            preds = evaluation.predict_rows(self.model, d, self.data, self.valid_idx, self.cfg, self.precision,
+                                            self.pad_id)  # fmt: skip
         self.measured.eval_tokens += self.eval_tokens
         self.measured.eval_seconds += eta.now() - clock
         valid = self.table.iloc[self.valid_idx]
@@ -370,7 +377,8 @@ class FoldRun:
             print(self.eval_line(record, improved, best["since"]))
             atomic_write_text(self.fold_dir / layout.METRICS, "".join(json.dumps(h) + "\n" for h in p.history))
             if improved:
-                save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
+                with average.applied(self.average):  # and what the best evaluation keeps
+                    save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
             if best["step"] in p.predictions:  # not a stage-1 model's; nor a best a state saved before this kept
                 self.chosen = evaluation.write_oof(self.fold_dir / layout.OOF, valid, p.predictions, self.profile,
                                                    self.first_half, p.predictions[best["step"]])  # fmt: skip

@@ -14,6 +14,7 @@ from pipeline import config as config_mod
 from pipeline import fingerprint, layout
 from pipeline.core import distributed, modeling, resume, trim
 from pipeline.core.resume import FoldState
+from pipeline.errors import PipelineError
 from pipeline.files import atomic_path
 from pipeline.schema import Config
 
@@ -49,9 +50,16 @@ def write_state(path: Path, state: dict, model) -> None:
         torch.save(resume.saved_form(state), f)  # tensors and plain values only: resume.read_state loads it safely
 
 
-def restore(state: dict, optimizer, scheduler, scaler, d: distributed.Dist, fold: int, windows: int) -> FoldState:
-    """A saved state's optimizer, schedule, scaler and random state put back, said in a line; returns where the
-    fold is, on this rank (`windows`: the optimizer steps of an epoch)."""
+def restore(state: dict, optimizer, scheduler, scaler, d: distributed.Dist, fold: int, windows: int,
+            average=None) -> FoldState:  # fmt: skip
+    """A saved state's optimizer, schedule, scaler, weight average and random state put back, said in a line;
+    returns where the fold is, on this rank (`windows`: the optimizer steps of an epoch)."""
+    if average is not None:
+        if not state.get("average"):  # saved under train.average=none: no average to go on from
+            raise PipelineError(
+                f"fold {fold}: its resume state holds no weight average (saved under train.average=none)"
+            )
+        average.load(state["average"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     scaler.load_state_dict(state["scaler"])

@@ -141,8 +141,10 @@ def training_row_bound(cfg: Config) -> int:
 
 
 def resume_bytes(cfg: Config, trained: int) -> int:
-    """A resume state's bytes: the fp32 weights and the optimizer's state (its record's bytes a parameter)."""
-    return (4 + OPTIMIZERS[cfg.train.optimizer].state_bytes) * trained
+    """A resume state's bytes: the fp32 weights, the optimizer's state (its record's bytes a parameter) and a
+    weight average's fp32 copy (train.average)."""
+    average = 4 if cfg.train.average != "none" else 0
+    return (4 + OPTIMIZERS[cfg.train.optimizer].state_bytes + average) * trained
 
 
 def plan_disk(cfg: Config, folds: int) -> DiskPlan:

@@ -115,8 +115,10 @@ def plan_memory(cfg: Config, usable: float = T4_USABLE) -> MemoryPlan | None:
         (
             f"the optimizer's state ({optimizer.doc}: {optimizer.state_bytes} bytes a parameter)",
             float(optimizer.state_bytes) * trained,
-        ),  # fmt: skip
+        ),
     ]
+    if cfg.train.average != "none":  # pipeline.core.average: one fp32 copy of what trains, beside it
+        plan.items.append((f"the weight average (train.average={cfg.train.average}, fp32)", 4.0 * trained))
     if not lora and cfg.train.precision != "fp32":
         plan.items.append(("autocast's half-precision copies of the layers' matrices", 2.0 * disk.layer_matrices(arch)))
     plan.items.append(chosen_activations(cfg, arch, sum(b for _, b in plan.items), usable))

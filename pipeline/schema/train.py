@@ -48,6 +48,17 @@ class TrainConfig:
     )
     optimizer: str = setting("adamw", optimizers.setting_doc(), choices=tuple(optimizers.OPTIMIZERS))
     loss: str = setting("bce", losses.setting_doc(), choices=tuple(losses.LOSSES), role=LATER)
+    average: str = setting(
+        "none",
+        "weight averaging in a fold: `none`, or `ema` (an exponential moving average of the trained weights, in fp32, "
+        "updated each optimizer step: what evaluation scores and the best evaluation keeps)",
+        choices=("none", "ema"),
+        role=LATER,
+    )
+    average_decay: float = setting(
+        0.999, "`ema`'s decay a step: the average's memory is about 1 / (1 - decay) steps", role=LATER,
+        within=((lambda v: 0 < v < 1), "a number in (0, 1)"), when=("train.average", "ema"),
+    )  # fmt: skip
     device: str = setting(
         "auto",
         "`auto`, `cpu`, `cuda` or `cuda:N`; one this machine does not have is refused. `auto` without CUDA refuses "
