@@ -1,5 +1,6 @@
-"""docs/configs.md's "Every key" tables and its list of the keys with a fixed set of values, made from
-pipeline.schema's fields: `python -m pipeline.configdoc docs/configs.md` rewrites them, and tests/test_schema.py
+"""docs/configs.md's "Every key" tables, its table of the keys that matter most (MOST: which keys, the rows the
+same as theirs in "Every key") and its list of the keys with a fixed set of values, made from pipeline.schema's
+fields: `python -m pipeline.configdoc docs/configs.md` rewrites them, and tests/test_schema.py
 checks that the page holds what the fields say."""
 
 from __future__ import annotations
@@ -9,10 +10,38 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.schema import CHOICES, LATER, NEVER, Above, Config, is_section, roles
+from pipeline.schema import CHOICES, LATER, NEVER, Above, Config, is_section, roles, walk
 
 BEGIN, END = "<!-- keys: from pipeline/schema.py -->", "<!-- /keys -->"
 FIXED_BEGIN, FIXED_END = "<!-- fixed: from pipeline/schema.py -->", "<!-- /fixed -->"  # inside a sentence
+MOST_BEGIN, MOST_END = "<!-- most: from pipeline/schema.py -->", "<!-- /most -->"
+# the keys a first run is most likely to set, in the order a reader meets them: the quick table near the page's top
+MOST = (
+    "data.source",
+    "data.extra_files",
+    "data.english_negatives",
+    "model.name",
+    "model.path",
+    "model.lora.r",
+    "train.precision",
+    "train.micro_batch",
+    "train.accumulation",
+    "train.checkpointing",
+    "train.layer_decay",
+    "train.max_memory_gb",
+    "train.optimizer",
+    "train.loss",
+    "train.save_every_steps",
+    "model.trim_vocab",
+    "train.folds",
+    "model.init_from",
+    "model.init_args",
+    "train.training_only_rows",
+    "data.pseudo_from",
+    "data.pseudo_labels",
+    "predict.ensemble",
+)
+TABLE_HEAD = ["| key | default | meaning |", "|---|---|---|"]
 
 
 def shown(value) -> str:
@@ -52,16 +81,19 @@ def fingerprint_note(name: str) -> str:
     return " ".join(parts)
 
 
+def key_row(key: str, f: dataclasses.Field) -> str:
+    """A key's row, in "Every key" and in the quick table alike."""
+    meta = f.metadata["setting"]
+    allowed = f"; {meta.allowed}" if meta.allowed else ""  # choices are in the doc, in words
+    return f"| `{key}` | {shown(f.default)} | {meta.doc}{allowed} |"
+
+
 def key_table(title: str, cls, prefix: str) -> list[str]:
     lines = [f"### {title}", ""]
     if class_doc(cls):
         lines += [class_doc(cls), ""]
-    lines += ["| key | default | meaning |", "|---|---|---|"]
-    for f in dataclasses.fields(cls):
-        if not is_section(f):
-            meta = f.metadata["setting"]
-            allowed = f"; {meta.allowed}" if meta.allowed else ""  # choices are in the doc, in words
-            lines.append(f"| `{prefix}{f.name}` | {shown(f.default)} | {meta.doc}{allowed} |")
+    lines += TABLE_HEAD
+    lines += [key_row(f"{prefix}{f.name}", f) for f in dataclasses.fields(cls) if not is_section(f)]
     note = fingerprint_note(prefix.rstrip("."))
     return lines + (["", note] if note else []) + [""]
 
@@ -86,6 +118,20 @@ def with_key_tables(text: str) -> str:
     return f"{head}{BEGIN}\n\n{key_tables()}\n{END}{rest.split(END, 1)[1]}"
 
 
+def most_table() -> str:
+    """The quick table: the rows of MOST's keys, in MOST's order."""
+    fields = {key: f for key, f, _ in walk()}
+    return "\n".join([*TABLE_HEAD, *(key_row(key, fields[key]) for key in MOST)]) + "\n"
+
+
+def with_most_table(text: str) -> str:
+    """A docs page's text with the part between MOST_BEGIN and MOST_END (where it has one) made most_table()."""
+    if MOST_BEGIN not in text:
+        return text
+    head, rest = text.split(MOST_BEGIN, 1)
+    return f"{head}{MOST_BEGIN}\n{most_table()}{MOST_END}{rest.split(MOST_END, 1)[1]}"
+
+
 def fixed_keys() -> str:
     """Every key with a fixed set of values (its choices), as the rules paragraph lists them."""
     return ", ".join(f"`{key}`" for key in CHOICES)
@@ -101,7 +147,7 @@ def with_fixed_keys(text: str) -> str:
 
 def generated(text: str) -> str:
     """A docs page's text with every part made from the fields rewritten."""
-    return with_fixed_keys(with_key_tables(text))
+    return with_most_table(with_fixed_keys(with_key_tables(text)))
 
 
 def main(argv: list[str] | None = None) -> int:

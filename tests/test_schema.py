@@ -101,6 +101,17 @@ def test_a_setting_that_means_something_only_under_another_counts_only_then() ->
     assert fingerprint.applies(config.load("sample", device=False), schema.of("train.lr"))
 
 
+def test_the_quick_table_is_the_every_key_rows_of_its_keys() -> None:
+    """The keys that matter most are a choice of keys, not a second doc of them: each row is its key's row in
+    "Every key", so a setting's doc is written once."""
+    text = CONFIGS_MD.read_text(encoding="utf-8")
+    assert configdoc.MOST_BEGIN in text, "docs/configs.md: the quick table is made by configdoc"
+    quick = text.split(configdoc.MOST_BEGIN, 1)[1].split(configdoc.MOST_END, 1)[0].strip().splitlines()[2:]
+    every = text.split(configdoc.BEGIN, 1)[1].splitlines()
+    assert len(quick) == len(configdoc.MOST) and all(row in every for row in quick)
+    assert {key for key, _, _ in schema.walk()} >= set(configdoc.MOST)
+
+
 def test_choices_and_ranges_come_from_the_fields() -> None:
     # every setting's choices are its field's own, whatever they are (test_config loads each one and refuses
     # another); the default is one of them, and the docs' key table names the others
