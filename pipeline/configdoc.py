@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from pathlib import Path
 
+from pipeline.docpage import between, rewrite
 from pipeline.schema import CHOICES, LATER, NEVER, Above, Config, is_section, roles, walk
 
 BEGIN, END = "<!-- keys: from pipeline/schema.py -->", "<!-- /keys -->"
@@ -114,8 +113,7 @@ def key_tables() -> str:
 
 def with_key_tables(text: str) -> str:
     """A docs page's text with the part between BEGIN and END made the key tables."""
-    head, rest = text.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n\n{key_tables()}\n{END}{rest.split(END, 1)[1]}"
+    return between(text, BEGIN, END, f"\n\n{key_tables()}\n")
 
 
 def most_table() -> str:
@@ -126,10 +124,7 @@ def most_table() -> str:
 
 def with_most_table(text: str) -> str:
     """A docs page's text with the part between MOST_BEGIN and MOST_END (where it has one) made most_table()."""
-    if MOST_BEGIN not in text:
-        return text
-    head, rest = text.split(MOST_BEGIN, 1)
-    return f"{head}{MOST_BEGIN}\n{most_table()}{MOST_END}{rest.split(MOST_END, 1)[1]}"
+    return between(text, MOST_BEGIN, MOST_END, f"\n{most_table()}") if MOST_BEGIN in text else text
 
 
 def fixed_keys() -> str:
@@ -139,10 +134,7 @@ def fixed_keys() -> str:
 
 def with_fixed_keys(text: str) -> str:
     """A docs page's text with the list between FIXED_BEGIN and FIXED_END (where it has one) made fixed_keys()."""
-    if FIXED_BEGIN not in text:
-        return text
-    head, rest = text.split(FIXED_BEGIN, 1)
-    return f"{head}{FIXED_BEGIN}{fixed_keys()}{FIXED_END}{rest.split(FIXED_END, 1)[1]}"
+    return between(text, FIXED_BEGIN, FIXED_END, fixed_keys()) if FIXED_BEGIN in text else text
 
 
 def generated(text: str) -> str:
@@ -152,13 +144,7 @@ def generated(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline.configdoc PAGE`: rewrite the parts of PAGE (docs/configs.md) made from the fields above."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m pipeline.configdoc docs/configs.md", file=sys.stderr)
-        return 2
-    page = Path(argv[0])
-    page.write_text(generated(page.read_text(encoding="utf-8")), encoding="utf-8")
-    return 0
+    return rewrite(argv, "python -m pipeline.configdoc docs/configs.md", generated)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.docpage import between
+
 # what experiments.preflight can check before a stage does any work (its CHECKS carry them out, one each)
 CHECKS = {
     "raw": "`data.dir` readable (`data.source=dir`)",
@@ -271,14 +273,9 @@ def writes_table() -> str:
     return "\n".join(["| stage | writes |", "|---|---|", *rows]) + "\n"
 
 
-def between(text: str, begin: str, end: str, body: str) -> str:
-    head, rest = text.split(begin, 1)
-    return f"{head}{begin}\n{body}{end}{rest.split(end, 1)[1]}"
-
-
 GENERATED = {  # file -> its text with the part made from STAGES rewritten
     "docs/stages.md": lambda t: between(
-        between(t, TABLE_BEGIN, TABLE_END, modules_table()), WRITES_BEGIN, WRITES_END, writes_table()
+        between(t, TABLE_BEGIN, TABLE_END, f"\n{modules_table()}"), WRITES_BEGIN, WRITES_END, f"\n{writes_table()}"
     ),
 }
 

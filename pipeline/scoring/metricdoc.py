@@ -4,9 +4,7 @@ that the page holds what the records say, so a metric added to METRICS is docume
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+from pipeline.docpage import between, rewrite
 from pipeline.scoring.metrics import METRICS, Metric
 
 BEGIN, END = "<!-- metrics: from pipeline/scoring/metrics.py -->", "<!-- /metrics -->"
@@ -30,19 +28,12 @@ def table() -> str:
 
 def with_table(text: str) -> str:
     """A docs page's text with the part between BEGIN and END made table()."""
-    head, rest = text.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n{table()}{END}{rest.split(END, 1)[1]}"
+    return between(text, BEGIN, END, f"\n{table()}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline.scoring.metricdoc PAGE`: rewrite PAGE's table of the figures (docs/recipes.md)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m pipeline.scoring.metricdoc docs/recipes.md", file=sys.stderr)
-        return 2
-    page = Path(argv[0])
-    page.write_text(with_table(page.read_text(encoding="utf-8")), encoding="utf-8")
-    return 0
+    return rewrite(argv, "python -m pipeline.scoring.metricdoc docs/recipes.md", with_table)
 
 
 if __name__ == "__main__":
