@@ -1,12 +1,14 @@
 """docs/configs.md's "Every key" tables, its table of the keys that matter most (MOST: which keys, the rows the
-same as theirs in "Every key") and its list of the keys with a fixed set of values, made from pipeline.schema's
-fields: `python -m pipeline.configdoc docs/configs.md` rewrites them, and tests/test_schema.py
-checks that the page holds what the fields say."""
+same as theirs in "Every key") and its list of the keys with a fixed set of values, and a section's rows on another
+page (docs/kaggle.md's `kaggle`, docs/training.md's `model.lora`), made from pipeline.schema's fields:
+`python -m pipeline.configdoc PAGE` rewrites them (docs/configs.md, docs/kaggle.md, docs/training.md), and
+tests/test_schema.py checks that each page holds what the fields say."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 from pipeline.docpage import between, rewrite
 from pipeline.schema import CHOICES, LATER, NEVER, Above, Config, is_section, roles, walk
@@ -41,6 +43,9 @@ MOST = (
     "predict.ensemble",
 )
 TABLE_HEAD = ["| key | default | meaning |", "|---|---|---|"]
+# a section's rows on the page that tells its story (kaggle.md's `kaggle`, training.md's `model.lora`): the same rows
+# as in "Every key", so that no page holds a second doc of a key
+SECTION = re.compile(r"(<!-- section ([a-z_.]+): from pipeline/schema.py -->)(.*?)(<!-- /section -->)", re.S)
 
 
 def shown(value) -> str:
@@ -113,7 +118,7 @@ def key_tables() -> str:
 
 def with_key_tables(text: str) -> str:
     """A docs page's text with the part between BEGIN and END made the key tables."""
-    return between(text, BEGIN, END, f"\n\n{key_tables()}\n")
+    return between(text, BEGIN, END, f"\n\n{key_tables()}\n") if BEGIN in text else text
 
 
 def most_table() -> str:
@@ -125,6 +130,19 @@ def most_table() -> str:
 def with_most_table(text: str) -> str:
     """A docs page's text with the part between MOST_BEGIN and MOST_END (where it has one) made most_table()."""
     return between(text, MOST_BEGIN, MOST_END, f"\n{most_table()}") if MOST_BEGIN in text else text
+
+
+def section_table(name: str) -> str:
+    """The rows of the keys directly in section `name` (`kaggle`, `model.lora`), as "Every key" has them."""
+    rows = [key_row(key, f) for key, f, _ in walk() if key.rsplit(".", 1)[0] == name]
+    if not rows:
+        raise ValueError(f"no section {name!r} in pipeline/schema")
+    return "\n".join([*TABLE_HEAD, *rows]) + "\n"
+
+
+def with_section_tables(text: str) -> str:
+    """A docs page's text with every section marker's part made that section's rows."""
+    return SECTION.sub(lambda m: f"{m[1]}\n{section_table(m[2])}{m[4]}", text)
 
 
 def fixed_keys() -> str:
@@ -139,7 +157,7 @@ def with_fixed_keys(text: str) -> str:
 
 def generated(text: str) -> str:
     """A docs page's text with every part made from the fields rewritten."""
-    return with_most_table(with_fixed_keys(with_key_tables(text)))
+    return with_section_tables(with_most_table(with_fixed_keys(with_key_tables(text))))
 
 
 def main(argv: list[str] | None = None) -> int:
