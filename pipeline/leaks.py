@@ -33,10 +33,6 @@ SAME_WORDS = 0.8
 _RARE = re.compile(r"\d{5,}|\d+\.\d+\.\d+\.\d+")
 
 
-def duplicate_pairs(texts: list[str]) -> list[tuple[int, int]]:
-    return groups.duplicate_links(texts)
-
-
 def number_pairs(texts: list[str], langs: np.ndarray) -> list[tuple[int, int]]:
     """Rows of two languages that alone hold one rare number."""
     holders = defaultdict(list)
@@ -82,7 +78,7 @@ def audit(cfg: Config, table: pd.DataFrame) -> dict[str, tuple[int, int]]:
     """{test: (held-out rows it finds a twin of, of those whose twin trains in their fold)}."""
     rows = table[table["source"] != "pseudo"].reset_index(drop=True)
     texts, langs = rows["text"].astype(str).tolist(), rows["lang"].to_numpy()
-    tests = {"same text": duplicate_pairs(texts), "rare number": number_pairs(texts, langs),
+    tests = {"same text": groups.duplicate_links(texts), "rare number": number_pairs(texts, langs),
              "same words": word_pairs(texts, langs)}  # fmt: skip
     if cfg.data.group_encoder:
         tests["nearest row"] = nearest_pairs(encoder.vectors(cfg, texts), langs)

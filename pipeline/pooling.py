@@ -12,10 +12,10 @@ Standard library only at import: the functions use tensors' own methods, so pipe
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+
+from pipeline.docpage import between, rewrite
 
 
 def masked_mean(hidden, mask):
@@ -61,27 +61,19 @@ def setting_doc() -> str:
     )
 
 
-def loader_table() -> str:
-    """The POOL table of docs/export.md's loader, its first and last lines included."""
-    rows = "".join(f'    "{p.name}": {p.loader},\n' for p in POOLINGS.values())
-    return LOADER_BEGIN + rows + LOADER_END
+def loader_rows() -> str:
+    """The rows of docs/export.md's loader's POOL table, between its first and last lines."""
+    return "".join(f'    "{p.name}": {p.loader},\n' for p in POOLINGS.values())
 
 
 def with_loader_table(text: str) -> str:
     """docs/export.md with its loader's POOL table made from POOLINGS."""
-    head, rest = text.split(LOADER_BEGIN, 1)
-    return head + loader_table() + rest.split(LOADER_END, 1)[1]
+    return between(text, LOADER_BEGIN, LOADER_END, loader_rows())
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline.pooling PAGE`: rewrite PAGE's loader table (docs/export.md)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m pipeline.pooling docs/export.md", file=sys.stderr)
-        return 2
-    page = Path(argv[0])
-    page.write_text(with_loader_table(page.read_text(encoding="utf-8")), encoding="utf-8")
-    return 0
+    return rewrite(argv, "python -m pipeline.pooling docs/export.md", with_loader_table)
 
 
 if __name__ == "__main__":

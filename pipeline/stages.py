@@ -5,7 +5,8 @@ A stage is a module with a `main(argv=None)`: `pipeline/<name>.py` unless its re
 may share its name with a module that is not a stage (a stage `errors` beside pipeline/errors.py). Made from
 STAGES: the choices of `python -m pipeline`, the stage lines of `make help`, the Makefile targets of the stages
 without a recipe of their own, what `experiments.preflight` checks and what `validity.usable_folds` needs of a
-fold, and docs/stages.md's table, which `python3 -m pipeline.stages write` rewrites and tests/test_stages.py checks.
+fold, and docs/stages.md's two tables (the stages and their modules; what each stage writes), which
+`python3 -m pipeline.stages write` rewrites and tests/test_stages.py checks.
 The import rules of the stages (none imports another; only a driver imports one) are checked from the same
 records by tests/test_architecture.py, so no copy of the list sits in pyproject.toml.
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from pipeline.docpage import between
 
 # what experiments.preflight can check before a stage does any work (its CHECKS carry them out, one each)
 CHECKS = {
@@ -47,6 +50,7 @@ class Stage:
     module: str = ""  # the module it runs: pipeline.<name> unless given
     checks: tuple[str, ...] = ()  # what it checks before any work, in this order (keys of CHECKS)
     reads: tuple[str, ...] = ()  # what it needs of each fold of its experiment that it uses (keys of READS)
+    writes: tuple[str, ...] = ()  # docs/stages.md's "What each stage writes": one row a group of files it writes
 
     def __post_init__(self) -> None:
         if not self.module:  # frozen: the default is set once, here
@@ -70,58 +74,161 @@ STAGES = (
         "data",
         "acquire the competition, build `input/prepared/<name>/folds.csv` and the token cache",
         checks=("raw", "input"),
+        writes=(
+            "`input/<raw>/*.csv` the competition's files as given (sample and kaggle sources; never edited; `dir` is "
+            "read in place)",
+            "`input/prepared/<name>/folds.csv` one row per comment: `id, text, lang, toxic, source, fold, group`; "
+            "validation rows in folds 0..k-1 (stratified on language × label, near-copies and translations of one "
+            "comment a `group`, in one fold; with `data.held_out`, every source comment with a fr, pt or ru "
+            "translation over 128 tokens among them: [recipes.md](recipes.md#six-languages-a-validation-that-looks-"
+            "like-the-test)), training-only rows in fold -1",
+            "`input/prepared/<name>/test.csv`, `data.json` (summary, provenance), `config.yaml`, `tokenizer/` (tiny "
+            "model only), `tokens.json` (the token cache these tables use), `lengths.csv` (every validation, held-out "
+            "and test row's untruncated token count: the six-language estimate's length buckets)",
+            "`input/cache/<key>/` token ids, unpadded, as memory-mapped arrays + `meta.json`; the key covers the "
+            "tokenizer files, max length and the tables. Caches that no `input/prepared/*/tokens.json` points at are "
+            "removed at the end of `make data`",
+            "`input/vectors/<key>.npy` sentence vectors of the rows, with `data.group_encoder` (held-out groups found "
+            "by content); the key covers the encoder and the texts",
+        ),
     ),
     Stage(
         "stage1",
         "data and one model for the stage-1 experiment `model.init_from` names (`GPUS=N` for DDP)",
         driver=True,
+        writes=(
+            "for a config with `model.init_from`: that experiment's `input/prepared/<init_from>/` and its one model "
+            "`models/<init_from>/fold-1/` (see [recipes.md](recipes.md#two-stages))",
+        ),
     ),
-    Stage("train", "train every fold (`GPUS=N` for DDP); writes `models/<name>/`", checks=("prepared", "models")),
+    Stage(
+        "train",
+        "train every fold (`GPUS=N` for DDP); writes `models/<name>/`",
+        checks=("prepared", "models"),
+        writes=(
+            "`models/<name>/fold<k>/` best epoch's weights (`model.safetensors`), tokenizer, `pipeline.yaml` (resolved"
+            " config), `metrics.jsonl`, `oof.csv` (`pred`: each half in the order of the step the other half chose, on"
+            " the kept step's scale; `best`: the kept step's), `done.json` (with the fold's fingerprint, its best "
+            '`auc` and the `metric` it is: docs/recipes.md "The figures"); `fold-1/` for a stage-1 model (no OOF); '
+            "`models/<name>/precision.json`, the rates `train.precision=auto` chose by on a CPU with bf16 (measured by"
+            " the first fold, taken by the others)",
+            "`models/<name>/oof.csv` (with `source`: validation.csv's rows or held-out translated ones), `cv.json` "
+            "(`metrics` of the OOF and of each fold, `per_lang`, `scale`, `six`: what the six-language AUC is made of,"
+            " its range and, under `six.lengths`, the figure without length, the bucket shares, effective rows and "
+            'validation.csv\'s AUC per length bucket; docs/recipes.md "The figures"; `null` for a figure that is not a '
+            "number, an AUC over one class), `cv.png` (ROC per language, AUC per fold), `curves.png`",
+        ),
+    ),
     Stage(
         "predict",
         "fold models on test, ensembled into `submissions/submission.csv` (`GPUS=N`: the folds shared)",
         # fold<k>/test.csv caches the test predictions: the models folder is written too
         checks=("prepared", "submission", "submission.csv", "models"),
         reads=("tested", "all"),
+        writes=(
+            "`models/<name>/fold<k>/test.csv` (+ `test.json`, its cache key), `submissions/<name>.csv`, "
+            "`submissions/submission.csv` (`id,toxic`, sample_submission's order) and `submission.json` (the "
+            "experiment, the folds and the test AUC it holds; `make predict` prints `submissions/submission.csv now "
+            "holds <name>, k of 5 folds, test AUC x (was <previous>)`): an ensemble of fewer folds than the "
+            "experiment's `data.folds` says so on stderr, and one of fewer folds than `submission.csv` holds of the "
+            "same experiment writes `<name>.csv` only, keeping `submission.csv` (`predict.allow_fewer_folds=true` "
+            "replaces it); a smoke run (`train.max_steps`) writes `<name>.csv` only where `submission.csv` holds a run"
+            " of every step; `test_auc` in `cv.json` where the competition has `test_labels.csv`; `calibration` in "
+            "`cv.json` with `predict.calibration`",
+        ),
     ),
     Stage(
         "export",
         "each trained fold as a folder transformers and torch load alone (docs/export.md)",
         checks=("models",),
-        reads=("all",),  # weights, head.json, vocabulary map: every file done.json records
+        reads=("all",),  # weights, head.json, vocabulary map: every file done.json records,
+        writes=(
+            "`models/<name>/export/fold<k>/` of each complete fold: the encoder's `save_pretrained` folder with the "
+            "fold's tokenizer, `head.pt`, `export.json` (pooling, max_length, scale); a trimmed vocabulary given back "
+            "in full ([export.md](export.md))",
+        ),
     ),
     # the fold table every stage that trains prints as well (train, baseline: scoring.report.cv_report)
-    Stage("cv", "fold and per-language AUC of what has been trained so far", checks=("models",), reads=("oof",)),
+    Stage(
+        "cv",
+        "fold and per-language AUC of what has been trained so far",
+        checks=("models",),
+        reads=("oof",),
+        writes=(
+            "the fold AUC table of the folds made from the current inputs and settings (and refreshes `cv.json`, "
+            "`cv.png`)",
+        ),
+    ),
     Stage(
         "baseline",
         "TF-IDF + logistic regression on the same folds, side by side with the trained model",
         checks=("prepared", "models", "submission"),
         reads=("oof", "test"),
+        writes=(
+            "`models/<name>-tfidf/`: the same files as a trained experiment (OOF and test predictions per fold); "
+            "`submissions/<name>-tfidf.csv`, its test AUC in `cv.json`",
+        ),
     ),
     Stage(
         "blend",
         '`BLEND="exp1 exp2 ..."`: rank-average with weights fit on OOF (nested); `submissions/<blend>.csv`',
         checks=("models", "submission"),
+        writes=("`models/<blend>/` and `submissions/<blend>.csv` (see [recipes.md](recipes.md))",),
     ),
     Stage(
         "board",
         "every experiment and blend under `models/`, best test AUC estimate first; `models/board.md`",
         checks=("board",),
+        writes=("`models/board.md` (see [recipes.md](recipes.md))",),
     ),
-    Stage("recipe", "a chain of stages (`pipeline/configs/recipes/<CONFIG>.yaml`), side by side, then the board"),
-    Stage("leaks", "validation rows checked by content for versions of themselves among their fold's training rows"),
-    Stage("bench", "peak memory and speed of each memory technique, side by side with HF Trainer", also=("bench-gpu",)),
+    Stage(
+        "recipe",
+        "a chain of stages (`pipeline/configs/recipes/<CONFIG>.yaml`), side by side, then the board",
+        writes=(
+            "`input/recipes/<recipe>/<step>.log`: each step's output; what each step's stage writes; at the end the "
+            "board (`models/board.md`)",
+        ),
+    ),
+    Stage(
+        "leaks",
+        "validation rows checked by content for versions of themselves among their fold's training rows",
+        writes=(
+            "nothing: prints the validation rows (validation.csv's and held-out ones) that have a twin among their "
+            "fold's training rows ([recipes.md](recipes.md#six-languages-a-validation-that-looks-like-the-test))",
+        ),
+    ),
+    Stage(
+        "bench",
+        "peak memory and speed of each memory technique, side by side with HF Trainer",
+        also=("bench-gpu",),
+        writes=(
+            "`models/bench/<model>.md` (the table, the floor and the notes, also printed), `.json` (every row's raw "
+            "measurements, per-step times included), `.png` (peak memory and samples per second per row) "
+            "([bench.md](bench.md))",
+        ),
+    ),
     Stage(
         "kernel",
         "push a Kaggle GPU notebook, follow it, bring its output back",
         also=("kernel-status", "kernel-output"),
+        writes=(
+            "`kernel/<slug>/code/` (the code bundle, uploaded as the private dataset `<user>/<slug>-code`) and "
+            "`kernel/<slug>/notebook/` (the kernel pushed); the kernel's output brought back ([kaggle.md](kaggle.md))",
+        ),
     ),
     Stage(
-        "submit", "submit to the competition and record the score; list the recorded submissions", also=("submissions",)
+        "submit",
+        "submit to the competition and record the score; list the recorded submissions",
+        also=("submissions",),
+        writes=(
+            "`models/<name>/submissions.jsonl`: one line per submission (time, file, message, ref, status, public and "
+            "private score)",
+        ),
     ),
 )
 
 TABLE_BEGIN, TABLE_END = "<!-- stages: from pipeline/stages.py -->", "<!-- /stages -->"
+WRITES_BEGIN, WRITES_END = "<!-- writes: from pipeline/stages.py -->", "<!-- /writes -->"
 
 
 def by_name(name: str) -> Stage | None:
@@ -157,13 +264,21 @@ def modules_table() -> str:
     return "\n".join([head, "|---|---|---|---|---|", *rows]) + "\n"
 
 
-def between(text: str, begin: str, end: str, body: str) -> str:
-    head, rest = text.split(begin, 1)
-    return f"{head}{begin}\n{body}{end}{rest.split(end, 1)[1]}"
+def writes_table() -> str:
+    """docs/stages.md's "What each stage writes": a stage's first row names it, its other rows leave that cell
+    empty."""
+    rows = [
+        f"| {f'`make {s.name}`' if i == 0 else ''} | {what} |".replace("|  |", "| |")
+        for s in STAGES
+        for i, what in enumerate(s.writes)
+    ]
+    return "\n".join(["| stage | writes |", "|---|---|", *rows]) + "\n"
 
 
 GENERATED = {  # file -> its text with the part made from STAGES rewritten
-    "docs/stages.md": lambda t: between(t, TABLE_BEGIN, TABLE_END, modules_table()),
+    "docs/stages.md": lambda t: between(
+        between(t, TABLE_BEGIN, TABLE_END, f"\n{modules_table()}"), WRITES_BEGIN, WRITES_END, f"\n{writes_table()}"
+    ),
 }
 
 

@@ -3,11 +3,12 @@ the fingerprint's roles are read from there, and the fingerprints of folds train
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from pipeline import config, configdoc, fingerprint, schema
+from pipeline import config, configdoc, docpage, fingerprint, schema
 from pipeline.errors import ConfigError
 from pipeline.files import json_digest
 from tests.helpers import ROOT
@@ -99,6 +100,42 @@ def test_a_setting_that_means_something_only_under_another_counts_only_then() ->
     assert fingerprint.applies(config.load("sample", ["train.optimizer=adamw8bit"], device=False), gamma)
     assert not fingerprint.applies(config.load("sample", device=False), gamma)
     assert fingerprint.applies(config.load("sample", device=False), schema.of("train.lr"))
+
+
+def test_the_quick_table_is_the_every_key_rows_of_its_keys() -> None:
+    """The keys that matter most are a choice of keys, not a second doc of them: each row is its key's row in
+    "Every key", so a setting's doc is written once."""
+    text = CONFIGS_MD.read_text(encoding="utf-8")
+    assert configdoc.MOST_BEGIN in text, "docs/configs.md: the quick table is made by configdoc"
+    quick = text.split(configdoc.MOST_BEGIN, 1)[1].split(configdoc.MOST_END, 1)[0].strip().splitlines()[2:]
+    every = text.split(configdoc.BEGIN, 1)[1].splitlines()
+    assert len(quick) == len(configdoc.MOST) and all(row in every for row in quick)
+    assert {key for key, _, _ in schema.walk()} >= set(configdoc.MOST)
+
+
+@pytest.mark.parametrize("page", ["configs.md", "kaggle.md", "training.md"])
+def test_each_page_s_section_rows_are_the_schema_s(page: str) -> None:
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    assert text == configdoc.generated(text), f"run `.venv/bin/python -m pipeline.configdoc docs/{page}`"
+
+
+def test_no_page_documents_a_key_in_a_table_of_its_own() -> None:
+    """A row of a key and its meaning (and default) is written by configdoc alone: a hand-written one beside it
+    would be a second doc of the key, which a change of the setting leaves behind. A table comparing configs
+    (docs/encoders.md's, a column a config) is not one."""
+    keys = {key for key, _, _ in schema.walk()}
+    twins = []
+    for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        text = configdoc.SECTION.sub("", path.read_text(encoding="utf-8"))
+        for begin, end in ((configdoc.BEGIN, configdoc.END), (configdoc.MOST_BEGIN, configdoc.MOST_END)):
+            if begin in text:
+                text = docpage.between(text, begin, end, "")
+        for line in text.splitlines():
+            cells = line.split("|")[1:-1]
+            named = set(re.findall(r"`([a-z_.0-9]+)`", cells[0])) if cells else set()
+            if len(cells) <= 3 and named & keys:
+                twins.append(f"{path.name}: {line[:80]}")
+    assert not twins, twins
 
 
 def test_choices_and_ranges_come_from_the_fields() -> None:

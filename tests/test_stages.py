@@ -33,6 +33,17 @@ def test_the_generated_parts_are_the_table_s() -> None:
         assert text == rewrite(text), f"{name}: run `python3 -m pipeline.stages write`"
 
 
+def test_every_stage_says_what_it_writes_in_the_stages_page_s_table() -> None:
+    """docs/stages.md's "What each stage writes" is the records' `writes`: a new stage adds its row there by
+    declaring it, and no row outlives its stage."""
+    text = (ROOT / "docs/stages.md").read_text(encoding="utf-8")
+    table = text.split(stages.WRITES_BEGIN, 1)[1].split(stages.WRITES_END, 1)[0]
+    assert table.strip() == stages.writes_table().strip()
+    named = re.findall(r"^\| `make ([a-z0-9-]+)` \|", table, flags=re.M)
+    assert named == [s.name for s in stages.STAGES], "every stage, in the table's order, once"
+    assert all(s.writes for s in stages.STAGES)
+
+
 @pytest.mark.e2e  # starts processes: `make unit` leaves it out (docs/testing.md)
 def test_make_help_and_python_m_pipeline_name_every_stage() -> None:
     # make -n (-o: the venv taken as made): nothing runs; the Makefile reads the table with the system python
@@ -53,7 +64,8 @@ def test_write_rewrites_only_the_generated_parts(tmp_path) -> None:
         text = (ROOT / name).read_text(encoding="utf-8")
         # the first of each is in the generated part
         stale = text.replace("| `make cv` |", "| `make old` |", 1)
-        assert stale != text
+        stale = stale.replace("| `make board` | `models/board.md`", "| `make board` | `old.md`", 1)
+        assert stale.count("old") == text.count("old") + 2
         (tmp_path / name).write_text(stale, encoding="utf-8")
     assert stages.main(["write", str(tmp_path)]) == 0
     for name in stages.GENERATED:

@@ -19,9 +19,12 @@ class DataConfig:
     datasets: tuple[str, ...] = setting((), "extra Kaggle datasets (`owner/slug`): downloaded with `source=kaggle`, "
                                         "attached to the Kaggle notebook; a `data.extra_files` file the competition "
                                         "lacks must come from one of them")  # fmt: skip
-    extra_files: tuple[str, ...] = setting((), "translated train CSVs added as training rows (see the table above: "
-                                           "paths, names, glob patterns; `comment_text, toxic`; the language as "
-                                           "`file.csv:es`, else a `lang` column, else the file name's)")  # fmt: skip
+    extra_files: tuple[str, ...] = setting((), "translated train CSVs added as training rows: paths, names in the "
+                                           "competition or dataset folders, or glob patterns "
+                                           "(`jigsaw-toxic-comment-train-google-*-cleaned.csv`). Each needs "
+                                           "`comment_text, toxic`; the language is the one given per file "
+                                           "(`file.csv:es`), else the `lang` column, else read from the file name "
+                                           "(`...-google-es-cleaned.csv` is `es`)")  # fmt: skip
     bias_rows: int = setting(
         0, "rows of `jigsaw-unintended-bias-train.csv` to add (0: none), `toxic >= 0.5` as 1", within=at_least(0)
     )

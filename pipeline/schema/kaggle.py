@@ -15,14 +15,21 @@ class KaggleConfig:
         False, "`true`: write both folders (the kernel folder and the code bundle) and print the plan, push nothing"
     )
     dir: str = setting(
-        "kernel", "where the kernel folder, code bundle and downloaded output are written (ignored by git)"
+        "kernel",
+        "where the kernel folder, code bundle and downloaded output are written (ignored by git); a `<slug>/code` or "
+        "`<slug>/notebook` there that `make kernel` did not write (no `dataset-metadata.json`, "
+        "`kernel-metadata.json`) is refused, never replaced",
     )
     user: str = setting(
         "", "your Kaggle user name; empty means the authenticated one (`KAGGLE_USERNAME`, `kaggle.json`, token)"
     )
     kernel_slug: str = setting("", "empty means `jigsaw-<name>`")
     title: str = setting("", "empty means a title whose slug is `kernel_slug` (Kaggle derives the URL from the title)")
-    dataset_slug: str = setting("", "the code bundle's dataset; empty means `<kernel_slug>-code`")
+    dataset_slug: str = setting(
+        "",
+        "the code bundle's dataset; empty means `<kernel_slug>-code`; an existing dataset of yours that holds no "
+        "bundle (no `kernel-config.yaml`) is refused",
+    )
     kernel_type: str = setting(
         "script", "`script` or `notebook` (the same code as a one-cell `.ipynb`)", choices=("script", "notebook")
     )
@@ -31,13 +38,15 @@ class KaggleConfig:
     model_source: str = setting(
         "",
         "the weights for `model.name`, since the notebook is offline: a dataset "
-        "`owner/slug` holding a transformers folder, or a Kaggle Model "
+        "`owner/slug` holding a transformers folder (`config.json`, PyTorch or safetensors weights, tokenizer), or a "
+        "Kaggle Model "
         "`owner/model/framework/instance/version`; needed unless `model.name=tiny`",
     )
     model_subdir: str = setting(
         "",
         "the folder inside `model_source` holding `config.json`; empty means found by "
-        "search (needed when it holds several models)",
+        "search (needed when it holds several models, base and large: the notebook refuses to guess, and refuses "
+        "TensorFlow / Keras / Flax weights)",
     )
     timeout: int = setting(
         0,

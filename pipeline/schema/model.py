@@ -27,7 +27,13 @@ class LoraConfig:
     computes in it, low-rank adapters on its projections trained in fp32 beside the head; the fold saves those
     alone. `r=0` trains every weight."""
 
-    r: int = setting(0, "the adapters' rank; at 0 every weight is trained", within=at_least(0, " (0: off)"))
+    r: int = setting(
+        0,
+        "the adapters' rank: above 0 the encoder is frozen in half precision and adapters of this rank are trained "
+        "beside the head, and a fold saves those alone; at 0 every weight is trained "
+        "([training.md](training.md#lora-one-size-up))",
+        within=at_least(0, " (0: off)"),
+    )
     alpha: float = setting(16.0, "the adapters' scale is `alpha / r`", within=POSITIVE)
     dropout: float = setting(0.05, "dropout on the adapters' input", within=FRACTION)
     targets: str = setting("all", "the projections that get adapters: `qv` (query, value), `attention` (query, key, "

@@ -36,7 +36,10 @@ class TrainConfig:
     max_grad_norm: float = setting(1.0, "gradient clipping norm", within=POSITIVE)
     precision: str = setting(
         "auto",
-        "`fp32`, `fp16`, `bf16` or `auto` (see the table above and [training.md](training.md#mixed-precision))",
+        "`auto` (bf16 where the device computes it natively: CUDA compute capability 8.0+; on a CPU with "
+        "AVX512-BF16/AMX the faster of bf16 and fp32, one step each measured at the fold's start; else fp16 + "
+        "GradScaler on CUDA, fp32 on CPU), `bf16` (refused on a GPU that only emulates it, such as Kaggle's T4), "
+        "`fp16` or `fp32` ([training.md](training.md#mixed-precision))",
         choices=("fp32", "fp16", "bf16", "auto"),
     )
     checkpointing: bool | str = setting(
@@ -91,8 +94,9 @@ class TrainConfig:
     )
     max_memory_gb: float = setting(
         0.0,
-        "> 0: auto-fit, the largest micro-batch that fits (same effective batch); 0: "
-        "off ([training.md](training.md#auto-fit))",
+        "> 0: auto-fit, the largest micro-batch whose whole optimizer step (forward, backward, the dense embedding "
+        "gradient, clipping, the AdamW moments, DDP's buckets) fits under this many GB, accumulation raised to keep "
+        "the effective batch; 0: off ([training.md](training.md#auto-fit))",
         within=(NON_NEGATIVE[0], "a finite number >= 0 (0: off)"),
     )
     training_only_rows: bool = setting(

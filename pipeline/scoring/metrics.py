@@ -305,12 +305,14 @@ def valid_brier(rows: pd.DataFrame, profile: dict | None = None) -> float:
 
 SIX = Metric("six", "6-lang AUC", "the estimate of the test's pooled AUC: every test language's stand-in rows "
              "weighted to its share of the test, its toxic rate there and, where the rows carry token counts, its "
-             "length mix (what best steps, blends and the board choose by)", six_auc)  # fmt: skip
+             "length mix (what best steps, blends and the board choose by); `-` where a test language has no "
+             "stand-in rows of both classes (without `data.held_out`: fr, pt, ru)", six_auc)  # fmt: skip
 METRICS = (
     SIX,
     Metric("valid_auc", "valid AUC", "ROC AUC on validation.csv's rows (es, it, tr)", valid_auc),
-    Metric("brier", "Brier", "mean squared error of the kept model's probabilities on validation.csv's rows "
-           "(lower is better; calibration shows here, not in an AUC)", valid_brier, probabilities=True),
+    Metric("brier", "Brier", "mean squared error of the kept model's probabilities on validation.csv's rows (each "
+           "fold's `best`, not `pred`, whose halves come from two steps; lower is better; calibration shows here, "
+           "not in an AUC)", valid_brier, probabilities=True),
 )  # fmt: skip
 BY_KEY = {m.key: m for m in METRICS}
 RANKED_BY = (SIX, BY_KEY["valid_auc"])  # an experiment is ranked by the first of these it has

@@ -65,13 +65,6 @@ def test_test_labels_that_are_not_labels_are_refused_naming_the_row(tmp_path) ->
     assert metrics.test_score(tmp_path, test, preds)["rows"] == 2  # -1: left out of scoring
 
 
-def test_every_metric_is_in_the_docs_table_of_figures() -> None:
-    """docs/recipes.md's table of figures names every metric of metrics.METRICS, as the reports show it."""
-    text = (Path(__file__).parents[2] / "docs" / "recipes.md").read_text()
-    rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")}
-    assert {m.header for m in metrics.METRICS} <= rows
-
-
 def test_the_fold_table_names_a_fold_judged_by_its_valid_auc_where_the_oof_has_a_six_language_one() -> None:
     """fr's held-out rows are clean in fold 1: the OOF has a 6-lang AUC, fold 1 none, and its evaluations were
     judged by its valid AUC (metrics.fold_score); the table says so, not only by a '-' in its column."""
