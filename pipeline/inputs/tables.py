@@ -264,9 +264,9 @@ def build_tables(cfg: Config, raw, count=None) -> tuple[pd.DataFrame, pd.DataFra
         notes += held
     table = pd.concat([*parts, valid], ignore_index=True)
     table["group"] = table["group"].fillna("") if "group" in table else ""
-    # soft labels (unintended bias) become hard ones: the metric is AUC on 0/1 targets
-    table["toxic"] = (table["toxic"] >= 0.5).astype(np.int64)
     table["fold"] = table["fold"].astype(np.int64)
+    table["toxic"], soft = targets(table, cfg.data.soft_labels)
+    notes += soft
     check_fold_classes(table, cfg.data.folds, raw / layout.VALID)
     if cfg.data.held_out > 0 and not extras:
         notes.append(nothing_held_out(cfg, table, test))
@@ -274,6 +274,20 @@ def build_tables(cfg: Config, raw, count=None) -> tuple[pd.DataFrame, pd.DataFra
     notes += [table.attrs["pseudo"]] if table.attrs.get("pseudo") else []
     table.attrs["notes"] = notes  # said by `make data`
     return table, test
+
+
+def targets(table: pd.DataFrame, soft: bool) -> tuple[pd.Series, list[str]]:
+    """(each row's `toxic`, what `make data` says of the soft ones). A scored row (a validation or held-out row,
+    fold >= 0) is 0/1: the AUC scores 0 or 1. A training-only row's fractional label (the unintended-bias file's
+    share of raters) is rounded at 0.5 too, unless `soft` (data.soft_labels): then it is the row's soft target."""
+    toxic = table["toxic"].astype(np.float64)
+    fractional = ~toxic.isin([0.0, 1.0]) & (table["fold"] < 0)
+    if not soft or not fractional.any():
+        return (toxic >= 0.5).astype(np.int64), []
+    kept = toxic.where(fractional, (toxic >= 0.5).astype(np.float64))
+    counts = table[fractional].groupby("source").size()
+    said = ", ".join(f"{source} {n:,}" for source, n in counts.items())
+    return kept, [f"soft labels kept on training-only rows (data.soft_labels): {said}"]
 
 
 def tidy(frame: pd.DataFrame, column: str, notes: list[str]) -> pd.DataFrame:

@@ -68,6 +68,13 @@ class DataConfig:
         "the source, not to toxicity (`pipeline/inputs/texts.py`)",
         role=LATER,
     )
+    soft_labels: bool = setting(
+        False,
+        "training-only rows keep a fractional `toxic` as a soft target (the unintended-bias file's share of raters, a "
+        "soft pseudo-label); rows that are scored (validation and held-out rows) are 0/1 whatever, as the AUC needs. "
+        "`make data` says how many soft rows each source gave",
+        role=LATER,
+    )
     group_encoder: str = setting(
         "",
         "a sentence encoder folder (Hugging Face) that finds the translations of one "

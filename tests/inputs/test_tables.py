@@ -117,6 +117,19 @@ def test_bias_rows_become_hard_labels(tmp_path: Path) -> None:
     assert set(bias["toxic"]) <= {0, 1} and bias["toxic"].sum() > 0
 
 
+def test_soft_labels_keep_the_training_rows_fractions_and_round_the_scored_ones(tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path, "data.bias_rows=50", "data.soft_labels=true")
+    notes = []
+    data.prepare(cfg, log=notes.append)
+    table, _, _ = tables.load_table(cfg)
+    bias = table[table["source"] == "jigsaw-unintended-bias-train"]
+    fractional = ~bias["toxic"].isin([0, 1])
+    assert fractional.sum() > 0 and ((bias["toxic"] >= 0) & (bias["toxic"] <= 1)).all()
+    assert set(table.loc[table["fold"] >= 0, "toxic"]) <= {0, 1}  # what the AUC scores: 0 or 1
+    said = [n for n in map(str, notes) if "soft labels kept on training-only rows" in n]
+    assert said and f"jigsaw-unintended-bias-train {int(fractional.sum()):,}" in said[0]
+
+
 def test_sample_texts_survive_the_table(tmp_path: Path) -> None:
     table, test, meta = build(tmp_path)
     frames = sample.make_frames(0, SCALE)
