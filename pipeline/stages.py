@@ -108,6 +108,13 @@ STAGES = (
         "every experiment and blend under `models/`, best test AUC estimate first; `models/board.md`",
         checks=("board",),
     ),
+    Stage(
+        "search",
+        'an Optuna study over `search.space` (`ARGS="search.trials=N"`), each trial `models/<name>-t<n>/`; '
+        "`models/<name>/search/`",
+        driver=True,
+        checks=("input", "models"),
+    ),
     Stage("recipe", "a chain of stages (`pipeline/configs/recipes/<CONFIG>.yaml`), side by side, then the board"),
     Stage("leaks", "validation rows checked by content for versions of themselves among their fold's training rows"),
     Stage("bench", "peak memory and speed of each memory technique, side by side with HF Trainer", also=("bench-gpu",)),
