@@ -232,3 +232,23 @@ def test_a_running_trial_of_a_live_worker_is_left_running(tmp_path: Path) -> Non
     trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": search.os.getpid()})
     assert search.fail_dead_workers(study) == []
     assert study.trials[0].state == TrialState.RUNNING
+
+
+def test_a_trial_whose_folder_exists_stops_before_it_trains_there(tmp_path: Path, capsys) -> None:
+    """A folder of the name a new trial takes is no trial of this study (a removed study.db's): left as it was."""
+    folder = tmp_path / "models" / "sample-t0"
+    (folder / "fold0").mkdir(parents=True)
+    (folder / "fold0" / "done.json").write_text("{}")
+    before = digests(folder)
+    assert search.main(["--config", "sample", *args(tmp_path, "search.trials=1")]) == 2
+    assert "sample-t0 exists and is no trial of this study" in one_line_error(capsys)
+    assert digests(folder) == before and not (tmp_path / "input" / "prepared" / "sample-t0").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("median", optuna.pruners.MedianPruner), ("halving", optuna.pruners.SuccessiveHalvingPruner),
+     ("none", optuna.pruners.NopPruner)],
+)  # fmt: skip
+def test_search_pruner_names_the_pruner(tmp_path: Path, name: str, kind: type) -> None:
+    assert isinstance(search.make_pruner(load(tmp_path, f"search.pruner={name}")), kind)
