@@ -14,6 +14,8 @@
       <name>/fold<k>/                   model.safetensors, tokenizer, pipeline.yaml, metrics.jsonl, oof.csv,
                                         test.csv, test.json, vocab_map.npy, resume.pt, done.json (last)
       <name>/fold-1/                    a stage-1 model: trained on the training-only rows, no OOF
+      <name>/search/                    `make search`: study.db (the Optuna study), history.png
+      <name>-t<n>/                      trial n of that search: an experiment of its own
       board.md, bench/
     submissions/                        <name>.csv, submission.csv
 
@@ -97,6 +99,8 @@ BOARD = "board.md"
 EXPORT = "export"  # models/<name>/export/fold<k>/: a fold as a folder transformers and torch load (make export)
 EXPORT_HEAD = "head.pt"  # in it: the head's weight and bias
 EXPORT_SPEC = "export.json"  # in it: the pooling, max_length and scale of the output
+SEARCH = "search"  # models/<name>/search/: `make search`'s study and its picture
+STUDY_DB, SEARCH_HISTORY = "study.db", "history.png"
 
 
 # ---------------------------------------------------------------- input/
@@ -276,6 +280,17 @@ def baseline_name(cfg: Config) -> str:
 def blend_name(cfg: Config, members: list[str]) -> str:
     """The experiment a blend writes: blend.name, else its members' names joined by +."""
     return cfg.blend.name or "+".join(members)
+
+
+def search_dir(cfg: Config) -> Path:
+    """models/<name>/search/: the study of `make search` (study.db unless search.storage names another) and
+    history.png."""
+    return experiment_dir(cfg) / SEARCH
+
+
+def trial_name(cfg: Config, number: int) -> str:
+    """The experiment trial `number` of the config's search trains: <name>-t<number>."""
+    return check_name(f"{cfg.name}-t{number}")
 
 
 def submission_path(cfg: Config, name: str | None = None) -> Path:

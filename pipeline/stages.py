@@ -182,6 +182,17 @@ STAGES = (
         writes=("`models/board.md` (see [recipes.md](recipes.md))",),
     ),
     Stage(
+        "search",
+        'an Optuna study over `search.space` (`ARGS="search.trials=N"`), each trial `models/<name>-t<n>/`; '
+        "`models/<name>/search/`",
+        driver=True,
+        checks=("input", "models"),
+        writes=(
+            "`models/<name>-t<n>/`: each trial an experiment of its own ([search.md](search.md)); "
+            "`models/<name>/search/study.db` (the study, unless `search.storage`), `history.png`",
+        ),
+    ),
+    Stage(
         "recipe",
         "a chain of stages (`pipeline/configs/recipes/<CONFIG>.yaml`), side by side, then the board",
         writes=(

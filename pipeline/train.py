@@ -57,7 +57,9 @@ def check_init_tokenizer(cfg: Config, tokenizer) -> None:
 # ---------------------------------------------------------------- the stage
 
 
-def run(cfg: Config) -> dict | None:
+def run(cfg: Config, on_evaluation=None) -> dict | None:
+    """Every fold of train.folds, then the CV report (None for a stage-1 model or on another rank).
+    `on_evaluation(fold, record)`: called after each evaluation (FoldInputs.on_evaluation; `make search`)."""
     start = time.perf_counter()
     experiments.preflight(cfg, "train")  # paths and permissions, before any epoch
     if cfg.train.tensorboard:
@@ -67,7 +69,7 @@ def run(cfg: Config) -> dict | None:
     resume.set_deterministic(cfg.train.deterministic)  # before CUDA first runs: cuBLAS reads its workspace then
     d = distributed.setup(cfg.train.device)
     try:
-        result = _run(cfg, d)
+        result = _run(cfg, d, on_evaluation)
     except BaseException:
         distributed.teardown(d, clean=False)  # another rank may have failed too: no waiting for it
         raise
@@ -189,7 +191,7 @@ def say_resume(path, fold: int, digest: str, made: dict, world: int) -> None:
               "is evaluated and stops, not the weights trained so far")  # fmt: skip
 
 
-def _run(cfg: Config, d: distributed.Dist) -> dict | None:
+def _run(cfg: Config, d: distributed.Dist, on_evaluation=None) -> dict | None:
     """The train stage inside the process group: every fold to do, then (rank 0) the CV report."""
     if d.device.type == "cpu" and d.enabled:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world))  # processes share the cores
@@ -210,7 +212,8 @@ def _run(cfg: Config, d: distributed.Dist) -> dict | None:
     with StopFlag() as stop:
         for n, fold in enumerate(todo):
             after = len(todo) - n - 1 + eta.folds_after()  # what the ETA counts beyond this fold
-            inputs = FoldInputs(cfg, fold, table, data, tokenizer, digest, keep, folds_after=after, made_from=made)
+            inputs = FoldInputs(cfg, fold, table, data, tokenizer, digest, keep, folds_after=after, made_from=made,
+                                on_evaluation=on_evaluation)  # fmt: skip
             FoldRun(inputs, d, stop).run()
             memory.release(d.device)  # the fold's optimizer and model freed before the next fold's probe
     if not d.is_main:

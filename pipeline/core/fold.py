@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import json
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -76,6 +77,10 @@ class FoldInputs:
     keep: np.ndarray | None = None  # the vocabulary ids kept (model.trim_vocab)
     folds_after: int = 0  # folds this run trains after this one: what the ETA counts beyond this fold
     made_from: dict | None = None  # what `digest` is the digest of (fingerprint.made_from): a resume state keeps it
+    # called in the main process with (fold, metrics.jsonl's record) once an evaluation is written and judged; it may
+    # raise to stop the fold at once (`make search` prunes a trial so), leaving what the evaluations wrote and no
+    # done.json. Nothing here knows who listens: the core never imports the stage that passes it
+    on_evaluation: Callable[[int, dict], None] | None = None
 
 
 class FoldRun:
@@ -389,6 +394,8 @@ class FoldRun:
             print(f"fold {self.fold}: no better {name} for {t.patience} evaluations (train.patience); "
                   f"stopping at step {record['step']}, keeping step {p.best['step']} "
                   f"({name} {p.best['auc']:.4f})")  # fmt: skip
+        if d.is_main and not self.stage1 and self.inputs.on_evaluation is not None:
+            self.inputs.on_evaluation(self.fold, record)  # last: what it stops has been written
 
     def eval_line(self, record: dict, improved: bool, since: int) -> str:
         """evaluation.eval_line, ending with the ETA (foldclock.eta_line, which writes eta.json)."""

@@ -11,7 +11,7 @@ fingerprint.LATER, and the key tables of docs/configs.md (`python -m pipeline.co
 all read from these fields; nothing repeats them.
 
 One module a concern, each name importable from here: base (what a setting is: `setting`, `section`, the
-roles, the ranges), a module a section (data, model, train, predict with blend, kaggle, bench), and root (the
+roles, the ranges), a module a section (data, model, train, predict with blend, kaggle, bench, search), and root (the
 Config that holds them, in the order docs/configs.md lists them, and what is read from every field: `walk`,
 `of`, CHOICES, RANGES, `roles`).
 """
@@ -39,6 +39,7 @@ from pipeline.schema.kaggle import KaggleConfig
 from pipeline.schema.model import LoraConfig, ModelConfig, TinyConfig
 from pipeline.schema.predict import BlendConfig, PredictConfig
 from pipeline.schema.root import CHOICES, RANGES, Config, fields_of, of, roles, unknown_keys, walk
+from pipeline.schema.search import SearchConfig
 from pipeline.schema.train import TrainConfig
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "LoraConfig",
     "ModelConfig",
     "PredictConfig",
+    "SearchConfig",
     "Setting",
     "TinyConfig",
     "TrainConfig",

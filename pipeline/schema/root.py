@@ -16,6 +16,7 @@ from pipeline.schema.data import DataConfig
 from pipeline.schema.kaggle import KaggleConfig
 from pipeline.schema.model import ModelConfig
 from pipeline.schema.predict import BlendConfig, PredictConfig
+from pipeline.schema.search import SearchConfig
 from pipeline.schema.train import TrainConfig
 
 
@@ -36,6 +37,7 @@ class Config:
     bench: BenchConfig = section(BenchConfig, "`make bench`")
     blend: BlendConfig = section(BlendConfig, "`make blend`")
     kaggle: KaggleConfig = section(KaggleConfig, "the Kaggle notebook and `make submit`")
+    search: SearchConfig = section(SearchConfig, "`make search`: an Optuna study of trials ([search.md](search.md))")
 
     def to_dict(self) -> dict:
         return plain(dataclasses.asdict(self))

@@ -2,6 +2,7 @@
 
 Writes  models/<name>/cv.png      ROC curves per language, AUC per fold, titled with the experiment
         models/<name>/curves.png  each fold's training loss (and learning rate) above its validation AUC
+        models/<name>/search/history.png  `make search`: each trial's figure, pruned ones apart, and the best so far
 """
 
 from __future__ import annotations
@@ -183,3 +184,26 @@ def plot_curves(dirs: list[Path], path: Path, name: str) -> list[str]:
     fig = curves_figure(dirs, name)
     save(fig, path, dpi=100)
     return [ax.get_title() for ax in fig.axes if ax.get_ylabel() == "training loss"]
+
+
+def search_figure(trials: list[tuple[int, float | None, bool]], metric: str, name: str) -> Figure:
+    """`make search`'s history: each trial's figure by its number (`trials`: number, figure or None, complete),
+    a pruned trial's (its last evaluation's) hollow, and the best complete figure so far as a step line."""
+    fig = figure(7, 4)
+    ax = fig.add_subplot()
+    done = [(n, v) for n, v, complete in trials if complete and v is not None]
+    cut = [(n, v) for n, v, complete in trials if not complete and v is not None]
+    if done:
+        ax.plot(*zip(*done), "o", color="tab:blue", label="complete")
+        best = np.maximum.accumulate([v for _, v in done])
+        ax.step([n for n, _ in done], best, where="post", color="tab:green", label="best so far")
+    if cut:
+        ax.plot(*zip(*cut), "o", mfc="none", color="tab:gray", label="pruned (last evaluation)")
+    ax.set(xlabel="trial", ylabel=metric, title=f"{name}: search")
+    if done or cut:
+        ax.legend(**BELOW, ncols=3)
+    return fig
+
+
+def plot_search(trials: list[tuple[int, float | None, bool]], path: Path, metric: str, name: str) -> None:
+    save(search_figure(trials, metric, name), path, dpi=100)
