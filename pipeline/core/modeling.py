@@ -45,6 +45,7 @@ DROPOUT_NAMES = (
     "hidden_dropout_prob", "attention_probs_dropout_prob",  # BERT, XLM-R, DeBERTa(-v2), ELECTRA
     "dropout", "attention_dropout",  # DistilBERT, BART-style encoders
     "hidden_dropout", "activation_dropout",  # others
+    "embedding_dropout", "mlp_dropout",  # ModernBERT (mmBERT), with attention_dropout above
 )  # fmt: skip
 
 
