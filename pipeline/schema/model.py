@@ -31,7 +31,8 @@ class LoraConfig:
     alpha: float = setting(16.0, "the adapters' scale is `alpha / r`", within=POSITIVE)
     dropout: float = setting(0.05, "dropout on the adapters' input", within=FRACTION)
     targets: str = setting("all", "the projections that get adapters: `qv` (query, value), `attention` (query, key, "
-                           "value, output) or `all` (those and the feed-forward's two)",
+                           "value, output) or `all` (those and the feed-forward's two); ModernBERT (mmBERT) fuses "
+                           "query, key and value in one projection and takes `attention` or `all`",
                            choices=("qv", "attention", "all"))  # fmt: skip
     quantize: str = setting("none", "the frozen base in `8bit` or `4bit` (NF4), bitsandbytes on a CUDA GPU, for a "
                             "pretrained `model.name`; `none`: half precision (fp32 in an fp32 run)",

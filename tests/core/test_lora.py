@@ -401,3 +401,25 @@ def test_a_rank_not_below_the_projections_side_is_refused_in_one_line() -> None:
             lora.spec(lora_cfg, encoder, {"from": "test"})
     lora_cfg = config.load("sample", ["model.lora.r=31"], device=False).model.lora
     assert lora.spec(lora_cfg, encoder, {"from": "test"})["r"] == 31
+
+
+def test_modernbert_adapters_go_on_its_fused_attention_and_glu_and_refuse_qv() -> None:
+    """ModernBERT (mmBERT) computes query, key and value in one `attn.Wqkv`, then `attn.Wo`, and a GLU feed-forward
+    `mlp.Wi` / `mlp.Wo`: `attention` adapts the first two a layer, `all` the four, and `qv` (which would adapt the
+    key too through the fused matrix) is refused in one line; a step trains the adapters and the head alone."""
+    encoder = modeling.encoder_from_config(family_config("modernbert"))
+    attention, every = lora.target_names(encoder, "attention"), lora.target_names(encoder, "all")
+    assert [n.split(".", 2)[-1] for n in attention[:2]] == ["attn.Wqkv", "attn.Wo"] and len(attention) == 4
+    assert [n.split(".", 2)[-1] for n in every[:4]] == ["attn.Wqkv", "attn.Wo", "mlp.Wi", "mlp.Wo"]
+    assert len(every) == 8
+    with pytest.raises(PipelineError) as e:
+        lora.target_names(encoder, "qv")
+    assert "one fused projection" in str(e.value) and "targets=attention or all" in str(e.value)
+    assert "\n" not in str(e.value)
+    torch.manual_seed(0)
+    model = with_lora(modeling.Classifier(encoder, modeling.HeadSpec("mean", 0.0)), dtype=torch.bfloat16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    one_step(model, "bf16", checkpointing=True)
+    moved = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    assert moved and all("lora_B" in k or k.startswith("head.") or "lora_A" in k for k in moved)
+    assert sum("lora_B" in k for k in moved) == 8
