@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from pipeline import fingerprint, layout, validity
-from pipeline.core import lora, trim
+from pipeline.core import attention, lora, trim
 from pipeline.errors import PipelineError
 from pipeline.pooling import POOLINGS
 from pipeline.schema import Config
@@ -357,6 +357,12 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precis
     """The model a fold trains or predicts with: a trained fold's (`source`), a stage-1 model's, or the
     encoder model.name names (model.path holding its files), or the tiny XLM-R, under a new head. Under LoRA
     the encoder is its frozen base in `precision`'s dtype; the caller trims it, then puts the adapters on."""
+    model = _built(cfg, tokenizer, source, precision, device)
+    attention.apply(model.encoder, cfg.model.attn_implementation, device)  # after peft: the adapters wrap it
+    return model
+
+
+def _built(cfg: Config, tokenizer, source, precision: str, device) -> Classifier:
     if source is not None:
         return load_fold_model(Path(source), cfg=cfg, tokenizer=tokenizer, precision=precision, device=device)
     base = base_record(cfg, tokenizer)

@@ -50,6 +50,12 @@ class ModelConfig:
                               "(512 for XLM-R)", within=at_least(8))  # fmt: skip
     pooling: str = setting("mean", poolings.setting_doc(), choices=tuple(poolings.POOLINGS), role=LATER)
     dropout: float = setting(0.1, "the model's hidden and attention dropout", within=FRACTION)
+    # exact attention whichever kernel computes it (rounding apart): pipeline.core.attention says why
+    attn_implementation: str = setting("auto", "the encoder's attention kernel: `auto` (transformers' choice: `sdpa` "
+                                       "where the family has it), `sdpa`, `eager`, or `flash_attention_2` (the "
+                                       "flash_attn package, an Ampere or newer GPU); the same attention up to "
+                                       "rounding, so no part of a fold's fingerprint",
+                                       choices=("auto", "sdpa", "eager", "flash_attention_2"), role=NEVER)  # fmt: skip
     trim_vocab: bool = setting(
         False,
         "keep only the embedding rows of tokens the competition's texts use; the id map "
