@@ -7,9 +7,11 @@ continues in the next session). It is an estimate and says so; the ETA lines of 
 
 The throughput is stated with its source: `kaggle.tokens_per_second` when given; else what `make bench-gpu`
 measured on a T4 (models/bench/<model>.json; a figure from another GPU says nothing of Kaggle's and is not
-used); else an estimate for the two T4s from the model's size: 10% of a T4's 65 TFLOPS fp16 peak, at 8 FLOPs
-a weight a token with checkpointing (forward, backward, the forward again) and 6 without; under LoRA 6 and 4
-(the frozen matrices' backward computes no weight gradient, and the adapters' products are next to nothing).
+used); else an estimate for the two T4s from the model's size (its weights outside the embedding, as the
+architecture built on the meta device has them: ModernBERT's GLU Wi counted at its 2 x intermediate width): 10%
+of a T4's 65 TFLOPS fp16 peak, at 8 FLOPs a weight a token with checkpointing (forward, backward, the forward
+again) and 6 without; under LoRA 6 and 4 (the frozen matrices' backward computes no weight gradient, and the
+adapters' products are next to nothing).
 Eager PyTorch on a 70 W T4, with the whole gradient all-reduced over PCIe at every step, is far from peak: public
 figures for XLM-R large put two T4s at 4-7k padded tokens a second, which this estimate sits in (not measured
 here).

@@ -4,8 +4,9 @@
 not fit fails at its first step, after the session has started. Computed, not measured, from the architecture
 (pipeline.kaggle.disk) and the settings:
 
-- weights: 4 bytes a trained parameter (fp32 master weights); a LoRA base's frozen ones at disk.frozen_bytes (half
-  precision, or 8 or 4 bits);
+- weights: 4 bytes a trained parameter (fp32 master weights; under model.trim_vocab the embedding keeps
+  disk.TRIMMED_VOCAB rows, an estimate); a LoRA base's frozen ones at disk.frozen_bytes (half precision, or 8 or 4
+  bits); the counts come from the architecture built on the meta device (disk.shapes), whatever its family;
 - gradients: 4 bytes a trained parameter (DDP's buckets are the gradients themselves: gradient_as_bucket_view);
 - the optimizer's state: its record's bytes a trained parameter (pipeline.optimizers: AdamW's two moments 8,
   8-bit AdamW's 2);
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline import config as config_mod
 from pipeline.core import headroom
 from pipeline.kaggle import disk
 from pipeline.optimizers import OPTIMIZERS
@@ -149,12 +151,14 @@ def over_memory(plan: MemoryPlan, cfg: Config, gpu: str = "T4", usable: float = 
 
 
 def loaded_bytes(cfg: Config, arch: dict) -> float:
-    """What one process holds of the model on the CPU while it loads, before it moves to its GPU."""
-    trained = 4.0 * disk.trained_parameters(cfg, arch)
+    """What one process holds of the model on the CPU while it loads, before it moves to its GPU: read whole, its
+    vocabulary trimmed (model.trim_vocab) only once it is read."""
     if cfg.model.lora.r <= 0:
-        return trained  # every weight in fp32
+        return 4.0 * disk.transformer_parameters(arch)  # every weight in fp32
+    whole = config_mod.with_overrides(cfg, ["model.trim_vocab=false"], device=False)
+    trained = 4.0 * disk.trained_parameters(cfg, arch)
     # a quantized base goes to its GPU as it loads (device_map); a half-precision one is read on the CPU first
-    return trained + (disk.frozen_bytes(cfg, arch) if cfg.model.lora.quantize == "none" else 0.0)
+    return trained + (disk.frozen_bytes(whole, arch) if cfg.model.lora.quantize == "none" else 0.0)
 
 
 def resume_host_bytes(cfg: Config, arch: dict) -> float:

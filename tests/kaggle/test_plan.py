@@ -53,6 +53,46 @@ def test_parameter_count_matches_the_model() -> None:
     assert 558e6 < large < 560e6  # 2.24 GB of fp32 safetensors (the published 560M less its head's dense layer)
 
 
+@pytest.mark.parametrize("family", ["xlm-roberta", "bert", "modernbert"])
+def test_a_model_folder_s_parameters_are_counted_from_its_own_architecture(tmp_path: Path, family: str) -> None:
+    """The plans build the folder's config.json on the meta device: XLM-R's, BERT's (its token types) and
+    ModernBERT's (one fused Wqkv, a GLU Wi twice as wide, no biases) counted as the model they train has them."""
+    from pipeline.core import modeling
+    from tests.helpers.tinymodel import family_config
+
+    modeling.encoder_from_config(family_config(family)).save_pretrained(tmp_path / family)
+    model = modeling.Classifier(modeling.encoder_from_config(family_config(family)), modeling.HeadSpec("mean", 0.1))
+    planned = disk.plan_disk(cfg_for(tmp_path, "sample", f"model.name={tmp_path / family}"), 1).parameters
+    assert planned == pytest.approx(sum(p.numel() for p in model.parameters()), rel=0.01)
+
+
+def test_mmbert_is_planned_offline_from_its_published_architecture(tmp_path: Path) -> None:
+    """mmBERT-base: 306.9M parameters, 196.6M of them its 256k x 768 embedding; the time plan's FLOPs count the
+    layers' 110.3M (Wi 768 x 2304 for the GLU); trimmed to the competition's pieces, a fold trains and keeps far
+    fewer; LoRA goes on the projections lora.py knows, and `qv` is refused in one line."""
+    from pipeline.errors import PipelineError
+    from pipeline.kaggle import hours
+
+    base = cfg_for(tmp_path, "sample", "model.name=jhu-clsp/mmBERT-base")
+    arch = disk.model_architecture(base)
+    assert disk.transformer_parameters(arch) == pytest.approx(306.9e6, rel=0.01)
+    assert disk.transformer_parameters(disk.KNOWN_MODELS["mmbert-small"]) == pytest.approx(140.5e6, rel=0.01)
+    layer = 768 * 2304 + 768 * 768 + 768 * 2304 + 1152 * 768  # Wqkv, Wo, Wi (GLU: 2 x 1152), the feed-forward's Wo
+    assert hours.non_embedding_parameters(base) == pytest.approx(22 * layer, rel=0.01)
+    trimmed = config.with_overrides(base, ["model.trim_vocab=true"], device=False)
+    dropped = (256000 - disk.TRIMMED_VOCAB) * 768
+    assert disk.trained_parameters(trimmed, arch) == disk.trained_parameters(base, arch) - dropped
+    from pipeline.kaggle import memory as kaggle_memory
+
+    saved = kaggle_memory.plan_memory(base).total - kaggle_memory.plan_memory(trimmed).total
+    assert saved >= kaggle_memory.FRAGMENTATION * 16 * dropped  # weights, gradients and AdamW's two moments
+    lora = config.with_overrides(base, ["model.lora.r=8", "model.lora.targets=all"], device=False)
+    assert disk.trained_parameters(lora, arch) == 8 * 22 * ((768 + 2304) + 2 * 768 + (768 + 2304) + (1152 + 768)) + 769
+    with pytest.raises(PipelineError, match="one fused projection") as e:
+        disk.plan_disk(config.with_overrides(lora, ["model.lora.targets=qv"], device=False), 5)
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("targets", ["qv", "attention", "all"])
 def test_lora_parameter_count_matches_the_adapters_put_on(targets: str) -> None:
     """The plan's count of what a LoRA fold trains and writes against a tiny XLM-R with its adapters on."""
