@@ -64,6 +64,7 @@ class Shapes:
     encoder: int  # the encoder's parameters (no pooler: the pipeline's head pools)
     matrices: int  # the weights of its layers' linear projections: what 8 or 4 bits hold under LoRA
     adapters: dict  # model.lora.targets -> sum of in + out over the projections it adapts, or the refusal's words
+    glu: bool = False  # a gated feed-forward (ModernBERT's Wi): its first projection 2 x intermediate wide
 
 
 @functools.cache
@@ -86,7 +87,10 @@ def _shapes(arch_json: str) -> Shapes:
         except PipelineError as e:  # a family or targets lora.py does not support: refused where it is planned
             adapters[targets] = str(e)
     matrices = sum(m.weight.numel() for m in linears.values())
-    return Shapes(sum(p.numel() for p in encoder.parameters()), matrices, adapters)
+    h, i = config.hidden_size, config.intermediate_size
+    # the feed-forward's first projection (not a fused attention one, 3 h wide, which may equal 2 i)
+    glu = any((m.in_features, m.out_features) == (h, 2 * i) for n, m in linears.items() if "att" not in n)
+    return Shapes(sum(p.numel() for p in encoder.parameters()), matrices, adapters, glu)
 
 
 def _config(arch: dict):
@@ -268,6 +272,8 @@ def format_plan(plan: DiskPlan, quota_gb: float) -> str:
     size = f"{plan.parameters / 1e6:.1f}M parameters" if plan.parameters else "model size unknown"
     if plan.lora:
         size += f", {plan.trained / 1e6:.1f}M trained"
+    elif plan.parameters and plan.trained != plan.parameters:  # model.trim_vocab: the rows the texts use
+        size += f", {plan.trained / 1e6:.1f}M kept by model.trim_vocab (about {TRIMMED_VOCAB:,} embedding rows)"
     lines = [f"kernel: disk plan ({size}); sizes are estimates"]
     if plan.lora:
         lines.append(f"  {plan.lora}")

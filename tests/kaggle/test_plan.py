@@ -84,6 +84,9 @@ def test_mmbert_is_planned_offline_from_its_published_architecture(tmp_path: Pat
     assert disk.trained_parameters(trimmed, arch) == disk.trained_parameters(base, arch) - dropped
     from pipeline.kaggle import memory as kaggle_memory
 
+    # the GLU's activations: Wi's 2 x 1152 values, the gate's activation and the product, 8 bytes x 1152 a token
+    glu = 18 * 512 * 768 + 8 * 512 * 1152 + 5 * 12 * 512 * 512
+    assert kaggle_memory.layer_activations(arch, 1, 512, base.model.lora) == glu
     saved = kaggle_memory.plan_memory(base).total - kaggle_memory.plan_memory(trimmed).total
     assert saved >= kaggle_memory.FRAGMENTATION * 16 * dropped  # weights, gradients and AdamW's two moments
     lora = config.with_overrides(base, ["model.lora.r=8", "model.lora.targets=all"], device=False)
@@ -140,6 +143,25 @@ def test_an_xl_lora_plan_writes_adapters_reads_its_base_and_fits_a_t4(tmp_path: 
     assert "or LoRA (model.lora.r=8" in kaggle_memory.over_memory(kaggle_memory.plan_memory(full), full)
     # no weight gradients for the frozen matrices: 6 FLOPs a weight a token with checkpointing, not 8
     assert hours.throughput(cfg)[0] == pytest.approx(hours.throughput(full)[0] * 8 / 6)
+
+
+@pytest.mark.parametrize(("name", "parameters", "kept"), [("mmbert-base", "306.9M", "156.4M"),
+                                                          ("mmbert-small", "140.5M", "65.2M")])  # fmt: skip
+def test_the_mmbert_configs_plan_a_kaggle_run_offline(tmp_path: Path, capsys, name: str, parameters: str,
+                                                      kept: str) -> None:  # fmt: skip
+    """`make kernel CONFIG=mmbert-base ARGS=kaggle.dry_run=true`, no network: mmBERT's published architecture (a
+    known hub name), its embedding trimmed to the competition's pieces, 512 tokens a row, every plan printed and a
+    T4 holding the step."""
+    from pipeline.kaggle import memory as kaggle_memory
+
+    cfg = cfg_for(tmp_path, name, "kaggle.dry_run=true")
+    assert (cfg.model.max_length, cfg.model.pooling, cfg.model.trim_vocab) == (512, "mean", True)
+    kernel.build_and_push(cfg)
+    out = capsys.readouterr().out
+    assert f"disk plan ({parameters} parameters, {kept} kept by model.trim_vocab" in out
+    assert "kernel: time plan" in out and "kernel: memory plan of one GPU" in out
+    assert "kernel: warning" not in out
+    assert kaggle_memory.plan_memory(cfg).total < kaggle_memory.T4_USABLE
 
 
 def test_a_lora_plan_reads_the_base_as_its_source_stores_it_and_plans_host_memory(tmp_path: Path, capsys) -> None:
