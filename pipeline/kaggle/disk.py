@@ -185,8 +185,16 @@ def model_architecture(cfg: Config) -> dict | None:
         }
     local = Path(name) / "config.json"
     if local.is_file():
-        return json.loads(local.read_text(encoding="utf-8"))
+        arch = json.loads(local.read_text(encoding="utf-8"))
+        return arch if buildable(arch) else None
     return KNOWN_MODELS.get(Path(name).name.lower())
+
+
+def buildable(arch: dict) -> bool:
+    """transformers knows the architecture's family, so shapes can build it (a folder's own code is never run)."""
+    from transformers import CONFIG_MAPPING
+
+    return arch.get("model_type", "xlm-roberta") in CONFIG_MAPPING
 
 
 @dataclass

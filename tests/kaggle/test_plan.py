@@ -66,6 +66,15 @@ def test_a_model_folder_s_parameters_are_counted_from_its_own_architecture(tmp_p
     assert planned == pytest.approx(sum(p.numel() for p in model.parameters()), rel=0.01)
 
 
+def test_a_folder_of_an_architecture_transformers_cannot_build_is_of_unknown_size(tmp_path: Path) -> None:
+    """A config.json whose model_type needs the folder's own code: the plans say the size is unknown, never run it."""
+    folder = tmp_path / "custom"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "my-own-encoder", "hidden_size": 8}))
+    plan = disk.plan_disk(cfg_for(tmp_path, "sample", f"model.name={folder}"), 1)
+    assert plan.parameters == 0 and "model size unknown" in disk.format_plan(plan, 20)
+
+
 def test_mmbert_is_planned_offline_from_its_published_architecture(tmp_path: Path) -> None:
     """mmBERT-base: 306.9M parameters, 196.6M of them its 256k x 768 embedding; the time plan's FLOPs count the
     layers' 110.3M (Wi 768 x 2304 for the GLU); trimmed to the competition's pieces, a fold trains and keeps far
