@@ -48,12 +48,12 @@ SAMPLE_TINY = [
     "model.dropout=0.0",
 ]
 
-FAMILIES = ("xlm-roberta", "bert", "distilbert", "deberta-v2")
+FAMILIES = ("xlm-roberta", "bert", "distilbert", "deberta-v2", "modernbert")
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 
 
 def family_config(family: str):
-    """A tiny config of each family the pipeline promises to train (vocab 120, pad id 1), and ModernBERT's."""
+    """A tiny config of each family the pipeline promises to train (vocab 120, pad id 1)."""
     from transformers import BertConfig, DebertaV2Config, DistilBertConfig, ModernBertConfig, XLMRobertaConfig
 
     if family == "modernbert":  # mmBERT's architecture: its special ids inside the tiny vocabulary
