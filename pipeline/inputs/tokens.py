@@ -286,10 +286,11 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
     check_free_space(folder.parent, need, "the token cache")
     start = time.perf_counter()
     with atomic_dir(folder, need) as tmp:
-        files, tokens = {}, 0
+        files, tokens, seen = {}, 0, np.zeros(len(tokenizer), dtype=bool)  # seen: the ids the tables use
         for split in SPLITS:
             ragged = tokenize(tokenizer, texts[split], cfg.model.max_length, desc=f"tokenize {split}")
             tokens += len(ragged.ids)
+            seen[np.unique(ragged.ids)] = True
             for part, arr in (("ids", ragged.ids), ("offsets", ragged.offsets)):
                 name = f"{split}_{part}.npy"
                 np.save(tmp / name, arr)
@@ -309,6 +310,8 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
             "test_digest": meta["test_digest"],
             "rows": {"train": len(texts["train"]), "test": len(texts["test"])},
             "tokens": tokens,
+            # the embedding rows model.trim_vocab keeps, but for the few special ids it adds (pipeline.core.trim)
+            "distinct_ids": int(seen.sum()),
             "seconds": round(seconds, 3),
             "comments_per_second": round(rows / max(seconds, 1e-9)),
             "files": files,
@@ -316,6 +319,17 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
         write_json(tmp / layout.CACHE_META, out)
     write_json(pointer, {"key": key})
     return {**out, "status": "built"}
+
+
+def prepared_cache(cfg: Config) -> dict | None:
+    """meta.json of the token cache `make data` made here for these tables with this model's tokenizer (what the
+    Kaggle plans read their token counts from); None where there is none."""
+    try:
+        pointer = read_json(layout.prepared_dir(cfg) / layout.TOKENS_POINTER)
+        cache = read_json(layout.cache_root(cfg) / pointer["key"] / layout.CACHE_META)
+    except (PipelineError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return cache if isinstance(cache, dict) and cache.get("tokenizer") == str(tokenizer_source(cfg)) else None
 
 
 def load_cache(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:

@@ -8,9 +8,10 @@ name, the tiny config, or a local folder's config.json), built on the meta devic
 transformers itself, so that every family (XLM-R, BERT, ModernBERT's fused attention and GLU feed-forward) is
 counted as it is built; safetensors store 4 bytes a trained parameter, and a resume state 4 and the optimizer's
 state (`resume_bytes`: 12 for AdamW). Under `model.trim_vocab` a fold keeps the embedding rows of the tokens the
-competition's texts use: TRIMMED_VOCAB of them, an estimate. Under LoRA (`model.lora.r` > 0)
-the trained parameters are the adapters and the head: a fold writes those alone, and its frozen base is read
-from the model input (`kaggle.model_source`) by every fold, never written. Row counts come from the real competition.
+competition's texts use: as many as the token cache here holds distinct ids, else TRIMMED_VOCAB, an estimate.
+Under LoRA (`model.lora.r` > 0) the trained parameters are the adapters and the head: a fold writes those alone,
+and its frozen base is read from the model input (`kaggle.model_source`) by every fold, never written. Row counts
+come from the real competition.
 """
 
 from __future__ import annotations
@@ -111,12 +112,23 @@ def transformer_parameters(arch: dict) -> int:
     return shapes(arch).encoder + arch["hidden_size"] + 1  # the head: one linear logit on the pooled hidden state
 
 
+def kept_rows(cfg: Config) -> tuple[int, str]:
+    """(the embedding rows model.trim_vocab keeps, where the figure comes from): the distinct ids of the token cache
+    `make data` made here with this model's tokenizer, else TRIMMED_VOCAB, an estimate."""
+    from pipeline.inputs.tokens import prepared_cache  # imports torch: `make kernel` starts without it
+
+    used = (prepared_cache(cfg) or {}).get("distinct_ids")
+    if isinstance(used, int) and used > 0:
+        return used, "the token cache's distinct ids"
+    return TRIMMED_VOCAB, "about, an estimate"
+
+
 def kept_parameters(cfg: Config, arch: dict) -> int:
-    """transformer_parameters less the embedding rows model.trim_vocab drops (TRIMMED_VOCAB kept, an estimate)."""
+    """transformer_parameters less the embedding rows model.trim_vocab drops (kept_rows keeps)."""
     full = transformer_parameters(arch)
     if not cfg.model.trim_vocab:
         return full
-    return full - max(0, arch["vocab_size"] - TRIMMED_VOCAB) * arch["hidden_size"]
+    return full - max(0, arch["vocab_size"] - kept_rows(cfg)[0]) * arch["hidden_size"]
 
 
 def layer_matrices(arch: dict) -> int:
@@ -204,6 +216,7 @@ class DiskPlan:
     parameters: int = 0  # 0 when the model's size is unknown
     trained: int = 0  # the parameters a fold trains and writes: all of them, or LoRA's adapters and the head
     lora: str = ""  # under LoRA: what the plan says of its frozen base
+    trimmed: str = ""  # under model.trim_vocab: the embedding rows kept, and where the figure comes from
 
     @property
     def working_bytes(self) -> int:
@@ -234,6 +247,9 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
     rows = training_row_bound(cfg)
     exp = f"models/{cfg.name}"
     plan = DiskPlan(parameters=params, trained=trained)
+    if arch and cfg.model.trim_vocab:
+        rows, source = kept_rows(cfg)
+        plan.trimmed = f"{rows:,}, {source}"
     if arch and cfg.model.lora.r > 0:
         base = human(frozen_bytes(cfg, arch))
         plan.lora = (f"LoRA r={cfg.model.lora.r}: a fold writes its adapters and head; its frozen base ({base} on "
@@ -280,8 +296,8 @@ def format_plan(plan: DiskPlan, quota_gb: float) -> str:
     size = f"{plan.parameters / 1e6:.1f}M parameters" if plan.parameters else "model size unknown"
     if plan.lora:
         size += f", {plan.trained / 1e6:.1f}M trained"
-    elif plan.parameters and plan.trained != plan.parameters:  # model.trim_vocab: the rows the texts use
-        size += f", {plan.trained / 1e6:.1f}M kept by model.trim_vocab (about {TRIMMED_VOCAB:,} embedding rows)"
+    elif plan.trimmed:  # model.trim_vocab: the rows the texts use
+        size += f", {plan.trained / 1e6:.1f}M kept by model.trim_vocab ({plan.trimmed} embedding rows)"
     lines = [f"kernel: disk plan ({size}); sizes are estimates"]
     if plan.lora:
         lines.append(f"  {plan.lora}")

@@ -202,15 +202,14 @@ def token_counts(cfg: Config) -> tuple[float, float, float]:
 
 def prepared_tokens_per_row(cfg: Config) -> float | None:
     """Tokens a row in the token cache here, when it was made by this model's tokenizer at this max_length."""
-    from pipeline.inputs.tokens import tokenizer_source  # imports torch: `make kernel` starts without it
+    from pipeline.inputs.tokens import prepared_cache  # imports torch: `make kernel` starts without it
 
+    cache = prepared_cache(cfg)
     try:
-        pointer = read_json(layout.prepared_dir(cfg) / layout.TOKENS_POINTER)
-        cache = read_json(layout.cache_root(cfg) / pointer["key"] / layout.CACHE_META)
-        if cache["max_length"] != cfg.model.max_length or cache["tokenizer"] != str(tokenizer_source(cfg)):
+        if cache is None or cache["max_length"] != cfg.model.max_length:
             return None
         return cache["tokens"] / (cache["rows"]["train"] + cache["rows"]["test"])
-    except (PipelineError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+    except (KeyError, TypeError, ZeroDivisionError):
         return None
 
 

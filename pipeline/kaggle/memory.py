@@ -5,8 +5,9 @@ not fit fails at its first step, after the session has started. Computed, not me
 (pipeline.kaggle.disk) and the settings:
 
 - weights: 4 bytes a trained parameter (fp32 master weights; under model.trim_vocab the embedding keeps
-  disk.TRIMMED_VOCAB rows, an estimate); a LoRA base's frozen ones at disk.frozen_bytes (half precision, or 8 or 4
-  bits); the counts come from the architecture built on the meta device (disk.shapes), whatever its family;
+  disk.kept_rows: the token cache's distinct ids where `make data` ran here, else an estimate); a LoRA base's
+  frozen ones at disk.frozen_bytes (half precision, or 8 or 4 bits); the counts come from the architecture built
+  on the meta device (disk.shapes), whatever its family;
 - gradients: 4 bytes a trained parameter (DDP's buckets are the gradients themselves: gradient_as_bucket_view);
 - the optimizer's state: its record's bytes a trained parameter (pipeline.optimizers: AdamW's two moments 8,
   8-bit AdamW's 2);

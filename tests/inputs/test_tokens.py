@@ -333,3 +333,22 @@ def test_a_cache_keyed_by_the_whole_model_folder_is_rebuilt_with_a_line(built, t
     assert f"rebuilt once as {info['key']}" in lines[0]
     lines.clear()
     assert prepare_tokens(cfg, log=lines.append)["status"] == "hit" and not lines
+
+
+def test_the_cache_counts_the_rows_a_trimmed_embedding_keeps_and_the_plans_read_it(built) -> None:
+    """meta.json's distinct_ids: the ids the tables use, which model.trim_vocab keeps (with the few special ids
+    pipeline.core.trim adds); the Kaggle plans read it where the cache is here, else they estimate."""
+    from pipeline.core import trim
+    from pipeline.kaggle import disk
+
+    cfg, info = built
+    table, _, meta = tables.load_table(cfg)
+    splits, cmeta = tokens.load_cache(cfg, meta)
+    tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
+    keep = trim.used_ids(splits.values(), len(tokenizer), trim.special_ids(tokenizer))
+    assert cmeta["distinct_ids"] == len(np.unique(np.concatenate([s.ids for s in splits.values()])))
+    assert 0 <= len(keep) - cmeta["distinct_ids"] <= len(trim.special_ids(tokenizer))
+    trimmed = config.with_overrides(cfg, ["model.trim_vocab=true"])
+    assert disk.kept_rows(trimmed) == (cmeta["distinct_ids"], "the token cache's distinct ids")
+    assert disk.kept_rows(config.with_overrides(trimmed, ["model.name=xlm-roberta-large"])) == (
+        disk.TRIMMED_VOCAB, "about, an estimate")  # fmt: skip
