@@ -77,8 +77,7 @@ def _shapes(arch_json: str) -> Shapes:
 
     arch = json.loads(arch_json)
     config = _config(arch)
-    with torch.device("meta"):  # every shape, no memory: XLM-R XL's 3.5B parameters in a few seconds
-        encoder = modeling.encoder_from_config(config)
+    encoder = modeling.meta_encoder(config)  # every shape, no memory
     linears = {n: m for n, m in encoder.named_modules() if isinstance(m, torch.nn.Linear)}
     adapters = {}
     for targets in lora.TARGETS:
