@@ -117,7 +117,15 @@ def before_sending(plan, cfg: Config, api, continue_dir: Path):
 
 
 def check_image(cfg: Config) -> None:
-    """What the settings need of the Kaggle image that it is not known to carry: bitsandbytes."""
+    """What the settings need of the Kaggle image that it is not known to carry: bitsandbytes, and a GPU flash
+    attention runs on."""
+    from pipeline.core import attention
+
+    if cfg.model.attn_implementation == attention.FLASH:  # else refused at the first fold, the session started
+        raise KernelError(
+            f"model.attn_implementation={attention.FLASH} cannot run on Kaggle's GPUs (a T4 is compute capability "
+            "7.5; flash attention needs 8.0 and the flash_attn package): use model.attn_implementation=sdpa (or auto)"
+        )
     needs = optimizers.OPTIMIZERS[cfg.train.optimizer].needs
     if needs and not (needs == "bitsandbytes" and cfg.kaggle.has_bitsandbytes):
         raise KernelError(

@@ -1160,6 +1160,13 @@ def test_the_plan_refuses_adamw8bit_unless_the_image_has_bitsandbytes(tmp_path: 
     kernel.build_and_push(dry(tmp_path, "train.optimizer=adamw8bit", "kaggle.has_bitsandbytes=true"))
 
 
+def test_the_plan_refuses_flash_attention_which_no_kaggle_gpu_runs(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match="flash_attention_2 cannot run on Kaggle's GPUs") as info:
+        kernel.build_and_push(dry(tmp_path, "model.attn_implementation=flash_attention_2"))
+    assert "model.attn_implementation=sdpa" in str(info.value) and "\n" not in str(info.value)
+    kernel.build_and_push(dry(tmp_path, "model.attn_implementation=sdpa"))
+
+
 def test_two_gpus_fall_back_to_one_when_an_all_reduce_fails(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     cfg = config.load("sample", [])
     monkeypatch.setattr(notebook, "visible_gpus", lambda: 2)

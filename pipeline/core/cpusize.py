@@ -29,9 +29,8 @@ def encoder_parameters(name: str) -> int | None:
         config = AutoConfig.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError):
         return None
-    with torch.device("meta"):  # shapes only: XLM-R large's 560M parameters cost no memory here
-        encoder = modeling.encoder_from_config(config)
-    return sum(p.numel() for p in encoder.parameters())
+    # shapes only: XLM-R large's 560M parameters cost no memory here
+    return sum(p.numel() for p in modeling.meta_encoder(config).parameters())
 
 
 def check_cpu_auto(cfg: Config, device: torch.device) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline import config as config_mod
 from pipeline import files, layout, validity
-from pipeline.core import cpusize, distributed, lora, memory, modeling, optim, trim
+from pipeline.core import attention, cpusize, distributed, lora, memory, modeling, optim, trim
 from pipeline.errors import PipelineError
 from pipeline.files import check_free_space
 from pipeline.inputs.tokens import Ragged
@@ -50,8 +50,8 @@ def banner(
 
 def check_settings(cfg: Config, device) -> None:
     """The settings that only building a fold's model or optimizer would refuse (an 8-bit optimizer or a quantized
-    base on a CPU, a quantized tiny model, a stage-2 pooling other than its stage-1 model's), refused in one line
-    before any fold starts: nothing is touched then."""
+    base on a CPU, flash attention where it cannot run, a quantized tiny model, a stage-2 pooling other than its
+    stage-1 model's), refused in one line before any fold starts: nothing is touched then."""
     init = validity.init_dir(cfg)
     if init is not None:  # a stage-2 model is the stage-1 model's, head and pooling included (modeling.build_model)
         pooling = modeling.head_spec(modeling.read_head(init)).pooling
@@ -63,6 +63,7 @@ def check_settings(cfg: Config, device) -> None:
             )
     if lora.on(cfg.model.lora):
         lora.check_quantize(cfg.model.lora.quantize, modeling.base_from(cfg), device)
+    attention.implementation(cfg.model.attn_implementation, device)
     optim.check_optimizer(cfg.train, device)
     cpusize.check_cpu_auto(cfg, device)  # XLM-R large on a CPU that `auto` fell back to: days, refused
 

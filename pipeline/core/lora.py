@@ -45,7 +45,10 @@ FAMILIES = {
         "output": r"attention\.out_lin",
         "feed_forward": r"ffn\.lin[12]",
     },
+    # ModernBERT (mmBERT): query, key and value in one fused matrix, a GLU feed-forward whose Wi is twice as wide
+    "modernbert": {"qkv": r"attn\.Wqkv", "output": r"attn\.Wo", "feed_forward": r"mlp\.W[io]"},
 }
+FUSED = ("query", "key", "value")  # what a family's one `qkv` projection computes together
 TARGETS = {
     "qv": ("query", "value"),
     "attention": ("query", "key", "value", "output"),
@@ -76,13 +79,26 @@ def target_names(encoder: torch.nn.Module, targets: str) -> list[str]:
     if patterns is None:
         raise LoraError(f"model.lora: the {family} family's projections are not known to the pipeline (known: "
                         f"{', '.join(sorted(FAMILIES))}); set model.lora.r=0 to train it whole")  # fmt: skip
-    wanted = re.compile(rf"(^|\.)({'|'.join(patterns[t] for t in TARGETS[targets])})$")
+    wanted = re.compile(rf"(^|\.)({'|'.join(patterns[t] for t in roles(patterns, targets, family))})$")
     names = [n for n, m in encoder.named_modules() if isinstance(m, torch.nn.Linear) and wanted.search(n)]
     # a quantized base's projections are bitsandbytes layers, subclasses of nn.Linear: found the same way
     if not names:
         raise LoraError(f"model.lora: no {targets} projections found in this {family} model ({type(encoder).__name__})"
                         f"; set model.lora.r=0 to train it whole")  # fmt: skip
     return names
+
+
+def roles(patterns: dict, targets: str, family: str) -> tuple[str, ...]:
+    """The keys of a family's `patterns` that `targets` adapts: query, key and value as one `qkv` where the family
+    fuses them, refused in one line where `targets` would adapt some of them without the others."""
+    wanted = TARGETS[targets]
+    if "qkv" not in patterns:
+        return wanted
+    if not set(FUSED) <= set(wanted):  # an adapter on the fused matrix would adapt key (and query) too: not `qv`
+        raise LoraError(f"model.lora.targets={targets}: the {family} family computes query, key and value in one "
+                        f"fused projection, which cannot be adapted in part; use model.lora.targets=attention or "
+                        f"all")  # fmt: skip
+    return ("qkv", *(t for t in wanted if t not in FUSED))
 
 
 def spec(lora_cfg, encoder: torch.nn.Module, base: dict) -> dict:

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from pipeline import fingerprint, layout, validity
-from pipeline.core import lora, trim
+from pipeline.core import attention, lora, trim
 from pipeline.errors import PipelineError
 from pipeline.pooling import POOLINGS
 from pipeline.schema import Config
@@ -45,6 +45,7 @@ DROPOUT_NAMES = (
     "hidden_dropout_prob", "attention_probs_dropout_prob",  # BERT, XLM-R, DeBERTa(-v2), ELECTRA
     "dropout", "attention_dropout",  # DistilBERT, BART-style encoders
     "hidden_dropout", "activation_dropout",  # others
+    "embedding_dropout", "mlp_dropout",  # ModernBERT (mmBERT), with attention_dropout above
 )  # fmt: skip
 
 
@@ -167,6 +168,13 @@ def encoder_from_config(config, dtype: torch.dtype | None = None) -> nn.Module:
         return AutoModel.from_config(config, add_pooling_layer=False, trust_remote_code=False, **kwargs)
     except TypeError:  # an architecture without a pooler to switch off
         return AutoModel.from_config(config, trust_remote_code=False, **kwargs)
+
+
+def meta_encoder(config) -> nn.Module:
+    """The bare encoder of a config on the meta device: every shape, no memory (XLM-R XL's 3.5B parameters in
+    seconds), for the counts of what a model would be before it is read (cpusize, the Kaggle plans)."""
+    with torch.device("meta"):
+        return encoder_from_config(config)
 
 
 def _first_line(e: BaseException) -> str:
@@ -356,6 +364,12 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precis
     """The model a fold trains or predicts with: a trained fold's (`source`), a stage-1 model's, or the
     encoder model.name names (model.path holding its files), or the tiny XLM-R, under a new head. Under LoRA
     the encoder is its frozen base in `precision`'s dtype; the caller trims it, then puts the adapters on."""
+    model = _built(cfg, tokenizer, source, precision, device)
+    attention.apply(model.encoder, cfg.model.attn_implementation, device)  # after peft: the adapters wrap it
+    return model
+
+
+def _built(cfg: Config, tokenizer, source, precision: str, device) -> Classifier:
     if source is not None:
         return load_fold_model(Path(source), cfg=cfg, tokenizer=tokenizer, precision=precision, device=device)
     base = base_record(cfg, tokenizer)

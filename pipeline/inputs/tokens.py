@@ -27,7 +27,7 @@ import pandas as pd
 
 from pipeline import layout, progress
 from pipeline.errors import PipelineError
-from pipeline.files import atomic_dir, check_free_space, file_digest, read_json, tree_digest, write_csv, write_json
+from pipeline.files import atomic_dir, check_free_space, file_digest, json_digest, read_json, write_csv, write_json
 from pipeline.inputs import tokenizer as tokenizer_mod
 from pipeline.schema import Config
 
@@ -125,11 +125,40 @@ def ensure_tokenizer(cfg: Config, table, test, meta: dict, folder: Path | None =
     return tokenizer_mod.load_tokenizer(source)
 
 
+# the files transformers reads a tokenizer from; a model folder's weights and config.json change no id
+TOKENIZER_FILES = frozenset({
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+    "sentencepiece.bpe.model", "spiece.model", "spm.model", "tokenizer.model", "vocab.txt", "vocab.json", "merges.txt",
+})  # fmt: skip
+# meta.json's record of what its key's tokenizer digest covers; a cache without it was keyed by the whole folder
+DIGEST_OF = "tokenizer files"
+
+
 def tokenizer_digest(source: Path | str, tokenizer) -> str:
-    """Digest of the tokenizer's files (a folder), or of its serialized form (a hub name)."""
-    if Path(source).is_dir():  # the same digest a fold's fingerprint names the tiny tokenizer by
-        return tree_digest(source, skip=("trained_on.json",))
+    """Digest of the tokenizer's own files in a folder (TOKENIZER_FILES: never a model's weights, whose hash would
+    cost a read of every byte and whose change would rebuild ids that did not change), or of its serialized form
+    (a hub name)."""
+    if Path(source).is_dir():
+        # json_digest of {name: digest}, as files.tree_digest makes it: the tiny tokenizer's folder holds these files
+        # alone, so its caches keep their keys (and the fingerprint names it by the same value)
+        files = sorted(p for p in Path(source).iterdir() if p.name in TOKENIZER_FILES and p.is_file())
+        return json_digest({p.name: file_digest(p) for p in files})
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+
+
+def rekeyed(cfg: Config, key: str) -> str:
+    """The line `make data` says where the cache these tables used was keyed by the whole model folder (before the
+    key covered the tokenizer's files alone): it is rebuilt under `key`, the same ids; "" otherwise."""
+    try:
+        old = read_json(layout.prepared_dir(cfg) / layout.TOKENS_POINTER)["key"]
+        meta = read_json(layout.cache_root(cfg) / old / layout.CACHE_META)
+    except (PipelineError, OSError, ValueError, KeyError, TypeError):
+        return ""
+    if old == key or meta.get("digest_of") == DIGEST_OF or cfg.model.name == "tiny":
+        return ""
+    return (f"tokens: the cache {old} was keyed by every file of {meta.get('tokenizer', 'the model folder')}, its "
+            f"weights included; the key now covers the tokenizer's files alone, so it is rebuilt once as {key} "
+            "(the same ids)")  # fmt: skip
 
 
 KEY = re.compile(r"[0-9a-f]{16}")  # what cache_key makes: a token cache's folder name
@@ -256,6 +285,8 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
     key = cache_key(tok_digest, cfg.model.max_length, meta["table_digest"], meta["test_digest"])
     folder = layout.cache_root(cfg) / key
     pointer = Path(prepared) / layout.TOKENS_POINTER
+    if line := rekeyed(cfg, key):
+        log(line)
     write_lengths(prepared, tokenizer, tok_digest, table, test, meta)
     if folder.exists():
         # a meta.json naming other inputs than its key's would be a hit here and refused by train: rebuilt
@@ -271,10 +302,11 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
     check_free_space(folder.parent, need, "the token cache")
     start = time.perf_counter()
     with atomic_dir(folder, need) as tmp:
-        files, tokens = {}, 0
+        files, tokens, seen = {}, 0, np.zeros(len(tokenizer), dtype=bool)  # seen: the ids the tables use
         for split in SPLITS:
             ragged = tokenize(tokenizer, texts[split], cfg.model.max_length, desc=f"tokenize {split}")
             tokens += len(ragged.ids)
+            seen[np.unique(ragged.ids)] = True
             for part, arr in (("ids", ragged.ids), ("offsets", ragged.offsets)):
                 name = f"{split}_{part}.npy"
                 np.save(tmp / name, arr)
@@ -284,6 +316,7 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
         out = {
             "key": key,
             "tokenizer_digest": tok_digest,
+            "digest_of": DIGEST_OF,  # what the key's tokenizer digest covers (rekeyed)
             "tokenizer_identity": tokenizer_identity(tokenizer),  # load_cache compares the model's own with it
             "tokenizer": str(tokenizer_source(cfg)),  # where it lives once `make data` is done
             "max_length": cfg.model.max_length,
@@ -293,6 +326,8 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
             "test_digest": meta["test_digest"],
             "rows": {"train": len(texts["train"]), "test": len(texts["test"])},
             "tokens": tokens,
+            # the embedding rows model.trim_vocab keeps, but for the few special ids it adds (pipeline.core.trim)
+            "distinct_ids": int(seen.sum()),
             "seconds": round(seconds, 3),
             "comments_per_second": round(rows / max(seconds, 1e-9)),
             "files": files,
@@ -300,6 +335,17 @@ def build(cfg: Config, prepared: Path, table, test, meta: dict, log=print) -> di
         write_json(tmp / layout.CACHE_META, out)
     write_json(pointer, {"key": key})
     return {**out, "status": "built"}
+
+
+def prepared_cache(cfg: Config) -> dict | None:
+    """meta.json of the token cache `make data` made here for these tables with this model's tokenizer (what the
+    Kaggle plans read their token counts from); None where there is none."""
+    try:
+        pointer = read_json(layout.prepared_dir(cfg) / layout.TOKENS_POINTER)
+        cache = read_json(layout.cache_root(cfg) / pointer["key"] / layout.CACHE_META)
+    except (PipelineError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return cache if isinstance(cache, dict) and cache.get("tokenizer") == str(tokenizer_source(cfg)) else None
 
 
 def load_cache(cfg: Config, meta: dict) -> tuple[dict[str, Ragged], dict]:

@@ -4,14 +4,19 @@
 keeps at most 20 GB of /kaggle/working): a run that fills it fails hours in, at a fold's save.
 
 Sizes are computed, not measured: a model's parameter count comes from its architecture (a known hub
-name, the tiny config, or a local folder's config.json), safetensors store 4 bytes a trained parameter, and a
-resume state 4 and the optimizer's state (`resume_bytes`: 12 for AdamW). Under LoRA (`model.lora.r` > 0)
-the trained parameters are the adapters and the head: a fold writes those alone, and its frozen base is read
-from the model input (`kaggle.model_source`) by every fold, never written. Row counts come from the real competition.
+name, the tiny config, or a local folder's config.json), built on the meta device (shapes without memory) by
+transformers itself, so that every family (XLM-R, BERT, ModernBERT's fused attention and GLU feed-forward) is
+counted as it is built; safetensors store 4 bytes a trained parameter, and a resume state 4 and the optimizer's
+state (`resume_bytes`: 12 for AdamW). Under `model.trim_vocab` a fold keeps the embedding rows of the tokens the
+competition's texts use: as many as the token cache here holds distinct ids, else TRIMMED_VOCAB, an estimate.
+Under LoRA (`model.lora.r` > 0) the trained parameters are the adapters and the head: a fold writes those alone,
+and its frozen base is read from the model input (`kaggle.model_source`) by every fold, never written. Row counts
+come from the real competition.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +27,21 @@ from pipeline.schema import Config
 GB = 1e9  # Kaggle's quota is in decimal gigabytes
 # The architectures of the hub names configs use (their config.json on the hub), for offline sizing.
 KNOWN_MODELS = {
-    "xlm-roberta-base": {"vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12, "intermediate_size": 3072,
-                         "num_attention_heads": 12},
-    "xlm-roberta-large": {"vocab_size": 250002, "hidden_size": 1024, "num_hidden_layers": 24,
-                          "intermediate_size": 4096, "num_attention_heads": 16},
+    "xlm-roberta-base": {"model_type": "xlm-roberta", "vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12,
+                         "intermediate_size": 3072, "num_attention_heads": 12},
+    "xlm-roberta-large": {"model_type": "xlm-roberta", "vocab_size": 250002, "hidden_size": 1024,
+                          "num_hidden_layers": 24, "intermediate_size": 4096, "num_attention_heads": 16},
     # facebook/xlm-roberta-xl: 3.5B parameters (pre-LayerNorm layers, the same count a layer)
-    "xlm-roberta-xl": {"vocab_size": 250880, "hidden_size": 2560, "num_hidden_layers": 36, "intermediate_size": 10240,
-                       "num_attention_heads": 32},
+    "xlm-roberta-xl": {"model_type": "xlm-roberta-xl", "vocab_size": 250880, "hidden_size": 2560,
+                       "num_hidden_layers": 36, "intermediate_size": 10240, "num_attention_heads": 32},
+    # jhu-clsp/mmBERT-base and -small (ModernBERT): a GLU feed-forward (Wi 2 x intermediate wide), no biases, Gemma's
+    # 256k vocabulary, RoPE to 8192 positions; 307M and 140M parameters as published
+    "mmbert-base": {"model_type": "modernbert", "vocab_size": 256000, "hidden_size": 768, "num_hidden_layers": 22,
+                    "intermediate_size": 1152, "num_attention_heads": 12, "max_position_embeddings": 8192,
+                    "pad_token_id": 0},
+    "mmbert-small": {"model_type": "modernbert", "vocab_size": 256000, "hidden_size": 384, "num_hidden_layers": 22,
+                     "intermediate_size": 1152, "num_attention_heads": 6, "max_position_embeddings": 8192,
+                     "pad_token_id": 0},
 }  # fmt: skip
 # bytes a frozen matrix of a LoRA base keeps on the GPU (model.lora.quantize): half precision, or bitsandbytes'
 # 8 bits and NF4's 4 (with its double-quantized constants, about 4.5 bits); its other weights stay in half precision
@@ -40,33 +53,102 @@ TOKENIZER_BYTES_PER_TOKEN = 90  # tokenizer.json + sentencepiece model: 22 MB fo
 LOGS_BYTES = 2_000_000  # kernel-run.yaml, pipeline.yaml, metrics.jsonl, done.json, cv.json, cv.png
 
 
-def transformer_parameters(arch: dict, max_positions: int = 514) -> int:
-    """Parameters of an XLM-R encoder (no pooler) under the pipeline's one-logit head, from config.json's keys."""
-    h, i, n = arch["hidden_size"], arch["intermediate_size"], arch["num_hidden_layers"]
-    positions = arch.get("max_position_embeddings", max_positions)
-    embeddings = (arch["vocab_size"] + positions + arch.get("type_vocab_size", 1)) * h + 2 * h
-    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h  # attention, LayerNorm, FFN, LayerNorm
-    head = h + 1  # the head: one linear logit on the pooled hidden state (pipeline.core.modeling)
-    return embeddings + n * layer + head
+# the embedding rows a trimmed model keeps (model.trim_vocab): the pieces the competition's texts use (about 60k of
+# XLM-R's 250k; pipeline.core.trim keeps exactly those the token cache holds), an estimate where no cache is read
+TRIMMED_VOCAB = 60_000
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What the plans need of an architecture, read off the encoder transformers builds from it on the meta device."""
+
+    encoder: int  # the encoder's parameters (no pooler: the pipeline's head pools)
+    matrices: int  # the weights of its layers' linear projections: what 8 or 4 bits hold under LoRA
+    adapters: dict  # model.lora.targets -> sum of in + out over the projections it adapts, or the refusal's words
+    glu: bool = False  # a gated feed-forward (ModernBERT's Wi): its first projection 2 x intermediate wide
+
+
+@functools.cache
+def _shapes(arch_json: str) -> Shapes:
+    import torch  # `make kernel` starts without torch; the plans import it once, here
+
+    from pipeline.core import lora, modeling
+    from pipeline.errors import PipelineError
+
+    arch = json.loads(arch_json)
+    config = _config(arch)
+    encoder = modeling.meta_encoder(config)  # every shape, no memory
+    linears = {n: m for n, m in encoder.named_modules() if isinstance(m, torch.nn.Linear)}
+    adapters = {}
+    for targets in lora.TARGETS:
+        try:
+            adapters[targets] = sum(linears[n].in_features + linears[n].out_features
+                                    for n in lora.target_names(encoder, targets))  # fmt: skip
+        except PipelineError as e:  # a family or targets lora.py does not support: refused where it is planned
+            adapters[targets] = str(e)
+    matrices = sum(m.weight.numel() for m in linears.values())
+    h, i = config.hidden_size, config.intermediate_size
+    # the feed-forward's first projection (not a fused attention one, 3 h wide, which may equal 2 i)
+    glu = any((m.in_features, m.out_features) == (h, 2 * i) for n, m in linears.items() if "att" not in n)
+    return Shapes(sum(p.numel() for p in encoder.parameters()), matrices, adapters, glu)
+
+
+def _config(arch: dict):
+    """transformers' config of `arch` (config.json's keys); XLM-R where it names no model_type (the plans' own)."""
+    from transformers import AutoConfig
+
+    keys = {k: v for k, v in arch.items() if k != "model_type"}
+    keys.setdefault("num_attention_heads", 1)  # heads split the hidden size, never add a weight: any divisor counts
+    return AutoConfig.for_model(arch.get("model_type", "xlm-roberta"), **keys)
+
+
+def shapes(arch: dict) -> Shapes:
+    return _shapes(json.dumps(arch, sort_keys=True))
+
+
+def transformer_parameters(arch: dict) -> int:
+    """Parameters of the encoder `arch` describes (no pooler) under the pipeline's one-logit head."""
+    return shapes(arch).encoder + arch["hidden_size"] + 1  # the head: one linear logit on the pooled hidden state
+
+
+def kept_rows(cfg: Config) -> tuple[int, str]:
+    """(the embedding rows model.trim_vocab keeps, where the figure comes from): the distinct ids of the token cache
+    `make data` made here with this model's tokenizer, else TRIMMED_VOCAB, an estimate."""
+    from pipeline.inputs.tokens import prepared_cache  # imports torch: `make kernel` starts without it
+
+    used = (prepared_cache(cfg) or {}).get("distinct_ids")
+    if isinstance(used, int) and used > 0:
+        return used, "the token cache's distinct ids"
+    return TRIMMED_VOCAB, "about, an estimate"
+
+
+def kept_parameters(cfg: Config, arch: dict) -> int:
+    """transformer_parameters less the embedding rows model.trim_vocab drops (kept_rows keeps)."""
+    full = transformer_parameters(arch)
+    if not cfg.model.trim_vocab:
+        return full
+    return full - max(0, arch["vocab_size"] - kept_rows(cfg)[0]) * arch["hidden_size"]
 
 
 def layer_matrices(arch: dict) -> int:
     """The weights of every layer's projections (Q, K, V, output, the feed-forward's two): what 8 or 4 bits hold."""
-    h, i = arch["hidden_size"], arch["intermediate_size"]
-    return arch["num_hidden_layers"] * (4 * h * h + 2 * h * i)
+    return shapes(arch).matrices
 
 
 def lora_parameters(arch: dict, lora) -> int:
-    """The adapters' parameters, r x (in + out) for each projection pipeline.core.lora.TARGETS names in every
-    layer, and the head's: what a LoRA fold trains and saves."""
-    h, i = arch["hidden_size"], arch["intermediate_size"]
-    per_layer = {"qv": 2 * 2 * h, "attention": 4 * 2 * h, "all": 4 * 2 * h + 2 * (h + i)}[lora.targets]
-    return arch["num_hidden_layers"] * lora.r * per_layer + h + 1
+    """The adapters' parameters, r x (in + out) for each projection pipeline.core.lora adapts for `lora.targets`,
+    and the head's: what a LoRA fold trains and saves; lora.py's one-line refusal where it does not support them."""
+    from pipeline.core.lora import LoraError
+
+    sides = shapes(arch).adapters[lora.targets]
+    if isinstance(sides, str):
+        raise LoraError(sides)
+    return lora.r * sides + arch["hidden_size"] + 1
 
 
 def trained_parameters(cfg: Config, arch: dict) -> int:
     """The parameters a fold trains, saves and resumes: every one, or under LoRA the adapters and the head."""
-    return lora_parameters(arch, cfg.model.lora) if cfg.model.lora.r > 0 else transformer_parameters(arch)
+    return lora_parameters(arch, cfg.model.lora) if cfg.model.lora.r > 0 else kept_parameters(cfg, arch)
 
 
 def frozen_bytes(cfg: Config, arch: dict) -> float:
@@ -74,7 +156,7 @@ def frozen_bytes(cfg: Config, arch: dict) -> float:
     embedding, LayerNorms, biases) in half precision; 4 bytes a parameter in an fp32 run. 0 without LoRA."""
     if cfg.model.lora.r <= 0:
         return 0.0
-    base = transformer_parameters(arch) - arch["hidden_size"] - 1  # the head is trained, not frozen
+    base = kept_parameters(cfg, arch) - arch["hidden_size"] - 1  # the head is trained, not frozen; trimmed as kept
     if cfg.train.precision == "fp32":
         return 4.0 * base
     matrices = layer_matrices(arch)
@@ -114,8 +196,16 @@ def model_architecture(cfg: Config) -> dict | None:
         }
     local = Path(name) / "config.json"
     if local.is_file():
-        return json.loads(local.read_text(encoding="utf-8"))
+        arch = json.loads(local.read_text(encoding="utf-8"))
+        return arch if buildable(arch) else None
     return KNOWN_MODELS.get(Path(name).name.lower())
+
+
+def buildable(arch: dict) -> bool:
+    """transformers knows the architecture's family, so shapes can build it (a folder's own code is never run)."""
+    from transformers import CONFIG_MAPPING
+
+    return arch.get("model_type", "xlm-roberta") in CONFIG_MAPPING
 
 
 @dataclass
@@ -125,6 +215,7 @@ class DiskPlan:
     parameters: int = 0  # 0 when the model's size is unknown
     trained: int = 0  # the parameters a fold trains and writes: all of them, or LoRA's adapters and the head
     lora: str = ""  # under LoRA: what the plan says of its frozen base
+    trimmed: str = ""  # under model.trim_vocab: the embedding rows kept, and where the figure comes from
 
     @property
     def working_bytes(self) -> int:
@@ -157,6 +248,9 @@ def plan_disk(cfg: Config, folds: int) -> DiskPlan:
     rows = training_row_bound(cfg)
     exp = f"models/{cfg.name}"
     plan = DiskPlan(parameters=params, trained=trained)
+    if arch and cfg.model.trim_vocab:
+        rows, source = kept_rows(cfg)
+        plan.trimmed = f"{rows:,}, {source}"
     if arch and cfg.model.lora.r > 0:
         base = human(frozen_bytes(cfg, arch))
         plan.lora = (f"LoRA r={cfg.model.lora.r}: a fold writes its adapters and head; its frozen base ({base} on "
@@ -203,6 +297,8 @@ def format_plan(plan: DiskPlan, quota_gb: float) -> str:
     size = f"{plan.parameters / 1e6:.1f}M parameters" if plan.parameters else "model size unknown"
     if plan.lora:
         size += f", {plan.trained / 1e6:.1f}M trained"
+    elif plan.trimmed:  # model.trim_vocab: the rows the texts use
+        size += f", {plan.trained / 1e6:.1f}M kept by model.trim_vocab ({plan.trimmed} embedding rows)"
     lines = [f"kernel: disk plan ({size}); sizes are estimates"]
     if plan.lora:
         lines.append(f"  {plan.lora}")

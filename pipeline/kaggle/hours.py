@@ -7,9 +7,11 @@ continues in the next session). It is an estimate and says so; the ETA lines of 
 
 The throughput is stated with its source: `kaggle.tokens_per_second` when given; else what `make bench-gpu`
 measured on a T4 (models/bench/<model>.json; a figure from another GPU says nothing of Kaggle's and is not
-used); else an estimate for the two T4s from the model's size: 10% of a T4's 65 TFLOPS fp16 peak, at 8 FLOPs
-a weight a token with checkpointing (forward, backward, the forward again) and 6 without; under LoRA 6 and 4
-(the frozen matrices' backward computes no weight gradient, and the adapters' products are next to nothing).
+used); else an estimate for the two T4s from the model's size (its weights outside the embedding, as the
+architecture built on the meta device has them: ModernBERT's GLU Wi counted at its 2 x intermediate width): 10%
+of a T4's 65 TFLOPS fp16 peak, at 8 FLOPs a weight a token with checkpointing (forward, backward, the forward
+again) and 6 without; under LoRA 6 and 4 (the frozen matrices' backward computes no weight gradient, and the
+adapters' products are next to nothing).
 Eager PyTorch on a 70 W T4, with the whole gradient all-reduced over PCIe at every step, is far from peak: public
 figures for XLM-R large put two T4s at 4-7k padded tokens a second, which this estimate sits in (not measured
 here).
@@ -200,15 +202,14 @@ def token_counts(cfg: Config) -> tuple[float, float, float]:
 
 def prepared_tokens_per_row(cfg: Config) -> float | None:
     """Tokens a row in the token cache here, when it was made by this model's tokenizer at this max_length."""
-    from pipeline.inputs.tokens import tokenizer_source  # imports torch: `make kernel` starts without it
+    from pipeline.inputs.tokens import prepared_cache  # imports torch: `make kernel` starts without it
 
+    cache = prepared_cache(cfg)
     try:
-        pointer = read_json(layout.prepared_dir(cfg) / layout.TOKENS_POINTER)
-        cache = read_json(layout.cache_root(cfg) / pointer["key"] / layout.CACHE_META)
-        if cache["max_length"] != cfg.model.max_length or cache["tokenizer"] != str(tokenizer_source(cfg)):
+        if cache is None or cache["max_length"] != cfg.model.max_length:
             return None
         return cache["tokens"] / (cache["rows"]["train"] + cache["rows"]["test"])
-    except (PipelineError, OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+    except (KeyError, TypeError, ZeroDivisionError):
         return None
 
 

@@ -4,8 +4,10 @@
 not fit fails at its first step, after the session has started. Computed, not measured, from the architecture
 (pipeline.kaggle.disk) and the settings:
 
-- weights: 4 bytes a trained parameter (fp32 master weights); a LoRA base's frozen ones at disk.frozen_bytes (half
-  precision, or 8 or 4 bits);
+- weights: 4 bytes a trained parameter (fp32 master weights; under model.trim_vocab the embedding keeps
+  disk.kept_rows: the token cache's distinct ids where `make data` ran here, else an estimate); a LoRA base's
+  frozen ones at disk.frozen_bytes (half precision, or 8 or 4 bits); the counts come from the architecture built
+  on the meta device (disk.shapes), whatever its family;
 - gradients: 4 bytes a trained parameter (DDP's buckets are the gradients themselves: gradient_as_bucket_view);
 - the optimizer's state: its record's bytes a trained parameter (pipeline.optimizers: AdamW's two moments 8,
   8-bit AdamW's 2);
@@ -14,10 +16,10 @@ not fit fails at its first step, after the session has started. Computed, not me
 - activations of one micro-batch of train.micro_batch rows at model.max_length (the longest batch), counted per
   layer as Korthikanti et al. (2022, "Reducing Activation Recomputation in Large Transformer Models") count them
   in half precision, 34 s b h + 5 a s^2 b bytes for a feed-forward of 4 h, here 18 s b h + 4 s b i + 5 a s^2 b
-  for one of i, plus 3 bytes an input value of each adapter (its half-precision copy and dropout mask). With
-  checkpointing every layer keeps its input (2 s b h bytes) and one layer at a time is rebuilt, its gradients
-  beside it (twice its activations); without, every layer keeps its own, and one layer's gradients are beside
-  them.
+  for one of i (8 s b i for a gated one, ModernBERT's GLU: its Wi is 2 i wide), plus 3 bytes an input value of
+  each adapter (its half-precision copy and dropout mask). With checkpointing every layer keeps its input (2 s b h
+  bytes) and one layer at a time is rebuilt, its gradients beside it (twice its activations); without, every layer
+  keeps its own, and one layer's gradients are beside them.
 The total is raised by a tenth for the allocator's fragmentation, and compared with a T4's 15.8 GB less the
 margin the fold's start-of-fold check keeps (pipeline.core.headroom: 1 GiB or 7% of the card), about 14.7 GB.
 Auto-fit (train.max_memory_gb) and `make bench-gpu` measure what this estimates.
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline import config as config_mod
 from pipeline.core import headroom
 from pipeline.kaggle import disk
 from pipeline.optimizers import OPTIMIZERS
@@ -63,7 +66,10 @@ def layer_activations(arch: dict, micro: int, seq: int, lora) -> float:
     h, i = arch["hidden_size"], arch["intermediate_size"]
     heads = arch.get("num_attention_heads") or max(1, h // 64)
     tokens = micro * seq
-    layer = 18 * tokens * h + 4 * tokens * i + 5 * heads * seq * seq * micro
+    # a GLU keeps its first projection's 2 i values, the gate's activation and their product (8 bytes x i), where
+    # a plain feed-forward keeps its projection's and its activation's i each (4 bytes x i)
+    ffn = 8 if disk.shapes(arch).glu else 4
+    layer = 18 * tokens * h + ffn * tokens * i + 5 * heads * seq * seq * micro
     if lora.r > 0:
         per_h, per_i = ADAPTER_INPUT_VALUES[lora.targets]
         layer += 3 * tokens * (per_h * h + per_i * i)
@@ -151,12 +157,14 @@ def over_memory(plan: MemoryPlan, cfg: Config, gpu: str = "T4", usable: float = 
 
 
 def loaded_bytes(cfg: Config, arch: dict) -> float:
-    """What one process holds of the model on the CPU while it loads, before it moves to its GPU."""
-    trained = 4.0 * disk.trained_parameters(cfg, arch)
+    """What one process holds of the model on the CPU while it loads, before it moves to its GPU: read whole, its
+    vocabulary trimmed (model.trim_vocab) only once it is read."""
     if cfg.model.lora.r <= 0:
-        return trained  # every weight in fp32
+        return 4.0 * disk.transformer_parameters(arch)  # every weight in fp32
+    whole = config_mod.with_overrides(cfg, ["model.trim_vocab=false"], device=False)
+    trained = 4.0 * disk.trained_parameters(cfg, arch)
     # a quantized base goes to its GPU as it loads (device_map); a half-precision one is read on the CPU first
-    return trained + (disk.frozen_bytes(cfg, arch) if cfg.model.lora.quantize == "none" else 0.0)
+    return trained + (disk.frozen_bytes(whole, arch) if cfg.model.lora.quantize == "none" else 0.0)
 
 
 def resume_host_bytes(cfg: Config, arch: dict) -> float:

@@ -37,7 +37,8 @@ class LoraConfig:
     alpha: float = setting(16.0, "the adapters' scale is `alpha / r`", within=POSITIVE)
     dropout: float = setting(0.05, "dropout on the adapters' input", within=FRACTION)
     targets: str = setting("all", "the projections that get adapters: `qv` (query, value), `attention` (query, key, "
-                           "value, output) or `all` (those and the feed-forward's two)",
+                           "value, output) or `all` (those and the feed-forward's two); ModernBERT (mmBERT) fuses "
+                           "query, key and value in one projection and takes `attention` or `all`",
                            choices=("qv", "attention", "all"))  # fmt: skip
     quantize: str = setting("none", "the frozen base in `8bit` or `4bit` (NF4), bitsandbytes on a CUDA GPU, for a "
                             "pretrained `model.name`; `none`: half precision (fp32 in an fp32 run)",
@@ -55,6 +56,12 @@ class ModelConfig:
                               "(512 for XLM-R)", within=at_least(8))  # fmt: skip
     pooling: str = setting("mean", poolings.setting_doc(), choices=tuple(poolings.POOLINGS), role=LATER)
     dropout: float = setting(0.1, "the model's hidden and attention dropout", within=FRACTION)
+    # exact attention whichever kernel computes it (rounding apart): pipeline.core.attention says why
+    attn_implementation: str = setting("auto", "the encoder's attention kernel: `auto` (transformers' choice: `sdpa` "
+                                       "where the family has it), `sdpa`, `eager`, or `flash_attention_2` (the "
+                                       "flash_attn package, an Ampere or newer GPU); the same attention up to "
+                                       "rounding, so no part of a fold's fingerprint",
+                                       choices=("auto", "sdpa", "eager", "flash_attention_2"), role=NEVER)  # fmt: skip
     trim_vocab: bool = setting(
         False,
         "keep only the embedding rows of tokens the competition's texts use; the id map "

@@ -90,7 +90,8 @@ def tiny_config(family: str):
                               intermediate_size=64, max_position_embeddings=64, pad_token_id=1)  # fmt: skip
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, "xlm-roberta-xl"])
+# ModernBERT fuses query, key and value: its own test (test_modernbert_adapters_go_on_its_fused_attention...)
+@pytest.mark.parametrize("family", [*(f for f in FAMILIES if f != "modernbert"), "xlm-roberta-xl"])
 def test_each_family_s_projections_are_found_by_their_names(family: str) -> None:
     """qv: 2 projections a layer, attention: 4, all: 6 (the feed-forward's two as well)."""
     encoder = modeling.encoder_from_config(tiny_config(family))
@@ -401,3 +402,55 @@ def test_a_rank_not_below_the_projections_side_is_refused_in_one_line() -> None:
             lora.spec(lora_cfg, encoder, {"from": "test"})
     lora_cfg = config.load("sample", ["model.lora.r=31"], device=False).model.lora
     assert lora.spec(lora_cfg, encoder, {"from": "test"})["r"] == 31
+
+
+def test_modernbert_adapters_go_on_its_fused_attention_and_glu_and_refuse_qv() -> None:
+    """ModernBERT (mmBERT) computes query, key and value in one `attn.Wqkv`, then `attn.Wo`, and a GLU feed-forward
+    `mlp.Wi` / `mlp.Wo`: `attention` adapts the first two a layer, `all` the four, and `qv` (which would adapt the
+    key too through the fused matrix) is refused in one line; a step trains the adapters and the head alone."""
+    encoder = modeling.encoder_from_config(family_config("modernbert"))
+    attention, every = lora.target_names(encoder, "attention"), lora.target_names(encoder, "all")
+    assert [n.split(".", 2)[-1] for n in attention[:2]] == ["attn.Wqkv", "attn.Wo"] and len(attention) == 4
+    assert [n.split(".", 2)[-1] for n in every[:4]] == ["attn.Wqkv", "attn.Wo", "mlp.Wi", "mlp.Wo"]
+    assert len(every) == 8
+    with pytest.raises(PipelineError) as e:
+        lora.target_names(encoder, "qv")
+    assert "one fused projection" in str(e.value) and "targets=attention or all" in str(e.value)
+    assert "\n" not in str(e.value)
+    torch.manual_seed(0)
+    model = with_lora(modeling.Classifier(encoder, modeling.HeadSpec("mean", 0.0)), dtype=torch.bfloat16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    one_step(model, "bf16", checkpointing=True)
+    moved = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    assert moved and all("lora_B" in k or k.startswith("head.") or "lora_A" in k for k in moved)
+    assert sum("lora_B" in k for k in moved) == 8
+
+
+@pytest.mark.slow  # trains a fold
+def test_a_modernbert_folder_trains_a_trimmed_lora_fold_that_predicts_its_oof(tmp_path: Path) -> None:
+    """mmBERT's architecture end to end, tiny: a ModernBERT model folder (the tiny tokenizer beside random weights)
+    through `make data`, a fold trimmed to the texts' pieces with adapters on its fused Wqkv, Wo and GLU, saved,
+    and reloaded by predict over its base read again: the OOF it wrote."""
+    from transformers import ModernBertConfig
+
+    tokenizer_dir = tokens.tokenizer_source(prepare_tiny(tmp_path / "tok"))
+    folder = tmp_path / "mmbert"
+    folder.mkdir()
+    for p in tokenizer_dir.iterdir():
+        if p.name != "trained_on.json":
+            (folder / p.name).write_bytes(p.read_bytes())
+    tok = load_tokenizer(folder)
+    ids = {k: tok.convert_tokens_to_ids(getattr(tok, f"{k}_token")) for k in ("bos", "eos", "cls", "sep")}
+    conf = ModernBertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, max_position_embeddings=64,
+                            **{f"{k}_token_id": v for k, v in ids.items()}, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    torch.manual_seed(0)
+    modeling.encoder_from_config(conf).save_pretrained(folder)
+    cfg = prepare_tiny(tmp_path / "run", f"model.name={folder}", "model.trim_vocab=true", *LORA, "model.dropout=0.0")
+    fold_run(cfg, StopAt(10**9)).run()
+    fold = layout.fold_dir(cfg, 0)
+    head = json.loads((fold / modeling.HEAD_JSON).read_text())
+    assert {m.split(".", 2)[-1] for m in head["lora"]["modules"]} == {"attn.Wqkv", "attn.Wo", "mlp.Wi", "mlp.Wo"}
+    assert (fold / layout.VOCAB_MAP).is_file()
+    got, want = oof_predictions(cfg, fold)
+    np.testing.assert_allclose(got, want, atol=1e-6)

@@ -255,3 +255,16 @@ def test_the_head_spec_is_what_head_json_keeps_and_what_the_fold_reloads_with(tm
     assert modeling.load_fold_model(tmp_path).spec == spec
     again = modeling.load_fold_model(tmp_path, dropout=0.0)  # a stage-2 fold's dropout over its stage-1 model
     assert again.spec == modeling.HeadSpec("cls", 0.0) and again.dropout.p == 0.0
+
+
+def test_model_dropout_reaches_every_dropout_of_a_modernbert_folder(tmp_path) -> None:
+    """mmBERT's ModernBERT config names its dropouts embedding_dropout, attention_dropout and mlp_dropout (all 0 as
+    published): model.dropout sets the three, and the layers built from them drop at that rate."""
+    torch.manual_seed(0)
+    modeling.encoder_from_config(family_config("modernbert")).save_pretrained(tmp_path / "mm")
+    cfg = config.load("sample", [f"model.name={tmp_path / 'mm'}", "model.dropout=0.25"])
+    model = modeling.build_model(cfg, tokenizer=None)
+    conf = model.encoder.config
+    assert (conf.embedding_dropout, conf.attention_dropout, conf.mlp_dropout) == (0.25, 0.25, 0.25)
+    rates = {m.p for n, m in model.encoder.named_modules() if isinstance(m, torch.nn.Dropout)}
+    assert rates == {0.25}

@@ -36,12 +36,13 @@ def test_each_layer_gets_its_decayed_rate_in_every_family(family) -> None:
     rates = rate_of_each_parameter(opt)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     assert len(rates) == len(trainable)  # every parameter in exactly one group
-    expected = {"embeddings": 0.125, "layer.0.": 0.25, "layer.1.": 0.5}
+    # `layer.N.` (BERT-like, DistilBERT), `layers.N.` (ModernBERT)
+    expected = {"embeddings": 0.125, "layer.0.": 0.25, "layers.0.": 0.25, "layer.1.": 0.5, "layers.1.": 0.5}
     seen = set()
     for name, p in trainable:
         want = next((r for key, r in expected.items() if key in name), None)
         if want is None:
-            want = 1.0 if name.startswith("head") or "LayerNorm" in name else None
+            want = 1.0 if name.startswith("head") or "LayerNorm" in name or "final_norm" in name else None
         assert want is not None, name
         assert rates[id(p)] == pytest.approx(want), name
         seen.add(want)

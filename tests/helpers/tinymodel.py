@@ -48,14 +48,17 @@ SAMPLE_TINY = [
     "model.dropout=0.0",
 ]
 
-FAMILIES = ("xlm-roberta", "bert", "distilbert", "deberta-v2")
+FAMILIES = ("xlm-roberta", "bert", "distilbert", "deberta-v2", "modernbert")
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 
 
 def family_config(family: str):
     """A tiny config of each family the pipeline promises to train (vocab 120, pad id 1)."""
-    from transformers import BertConfig, DebertaV2Config, DistilBertConfig, XLMRobertaConfig
+    from transformers import BertConfig, DebertaV2Config, DistilBertConfig, ModernBertConfig, XLMRobertaConfig
 
+    if family == "modernbert":  # mmBERT's architecture: its special ids inside the tiny vocabulary
+        return ModernBertConfig(vocab_size=120, pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0,
+                                sep_token_id=2, max_position_embeddings=64, **SMALL)  # fmt: skip
     if family == "distilbert":
         return DistilBertConfig(vocab_size=120, dim=32, n_layers=2, n_heads=2, hidden_dim=64, pad_token_id=1,
                                 max_position_embeddings=64)  # fmt: skip

@@ -286,3 +286,69 @@ def test_another_models_tokenizer_never_reads_this_cache(built, tmp_path: Path) 
     same = tmp_path / "same-tokenizer"
     shutil.copytree(tokens.tokenizer_source(cfg), same)
     assert tokens.load_cache(config.with_overrides(cfg, [f"model.name={same}"]), meta)[1]["key"] == info["key"]
+
+
+def model_folder(cfg: Config, where: Path) -> Path:
+    """A model folder as a hub download holds one: the tokenizer's files beside weights and config.json."""
+    shutil.copytree(tokens.tokenizer_source(cfg), where)
+    (where / "trained_on.json").unlink()
+    (where / "model.safetensors").write_bytes(b"weights" * 1000)
+    (where / "config.json").write_text('{"model_type": "xlm-roberta"}')
+    return where
+
+
+def test_the_tokenizer_digest_covers_its_files_never_a_model_s_weights(built, tmp_path: Path) -> None:
+    """A model folder's digest is its tokenizer files' alone: new weights (another checkpoint of one tokenizer) keep
+    the cache; the tiny tokenizer's folder keeps the digest it had when the whole folder was hashed."""
+    from pipeline.files import tree_digest
+
+    cfg, _ = built
+    tiny = tokens.tokenizer_source(cfg)
+    assert tokens.tokenizer_digest(tiny, None) == tree_digest(tiny, skip=("trained_on.json",))
+    folder = model_folder(cfg, tmp_path / "model")
+    digest = tokens.tokenizer_digest(folder, None)
+    assert digest == tokens.tokenizer_digest(tiny, None)
+    (folder / "model.safetensors").write_bytes(b"other weights")
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    assert tokens.tokenizer_digest(folder, None) == digest
+
+
+def test_a_cache_keyed_by_the_whole_model_folder_is_rebuilt_with_a_line(built, tmp_path: Path) -> None:
+    """The tables' cache made when the key hashed every file of the model folder (its meta.json says nothing of
+    `digest_of`) is not silently left behind: `make data` says it is rebuilt once under the new key, then hits."""
+    cfg, _ = built
+    cfg = config.with_overrides(cfg, [f"model.name={model_folder(cfg, tmp_path / 'model')}"])
+    lines: list[str] = []
+    info = prepare_tokens(cfg, log=lines.append)
+    assert not lines
+    old = layout.cache_root(cfg) / "0123456789abcdef"  # the same ids under the key the whole folder gave
+    shutil.move(cache_folder(cfg, info), old)
+    meta = read_json(old / layout.CACHE_META)
+    del meta["digest_of"]
+    write_json(old / layout.CACHE_META, {**meta, "key": old.name})
+    write_json(layout.prepared_dir(cfg) / layout.TOKENS_POINTER, {"key": old.name})
+    rebuilt = prepare_tokens(cfg, log=lines.append)
+    assert (rebuilt["key"], rebuilt["status"]) == (info["key"], "built")
+    assert len(lines) == 1 and "0123456789abcdef was keyed by every file of" in lines[0]
+    assert f"rebuilt once as {info['key']}" in lines[0]
+    lines.clear()
+    assert prepare_tokens(cfg, log=lines.append)["status"] == "hit" and not lines
+
+
+def test_the_cache_counts_the_rows_a_trimmed_embedding_keeps_and_the_plans_read_it(built) -> None:
+    """meta.json's distinct_ids: the ids the tables use, which model.trim_vocab keeps (with the few special ids
+    pipeline.core.trim adds); the Kaggle plans read it where the cache is here, else they estimate."""
+    from pipeline.core import trim
+    from pipeline.kaggle import disk
+
+    cfg, info = built
+    table, _, meta = tables.load_table(cfg)
+    splits, cmeta = tokens.load_cache(cfg, meta)
+    tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
+    keep = trim.used_ids(splits.values(), len(tokenizer), trim.special_ids(tokenizer))
+    assert cmeta["distinct_ids"] == len(np.unique(np.concatenate([s.ids for s in splits.values()])))
+    assert 0 <= len(keep) - cmeta["distinct_ids"] <= len(trim.special_ids(tokenizer))
+    trimmed = config.with_overrides(cfg, ["model.trim_vocab=true"])
+    assert disk.kept_rows(trimmed) == (cmeta["distinct_ids"], "the token cache's distinct ids")
+    assert disk.kept_rows(config.with_overrides(trimmed, ["model.name=xlm-roberta-large"])) == (
+        disk.TRIMMED_VOCAB, "about, an estimate")  # fmt: skip

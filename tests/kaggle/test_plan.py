@@ -53,6 +53,58 @@ def test_parameter_count_matches_the_model() -> None:
     assert 558e6 < large < 560e6  # 2.24 GB of fp32 safetensors (the published 560M less its head's dense layer)
 
 
+@pytest.mark.parametrize("family", ["xlm-roberta", "bert", "modernbert"])
+def test_a_model_folder_s_parameters_are_counted_from_its_own_architecture(tmp_path: Path, family: str) -> None:
+    """The plans build the folder's config.json on the meta device: XLM-R's, BERT's (its token types) and
+    ModernBERT's (one fused Wqkv, a GLU Wi twice as wide, no biases) counted as the model they train has them."""
+    from pipeline.core import modeling
+    from tests.helpers.tinymodel import family_config
+
+    modeling.encoder_from_config(family_config(family)).save_pretrained(tmp_path / family)
+    model = modeling.Classifier(modeling.encoder_from_config(family_config(family)), modeling.HeadSpec("mean", 0.1))
+    planned = disk.plan_disk(cfg_for(tmp_path, "sample", f"model.name={tmp_path / family}"), 1).parameters
+    assert planned == pytest.approx(sum(p.numel() for p in model.parameters()), rel=0.01)
+
+
+def test_a_folder_of_an_architecture_transformers_cannot_build_is_of_unknown_size(tmp_path: Path) -> None:
+    """A config.json whose model_type needs the folder's own code: the plans say the size is unknown, never run it."""
+    folder = tmp_path / "custom"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "my-own-encoder", "hidden_size": 8}))
+    plan = disk.plan_disk(cfg_for(tmp_path, "sample", f"model.name={folder}"), 1)
+    assert plan.parameters == 0 and "model size unknown" in disk.format_plan(plan, 20)
+
+
+def test_mmbert_is_planned_offline_from_its_published_architecture(tmp_path: Path) -> None:
+    """mmBERT-base: 306.9M parameters, 196.6M of them its 256k x 768 embedding; the time plan's FLOPs count the
+    layers' 110.3M (Wi 768 x 2304 for the GLU); trimmed to the competition's pieces, a fold trains and keeps far
+    fewer; LoRA goes on the projections lora.py knows, and `qv` is refused in one line."""
+    from pipeline.errors import PipelineError
+    from pipeline.kaggle import hours
+
+    base = cfg_for(tmp_path, "sample", "model.name=jhu-clsp/mmBERT-base")
+    arch = disk.model_architecture(base)
+    assert disk.transformer_parameters(arch) == pytest.approx(306.9e6, rel=0.01)
+    assert disk.transformer_parameters(disk.KNOWN_MODELS["mmbert-small"]) == pytest.approx(140.5e6, rel=0.01)
+    layer = 768 * 2304 + 768 * 768 + 768 * 2304 + 1152 * 768  # Wqkv, Wo, Wi (GLU: 2 x 1152), the feed-forward's Wo
+    assert hours.non_embedding_parameters(base) == pytest.approx(22 * layer, rel=0.01)
+    trimmed = config.with_overrides(base, ["model.trim_vocab=true"], device=False)
+    dropped = (256000 - disk.TRIMMED_VOCAB) * 768
+    assert disk.trained_parameters(trimmed, arch) == disk.trained_parameters(base, arch) - dropped
+    from pipeline.kaggle import memory as kaggle_memory
+
+    # the GLU's activations: Wi's 2 x 1152 values, the gate's activation and the product, 8 bytes x 1152 a token
+    glu = 18 * 512 * 768 + 8 * 512 * 1152 + 5 * 12 * 512 * 512
+    assert kaggle_memory.layer_activations(arch, 1, 512, base.model.lora) == glu
+    saved = kaggle_memory.plan_memory(base).total - kaggle_memory.plan_memory(trimmed).total
+    assert saved >= kaggle_memory.FRAGMENTATION * 16 * dropped  # weights, gradients and AdamW's two moments
+    lora = config.with_overrides(base, ["model.lora.r=8", "model.lora.targets=all"], device=False)
+    assert disk.trained_parameters(lora, arch) == 8 * 22 * ((768 + 2304) + 2 * 768 + (768 + 2304) + (1152 + 768)) + 769
+    with pytest.raises(PipelineError, match="one fused projection") as e:
+        disk.plan_disk(config.with_overrides(lora, ["model.lora.targets=qv"], device=False), 5)
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("targets", ["qv", "attention", "all"])
 def test_lora_parameter_count_matches_the_adapters_put_on(targets: str) -> None:
     """The plan's count of what a LoRA fold trains and writes against a tiny XLM-R with its adapters on."""
@@ -100,6 +152,25 @@ def test_an_xl_lora_plan_writes_adapters_reads_its_base_and_fits_a_t4(tmp_path: 
     assert "or LoRA (model.lora.r=8" in kaggle_memory.over_memory(kaggle_memory.plan_memory(full), full)
     # no weight gradients for the frozen matrices: 6 FLOPs a weight a token with checkpointing, not 8
     assert hours.throughput(cfg)[0] == pytest.approx(hours.throughput(full)[0] * 8 / 6)
+
+
+@pytest.mark.parametrize(("name", "parameters", "kept"), [("mmbert-base", "306.9M", "156.4M"),
+                                                          ("mmbert-small", "140.5M", "65.2M")])  # fmt: skip
+def test_the_mmbert_configs_plan_a_kaggle_run_offline(tmp_path: Path, capsys, name: str, parameters: str,
+                                                      kept: str) -> None:  # fmt: skip
+    """`make kernel CONFIG=mmbert-base ARGS=kaggle.dry_run=true`, no network: mmBERT's published architecture (a
+    known hub name), its embedding trimmed to the competition's pieces, 512 tokens a row, every plan printed and a
+    T4 holding the step."""
+    from pipeline.kaggle import memory as kaggle_memory
+
+    cfg = cfg_for(tmp_path, name, "kaggle.dry_run=true")
+    assert (cfg.model.max_length, cfg.model.pooling, cfg.model.trim_vocab) == (512, "mean", True)
+    kernel.build_and_push(cfg)
+    out = capsys.readouterr().out
+    assert f"disk plan ({parameters} parameters, {kept} kept by model.trim_vocab" in out
+    assert "kernel: time plan" in out and "kernel: memory plan of one GPU" in out
+    assert "kernel: warning" not in out
+    assert kaggle_memory.plan_memory(cfg).total < kaggle_memory.T4_USABLE
 
 
 def test_a_lora_plan_reads_the_base_as_its_source_stores_it_and_plans_host_memory(tmp_path: Path, capsys) -> None:
