@@ -104,13 +104,19 @@ def test_the_search_ends_where_no_single_move_raises_the_auc() -> None:
             assert moved is None or metrics.auc(y, blending.mix(ranks, moved)) <= best + 1e-12, (j, t, w)
 
 
-def test_an_oracle_takes_all_the_weight_and_is_tried_again_from_even_shares() -> None:
-    """A member at weight 1 tried again: the others' shares are 0/0, so they start even instead (no NaN)."""
+def test_an_oracle_takes_all_the_weight_and_is_tried_again_from_even_shares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member at weight 1 tried again: the others' shares are 0/0, so they start even instead (no NaN), and every
+    weighting tried is on the simplex."""
+    tried = []
+    mix = blending.mix
+    monkeypatch.setattr(blending, "mix", lambda r, w: tried.append(np.array(w)) or mix(r, w))
     rng = np.random.default_rng(3)
     y = np.r_[np.zeros(1000), np.ones(1000)]
     # ranks 1/1999 apart at the classes' border: 5% of noise in the blend breaks the order there
     ranks = np.column_stack([blending.rank01(y + 0.1 * rng.random(2000)), rng.random(2000), rng.random(2000)])
     assert blending.fit_weights(ranks, y, 0.05).tolist() == [1.0, 0.0, 0.0]
+    assert len(tried) == 1 + 2 * 3 * 21  # a second round, which moved nothing, from the oracle at weight 1
+    np.testing.assert_allclose([w.sum() for w in tried], 1.0)
 
 
 def test_row_weights_decide_which_member_wins() -> None:
@@ -137,3 +143,18 @@ def test_mix_is_the_weighted_mean_to_ten_decimals() -> None:
     ranks = np.array([[0.123456789012345, 0.5], [1.0, 0.0]])
     np.testing.assert_array_equal(blending.mix(ranks, np.array([1.0, 0.0])), [0.123456789, 1.0])
     np.testing.assert_array_equal(blending.mix(ranks, np.array([0.5, 0.5])), [0.3117283945, 0.5])
+
+
+def test_a_member_is_tried_with_the_others_kept_in_their_proportions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first member's weight moved, the second's candidates scale the others as they stand (not evenly)."""
+    rng = np.random.default_rng(1)
+    y = np.r_[np.zeros(60), np.ones(60)]
+    ranks = np.column_stack([blending.rank01(y + rng.normal(0, s, 120)) for s in (0.5, 1.5, 3.0)])
+    tried = []
+    mix = blending.mix
+    monkeypatch.setattr(blending, "mix", lambda r, w: tried.append(np.array(w)) or mix(r, w))
+    blending.fit_weights(ranks, y, 0.25)
+    first, second = tried[1:6], tried[6:11]  # the start, then 5 grid points a member
+    start = second[0]  # the second member at 0: the others' shares as they stand
+    assert start[1] == 0 and not np.allclose(start[[0, 2]], [0.5, 0.5])  # the first member moved
+    assert any(np.allclose(start[[0, 2]], w[[0, 2]] / w[[0, 2]].sum()) for w in first)
