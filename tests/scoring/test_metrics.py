@@ -362,3 +362,25 @@ def test_the_test_score_is_the_auc_of_the_labelled_rows_overall_and_per_language
     assert score["rows"] == 6
     with pytest.raises(PipelineError, match=r"test_labels.csv: no id in common with the test table$"):
         metrics.test_score(tmp_path, test.assign(id=list("uvwxyz")), preds)
+
+
+def test_a_class_whose_rows_all_weigh_nothing_has_no_auc() -> None:
+    """As sklearn says it (NaN): the weights leave no positive (or no negative) row to rank."""
+    y, p = np.array([0, 1, 0, 1]), np.array([0.1, 0.9, 0.3, 0.2])
+    with pytest.warns(Warning):
+        assert math.isnan(metrics.auc(y, p, np.array([1.0, 0.0, 1.0, 0.0])))
+    with pytest.warns(Warning):
+        assert math.isnan(metrics.auc(y, p, np.array([0.0, 1.0, 0.0, 1.0])))
+
+
+def test_a_language_stands_in_with_its_validation_rows_where_it_has_them_else_its_held_out_rows() -> None:
+    oof = pd.concat(
+        [
+            oof_of_two_sources(),
+            pd.DataFrame({"lang": "fr", "toxic": [0, 1], "source": "translated-train", "pred": 0.5}),
+        ],
+        ignore_index=True,
+    )
+    keep = metrics.stand_in_mask(oof, ["es", "fr"])
+    expected = ((oof["lang"] == "es") & (oof["source"] == "validation")) | (oof["lang"] == "fr")
+    np.testing.assert_array_equal(keep, expected.to_numpy())
