@@ -34,7 +34,7 @@ STAGES := $(shell $(PYTHON) -m pipeline.stages names)
 OWN_RECIPE := stage1 train predict blend
 
 .DEFAULT_GOAL := help
-.PHONY: help $(STAGES) bench-gpu gpu-check kernel-output kernel-status submissions test unit lint clean venv
+.PHONY: help $(STAGES) bench-gpu gpu-check kernel-output kernel-status submissions test unit mutate lint clean venv
 
 help: ## list the targets
 	@$(PYTHON) -m pipeline.stages help
@@ -93,9 +93,14 @@ test: $(STAMP) ## run the test suite (no network), one worker a core
 unit: $(STAMP) ## the unit layer alone: no subprocesses, no end-to-end runs (docs/testing.md)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile -m "not slow and not e2e"
 
+# minutes, so in neither `make test` nor CI: a habit before trusting a change to how results are made; one module:
+# .venv/bin/python scripts/mutate.py pipeline/scoring/blending.py (docs/testing.md, "Mutation testing")
+mutate: $(STAMP) ## mutmut over the modules where results are made, each against its own tests (mutants/)
+	OMP_NUM_THREADS=1 nice -n 15 $(PY) scripts/mutate.py
+
 lint: $(STAMP) ## ruff, and the import layers of docs/architecture.md (import-linter)
-	$(PY) -m ruff check pipeline tests
-	$(PY) -m ruff format --check pipeline tests
+	$(PY) -m ruff check pipeline tests scripts
+	$(PY) -m ruff format --check pipeline tests scripts
 	$(VENV)/bin/lint-imports
 
 clean: ## remove generated data, models and submissions (keeps .venv; `make data` itself drops unused token caches)

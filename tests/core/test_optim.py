@@ -1,4 +1,5 @@
-"""The optimizer's groups: layer-wise learning-rate decay for every encoder family, and nothing changed without it."""
+"""The optimizer's groups: layer-wise learning-rate decay for every encoder family, and nothing changed without it;
+weight decay where it belongs; the warm-up and decay schedule; the refusal of an optimizer the device cannot run."""
 
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ def test_weight_decay_stays_on_matrices_only_under_layer_decay() -> None:
 
 def test_a_model_without_numbered_layers_is_refused_in_one_line() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
-    with pytest.raises(PipelineError, match="layer_decay=0.8.*no numbered encoder layers.*layer_decay=1"):
+    with pytest.raises(
+        PipelineError, match="layer_decay=0.8: Sequential has no numbered encoder layers.*layer_decay=1"
+    ):
         optim.param_groups(model, train_cfg(layer_decay=0.8))
 
 
@@ -89,3 +92,82 @@ def test_depth_reads_each_familys_parameter_names() -> None:
     assert optim.depth("encoder.transformer.layer.11.ffn.lin1.weight", 12) == 12  # DistilBERT
     assert optim.depth("head.weight", 12) == 13
     assert optim.layer_rates(1.0, 0.5, 2) == [0.125, 0.25, 0.5, 1.0]
+
+
+def test_weight_decay_reaches_the_optimizer_on_matrices_and_never_on_the_rest() -> None:
+    """AdamW's own default (0.01) must not stand in for either group's setting."""
+    opt, _ = optim.make_training(family_model("xlm-roberta"), train_cfg(weight_decay=0.05), CPU, total_steps=4)
+    assert [(g["name"], g["weight_decay"]) for g in opt.param_groups] == [("decay", 0.05), ("no_decay", 0.0)]
+
+
+def test_a_group_without_a_name_is_logged_under_its_index() -> None:
+    p, q = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([{"params": [p], "name": "head", "lr": 0.5}, {"params": [q]}], lr=0.25)
+    assert optim.learning_rates(opt) == {"head": 0.5, "1": 0.25}
+
+
+@pytest.mark.parametrize("warmup,total,steps", [(0.0, 100, 0), (0.1, 100, 10), (0.26, 10, 3), (0.001, 100, 1)])
+def test_warmup_is_a_rounded_fraction_of_the_steps_and_at_least_one(warmup, total, steps) -> None:
+    assert optim.warmup_steps(warmup, total) == steps
+
+
+def test_the_schedule_warms_up_then_decays_to_zero_at_the_last_step() -> None:
+    """Counted in optimizer steps: 2 of 10 to warm up (1/2, then 1), then down by 1/8 a step to 0 at step 10; the
+    same factors as transformers' schedule of the name the bench's Trainer row is given."""
+    from transformers import get_scheduler
+
+    def factors(make) -> list[float]:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched = make(opt)
+        out = []
+        for _ in range(11):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return out
+
+    warm = 2
+    ours = factors(lambda opt: optim.make_scheduler(opt, 0.2, 10))
+    assert ours == pytest.approx([0.5, 1.0, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8, 0.0])
+    name = optim.trainer_schedule(train_cfg())
+    theirs = factors(lambda opt: get_scheduler(name, opt, num_warmup_steps=warm, num_training_steps=10))
+    # one step past the warm-up: the decay's last step divides by 1, not by less
+    assert factors(lambda opt: optim.make_scheduler(opt, 0.5, 2))[:3] == [1.0, 1.0, 0.0]
+    assert ours[warm:] == pytest.approx(theirs[warm:])  # the decay; the Trainer's warm-up starts at 0, ours at 1/warm
+
+
+def test_an_optimizer_the_device_cannot_run_is_refused_in_one_line() -> None:
+    with pytest.raises(PipelineError, match=r"^train.optimizer=adamw8bit runs only on a CUDA GPU"):
+        optim.check_optimizer(train_cfg(optimizer="adamw8bit"), CPU)
+    assert optim.installed("json") and not optim.installed("no_such_module_here")
+
+
+def test_no_installed_module_is_refused_on_a_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(optim, "installed", lambda module: False)
+    with pytest.raises(PipelineError, match=r"^train.optimizer=adamw8bit needs bitsandbytes, which is not installed"):
+        optim.check_optimizer(train_cfg(optimizer="adamw8bit"), torch.device("cuda"))
+
+
+def test_the_step_densifies_sparse_gradients_and_leaves_missing_ones() -> None:
+    """A sparse embedding gradient becomes its dense equal; a parameter without a gradient keeps none."""
+    model = torch.nn.ModuleDict({"emb": torch.nn.Embedding(5, 2, sparse=True), "unused": torch.nn.Linear(2, 1)})
+    model["emb"](torch.tensor([1, 3, 3])).sum().backward()
+    sparse = model["emb"].weight.grad
+    assert sparse.is_sparse
+    optim.densify_grads(model)
+    assert not model["emb"].weight.grad.is_sparse
+    torch.testing.assert_close(model["emb"].weight.grad, sparse.to_dense())
+    assert model["unused"].weight.grad is None
+
+
+def test_an_fp16_step_with_finite_gradients_counts_as_taken() -> None:
+    """With its GradScaler on, a step whose scale stays (no overflow) updated the weights: it is not counted as
+    skipped."""
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+    before = model.weight.detach().clone()
+    updated, norm = optim.optimizer_step(model, opt, scaler, max_grad_norm=100.0)
+    assert updated and norm == pytest.approx(3**0.5)  # d/dw = (1, 1), d/db = 1, unscaled
+    assert not torch.equal(model.weight, before)

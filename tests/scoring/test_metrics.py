@@ -401,3 +401,77 @@ def test_a_prepared_folders_profile_carries_validation_csvs_class_x_length_count
     assert got == want and sum(got["toxic"]) == valid["toxic"].sum() and sum(got["clean"]) > 0
     recorded = {k: v for k, v in metrics.read_profile(comp.cfg).items() if k != "valid_lengths"}
     assert metrics.with_test_lengths(recorded, prepared)["valid_lengths"] == want
+
+
+def oof_of_two_sources() -> pd.DataFrame:
+    """es and it rows of validation.csv and es rows of held-out translated-train, each ordered differently."""
+    rng, i = np.random.default_rng(4), np.arange(60)
+    frames = []
+    for lang, source, noise in (("es", "validation", 0.5), ("it", "validation", 1.0), ("es", "translated-train", 3.0)):
+        y = (i % 3 == 0).astype(int)
+        frames.append(pd.DataFrame({"lang": lang, "toxic": y, "source": source, "pred": y + rng.normal(0, noise, 60)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_per_language_without_a_profile_reads_validation_rows_only() -> None:
+    oof = oof_of_two_sources()
+    valid = oof[oof["source"] == "validation"]
+    expected = metrics.auc_by_lang(valid["toxic"], valid["pred"], valid["lang"])
+    assert metrics.per_language(oof, None) == expected
+    assert expected["es"] != metrics.auc_by_lang(oof["toxic"], oof["pred"], oof["lang"])["es"]
+    # an OOF written before held-out rows existed has no source: every row is validation.csv's
+    alone = oof.drop(columns="source")
+    assert metrics.on_validation(alone).dtype == bool and metrics.on_validation(alone).all()
+    assert metrics.per_language(alone, None) == metrics.auc_by_lang(oof["toxic"], oof["pred"], oof["lang"])
+
+
+def test_figures_are_of_the_profile_and_the_scale_they_are_given() -> None:
+    """The six-language AUC weighs languages as the profile says; on a rank scale the probability metrics are
+    not there."""
+    oof = oof_of_two_sources()
+    mix = {"es": 0.5, "it": 0.5}
+    profile = {"mix": mix, "rates": dict.fromkeys(mix, 0.3), "rate_from": dict.fromkeys(mix, "validation.csv")}
+    tilted = {**profile, "mix": {"es": 0.9, "it": 0.1}}
+    probs = oof.assign(pred=1 / (1 + np.exp(-oof["pred"])))
+    even, other = metrics.figures(probs, profile, "probability"), metrics.figures(probs, tilted, "probability")
+    assert even["six"] != other["six"] and even["per_lang"] == metrics.six_language(probs, profile)["per_lang"]
+    ranked = metrics.figures(probs, profile, "rank")
+    nans = {k for k, v in ranked.items() if isinstance(v, float) and math.isnan(v)}
+    assert nans and not {k for k in nans if isinstance(even[k], float) and math.isnan(even[k])}
+
+
+def test_the_test_score_is_the_auc_of_the_labelled_rows_overall_and_per_language(tmp_path) -> None:
+    from pipeline.errors import PipelineError
+
+    test = pd.DataFrame({"id": list("abcdef"), "lang": ["es", "es", "es", "fr", "fr", "fr"]})
+    preds = pd.DataFrame({"id": list("fedcba"), "toxic": [0.9, 0.2, 0.6, 0.3, 0.8, 0.1]})
+    pd.DataFrame({"id": list("abcdef"), "toxic": [0, 1, 0, 1, 0, 1]}).to_csv(tmp_path / "test_labels.csv", index=False)
+    score = metrics.test_score(tmp_path, test, preds)
+    p = preds.set_index("id").loc[list("abcdef"), "toxic"].to_numpy()  # each id's own prediction
+    assert score["auc"] == metrics.auc([0, 1, 0, 1, 0, 1], p)
+    assert score["per_lang"] == metrics.auc_by_lang([0, 1, 0, 1, 0, 1], p, test["lang"])
+    assert score["rows"] == 6
+    with pytest.raises(PipelineError, match=r"test_labels.csv: no id in common with the test table$"):
+        metrics.test_score(tmp_path, test.assign(id=list("uvwxyz")), preds)
+
+
+def test_a_class_whose_rows_all_weigh_nothing_has_no_auc() -> None:
+    """As sklearn says it (NaN): the weights leave no positive (or no negative) row to rank."""
+    y, p = np.array([0, 1, 0, 1]), np.array([0.1, 0.9, 0.3, 0.2])
+    with pytest.warns(Warning):
+        assert math.isnan(metrics.auc(y, p, np.array([1.0, 0.0, 1.0, 0.0])))
+    with pytest.warns(Warning):
+        assert math.isnan(metrics.auc(y, p, np.array([0.0, 1.0, 0.0, 1.0])))
+
+
+def test_a_language_stands_in_with_its_validation_rows_where_it_has_them_else_its_held_out_rows() -> None:
+    oof = pd.concat(
+        [
+            oof_of_two_sources(),
+            pd.DataFrame({"lang": "fr", "toxic": [0, 1], "source": "translated-train", "pred": 0.5}),
+        ],
+        ignore_index=True,
+    )
+    keep = metrics.stand_in_mask(oof, ["es", "fr"])
+    expected = ((oof["lang"] == "es") & (oof["source"] == "validation")) | (oof["lang"] == "fr")
+    np.testing.assert_array_equal(keep, expected.to_numpy())

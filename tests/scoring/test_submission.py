@@ -33,8 +33,21 @@ def test_ensemble_rank() -> None:
     np.testing.assert_allclose(ties, [0.25, 0.25, 1.0])  # average rank for ties
 
 
+def test_ensemble_of_float32_folds_is_float64() -> None:
+    """Folds saved as float32 are averaged in float64: float32 sums move values near 0 and 1 and make ties."""
+    a, b = np.array([0.1, 1e-7, 0.3], dtype=np.float32), np.array([0.2, 3e-7, 0.3], dtype=np.float32)
+    out = submission.ensemble([a, b])
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, (a.astype(np.float64) + b.astype(np.float64)) / 2)
+
+
+def test_ensemble_rank_of_two_rows_spans_zero_to_one() -> None:
+    np.testing.assert_array_equal(submission.ensemble([np.array([0.8, 0.2])], "rank"), [1.0, 0.0])
+    np.testing.assert_array_equal(submission.ensemble([np.array([0.8])], "rank"), [0.0])  # one row: no division by 0
+
+
 def test_ensemble_errors() -> None:
-    with pytest.raises(SubmissionError):
+    with pytest.raises(SubmissionError, match="^nothing to ensemble$"):
         submission.ensemble([])
     with pytest.raises(SubmissionError, match="unknown"):
         submission.ensemble([np.array([0.5])], "median")
@@ -91,8 +104,9 @@ def test_check_submission_ok_in_sample_order() -> None:
         (frame(["a", "b", "c", "x"], [0.1] * 4), "1 missing, 1 unknown"),
         (frame(["a", "b", "c", "d"], [0.1, np.nan, 0.3, 0.4]), "NaN"),
         (frame(["a", "b", "c", "d"], [0.1, "oops", 0.3, 0.4]), "NaN"),
-        (frame(["a", "b", "c", "d"], [0.1, 1.2, 0.3, 0.4]), r"outside \[0, 1\]"),
+        (frame(["a", "b", "c", "d"], [0.1, 1.2, 0.3, 0.4]), r"^submission has predictions outside \[0, 1\]$"),
         (frame(["a", "b", "c", "d"], [0.1, -0.01, 0.3, 0.4]), r"outside \[0, 1\]"),
+        (frame([], []), r"^submission has no rows \(an empty test set\?\)$"),
         (pd.DataFrame({"id": list("abcd"), "prediction": [0.1] * 4}), "columns"),
         (pd.DataFrame({"toxic": [0.1] * 4, "id": list("abcd")}), "columns"),
         (pd.DataFrame({"id": list("abcd"), "toxic": [0.1] * 4, "lang": ["es"] * 4}), "columns"),
