@@ -9,8 +9,10 @@ Writes  models/<name>/mlm/  the encoder's save_pretrained folder (config.json, m
                             was made from, the steps, the loss at the start and the end);
                             `model.name=models/<name>/mlm` trains folds from it
 
-The folder appears whole or not at all (files.atomic_dir): a killed run leaves the previous folder, or none, and
-starts again from its first step. A folder whose done.json holds the current fingerprint is kept and no work is
+The folder appears whole or not at all (files.atomic_dir). Every mlm.save_every steps the run saves a resume
+state, models/<name>/mlm.resume.pt (weights, optimizer, schedule, scaler, losses, random states): a killed run
+goes on from the last one and ends with the weights of an uninterrupted run; the state is removed once the
+folder is written. A folder whose done.json holds the current fingerprint is kept and no work is
 done. The fingerprint covers the `mlm` section, the model, train.seed and the texts' tables (their digests), so
 new texts, or another model, train again. An encoder folder without a masked-language head (e5, a sentence
 encoder) gets one initialised as transformers initialises a missing head, and says so in one line.
@@ -18,6 +20,7 @@ encoder) gets one initialised as transformers initialises a missing head, and sa
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -25,8 +28,8 @@ import pandas as pd
 import torch
 
 from pipeline import config as config_mod
-from pipeline import experiments, files, layout, progress
-from pipeline.core import modeling, optim, precision
+from pipeline import experiments, files, layout, progress, schema
+from pipeline.core import modeling, optim, precision, resume
 from pipeline.core.distributed import pick_device
 from pipeline.errors import PipelineError, run_stage
 from pipeline.inputs import tables, tokens
@@ -46,7 +49,7 @@ def corpus(table: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
 def mlm_fingerprint(cfg: Config, meta: dict, tokenizer) -> str:
     """What the folder is made from: the `mlm` section, the model, the seed, the tokenizer and the tables."""
     return files.json_digest({
-        "mlm": cfg.to_dict()["mlm"],
+        "mlm": {k: v for k, v in cfg.to_dict()["mlm"].items() if schema.roles("mlm")[k].role != schema.NEVER},
         "model": cfg.model.name,
         "tiny": cfg.to_dict()["model"]["tiny"] if cfg.model.name == "tiny" else None,
         "seed": cfg.train.seed,
@@ -102,9 +105,11 @@ def batches(rows: tokens.Ragged, micro_batch: int, steps: int, seed: int):
         order = order[micro_batch:]
 
 
-def train_mlm(model, rows: tokens.Ragged, tokenizer, cfg: Config, device: torch.device) -> list[float]:
+def train_mlm(model, rows: tokens.Ragged, tokenizer, cfg: Config, device: torch.device,
+              state_path: Path | None = None, digest: str = "", log=print) -> list[float]:  # fmt: skip
     """Masked-language training of `model` on `rows` (token ids): mlm.steps planned, mlm.max_steps run where
-    set; the loss of every step."""
+    set; the loss of every step. With `state_path`, a resume state of fingerprint `digest` there is gone on from,
+    and one is saved every mlm.save_every steps."""
     from transformers import DataCollatorForLanguageModeling
 
     m = cfg.mlm
@@ -118,9 +123,11 @@ def train_mlm(model, rows: tokens.Ragged, tokenizer, cfg: Config, device: torch.
     sched = optim.make_scheduler(opt, m.warmup, m.steps)  # planned for mlm.steps: a capped run is its prefix
     scaler = precision.make_scaler(prec, device)
     torch.manual_seed(cfg.train.seed)  # the collator draws its masks from torch's global generator
-    losses = []
-    bar = progress.bar(batches(rows, m.micro_batch, run_steps, cfg.train.seed), total=run_steps, desc="mlm",
-                       unit="step")  # fmt: skip
+    parts = {"model": model, "optimizer": opt, "schedule": sched, "scaler": scaler}
+    losses = restore(state_path, digest, parts, device, log)
+    # the same order of rows as an uninterrupted run: the batches already trained are drawn again and skipped
+    todo = itertools.islice(batches(rows, m.micro_batch, run_steps, cfg.train.seed), len(losses), None)
+    bar = progress.bar(todo, total=run_steps, initial=len(losses), desc="mlm", unit="step")
     for idx in bar:
         batch = collate([{"input_ids": rows[i].tolist()} for i in idx]).to(device)
         with precision.autocast(prec, device):
@@ -134,7 +141,30 @@ def train_mlm(model, rows: tokens.Ragged, tokenizer, cfg: Config, device: torch.
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        if state_path is not None and m.save_every and len(losses) % m.save_every == 0 and len(losses) < run_steps:
+            save_state(state_path, digest, parts, losses, device)
     return losses
+
+
+def save_state(path: Path, digest: str, parts: dict, losses: list[float], device: torch.device) -> None:
+    """Where the run is: every part's state dict, the losses so far and the random states, replaced atomically."""
+    state = {k: v.state_dict() for k, v in parts.items()}
+    state |= {"fingerprint": digest, "losses": list(losses), "rng": resume.rng_state(device)}
+    with files.atomic_path(path) as tmp:
+        torch.save(resume.saved_form(state), tmp)
+
+
+def restore(path: Path | None, digest: str, parts: dict, device: torch.device, log=print) -> list[float]:
+    """The losses of the steps a resume state at `path` has trained, its parts loaded back; [] where there is no
+    state of this fingerprint (one of other settings is left to be replaced)."""
+    state = resume.read_state(path) if path is not None else None
+    if not state or state.get("fingerprint") != digest:
+        return []
+    for name, part in parts.items():
+        part.load_state_dict(state[name])
+    resume.set_rng_state(state["rng"], device)
+    log(f"mlm: resumed from {path} at step {len(state['losses'])}")
+    return [float(x) for x in state["losses"]]
 
 
 def save(model, tokenizer, dest: Path, record: dict) -> None:
@@ -164,10 +194,12 @@ def run(cfg: Config, log=print) -> Path:
         run_steps = min(cfg.mlm.steps, cfg.mlm.max_steps or cfg.mlm.steps)
         log(f"mlm: {len(rows)} texts (training, validation and test; no labels), {cfg.mlm.micro_batch} a step, "
             f"{run_steps} of {cfg.mlm.steps} steps, on {device}")  # fmt: skip
-        losses = train_mlm(model, rows, tokenizer, cfg, device)
+        state_path = layout.mlm_resume(cfg)
+        losses = train_mlm(model, rows, tokenizer, cfg, device, state_path, digest, log)
         record = {"fingerprint": digest, "steps": len(losses), "planned": cfg.mlm.steps, "texts": len(rows),
                   "loss_first": losses[0], "loss_last": losses[-1]}  # fmt: skip
         save(model, tokenizer, dest, record)
+        state_path.unlink(missing_ok=True)  # the folder is written: nothing left to go on from
     log(f"mlm: {dest} (loss {losses[0]:.3f} -> {losses[-1]:.3f}); train from it with model.name={dest}")
     return dest
 

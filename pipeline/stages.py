@@ -99,7 +99,8 @@ STAGES = (
         writes=(
             "`models/<name>/mlm/` the encoder's `save_pretrained` folder (config.json, model.safetensors; "
             "not the masked-language head), its tokenizer and `done.json` (fingerprint, steps, first and last loss): "
-            "`model.name=models/<name>/mlm` trains from it ([training.md](training.md#domain-adaptive-mlm))",
+            "`model.name=models/<name>/mlm` trains from it ([training.md](training.md#domain-adaptive-mlm)); while it "
+            "runs, `models/<name>/mlm.resume.pt` (its resume state, removed at the end)",
         ),
     ),
     Stage(

@@ -3,6 +3,7 @@ written whole as a folder that `make data` and `make train` take as model.name, 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ def test_a_current_folder_is_kept_and_another_fingerprint_trains_again(prepared,
     with monkeypatch.context() as m:
         m.setattr(mlm, "train_mlm", never)
         assert mlm.run(prepared, log=lines.append) == dest
+        assert mlm.run(config.with_overrides(prepared, ["mlm.save_every=7"]), log=lines.append) == dest  # NEVER
     assert "is current" in lines[-1]
     assert files.file_digest(dest / layout.WEIGHTS) == before
     mlm.run(config.with_overrides(prepared, ["mlm.lr=1e-3"]), log=lines.append)  # another setting: another run
@@ -85,6 +87,35 @@ def test_a_run_killed_while_writing_leaves_the_previous_folder_whole(prepared, m
         mlm.run(config.with_overrides(prepared, ["mlm.lr=1e-3"]), log=lambda *a: None)
     assert {p.name: files.file_digest(p) for p in dest.iterdir()} == before
     assert [p.name for p in dest.parent.iterdir() if p.name.startswith(".mlm")] == []
+
+
+def test_a_killed_run_goes_on_from_its_resume_state_to_the_uninterrupted_weights(prepared, monkeypatch) -> None:
+    from safetensors.torch import load_file
+
+    cfg = config.with_overrides(prepared, ["mlm.steps=6", "mlm.save_every=2"])
+    dest, state_path = layout.mlm_dir(cfg), layout.mlm_resume(cfg)
+    mlm.run(cfg, log=lambda *a: None)
+    whole = load_file(dest / layout.WEIGHTS)
+    assert not state_path.exists()  # removed once the folder is written
+    shutil.rmtree(dest)
+    save_state = mlm.save_state
+
+    def killed_after_step_4(path, digest, parts, losses, device) -> None:
+        save_state(path, digest, parts, losses, device)
+        if len(losses) == 4:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(mlm, "save_state", killed_after_step_4)
+        with pytest.raises(KeyboardInterrupt):
+            mlm.run(cfg, log=lambda *a: None)
+    assert state_path.is_file() and not dest.exists()
+    lines: list[str] = []
+    mlm.run(cfg, log=lines.append)
+    assert f"mlm: resumed from {state_path} at step 4" in lines
+    assert files.read_json(dest / layout.DONE)["steps"] == 6
+    again = load_file(dest / layout.WEIGHTS)
+    assert again.keys() == whole.keys() and all(torch.equal(again[k], whole[k]) for k in whole)
 
 
 def test_the_folder_is_the_encoder_make_data_and_make_train_take(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.schema.base import FRACTION, POSITIVE, at_least, setting
+from pipeline.schema.base import FRACTION, NEVER, POSITIVE, at_least, setting
 
 
 @dataclass(frozen=True)
@@ -34,3 +34,10 @@ class MlmConfig:
         "model's: `model.max_length`)",
         within=at_least(8),
     )  # fmt: skip
+    save_every: int = setting(
+        100,
+        "save a resume state (`models/<name>/mlm.resume.pt`) every N optimizer steps: a killed run goes on from the "
+        "last one, to the same weights (0: none, a killed run starts again from its first step)",
+        within=at_least(0, " (0: no resume state)"),
+        role=NEVER,
+    )
