@@ -156,3 +156,18 @@ def test_texts_are_cut_to_what_the_models_positions_take(prepared) -> None:
     assert mlm.text_length(config.with_overrides(prepared, ["mlm.max_length=16"])) == 16
     if E5.is_dir():  # 512 positions
         assert mlm.text_length(config.with_overrides(prepared, [f"model.name={E5}", "mlm.max_length=600"])) == 512
+
+
+def test_e5_adapted_is_a_folder_the_pipeline_reads_as_its_encoder(prepared) -> None:
+    if not E5.is_dir():
+        pytest.skip("../shared/pretrained is absent (a user's clone has no ../shared)")
+    from transformers import AutoModel
+
+    from pipeline.core import modeling
+
+    cfg = config.with_overrides(prepared, [f"model.name={E5}", "mlm.steps=2", "mlm.micro_batch=2"])
+    dest = mlm.run(cfg, log=lambda *a: None)
+    _, info = AutoModel.from_pretrained(dest, add_pooling_layer=False, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]  # the encoder whole, nothing else
+    encoder = modeling.pretrained_encoder(str(dest), 0.1)
+    assert encoder.config.model_type == "bert" and load_tokenizer(dest).mask_token == "<mask>"
