@@ -99,6 +99,8 @@ BOARD = "board.md"
 EXPORT = "export"  # models/<name>/export/fold<k>/: a fold as a folder transformers and torch load (make export)
 EXPORT_HEAD = "head.pt"  # in it: the head's weight and bias
 EXPORT_SPEC = "export.json"  # in it: the pooling, max_length and scale of the output
+MLM = "mlm"  # models/<name>/mlm/: `make mlm`'s encoder, a folder `model.name` accepts
+MLM_RESUME = "mlm.resume.pt"  # beside it while `make mlm` runs: where a killed run goes on from
 SEARCH = "search"  # models/<name>/search/: `make search`'s study and its picture
 STUDY_DB, SEARCH_HISTORY = "study.db", "history.png"
 
@@ -280,6 +282,17 @@ def baseline_name(cfg: Config) -> str:
 def blend_name(cfg: Config, members: list[str]) -> str:
     """The experiment a blend writes: blend.name, else its members' names joined by +."""
     return cfg.blend.name or "+".join(members)
+
+
+def mlm_dir(cfg: Config) -> Path:
+    """models/<name>/mlm/: the encoder `make mlm` trained on the competition's texts (config, weights, tokenizer,
+    done.json)."""
+    return experiment_dir(cfg) / MLM
+
+
+def mlm_resume(cfg: Config) -> Path:
+    """models/<name>/mlm.resume.pt: `make mlm`'s resume state, removed once the folder is written."""
+    return experiment_dir(cfg) / MLM_RESUME
 
 
 def search_dir(cfg: Config) -> Path:

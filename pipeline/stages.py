@@ -93,6 +93,17 @@ STAGES = (
         ),
     ),
     Stage(
+        "mlm",
+        "the encoder trained as a masked language model on every text (no label); `models/<name>/mlm/`",
+        checks=("prepared", "models"),
+        writes=(
+            "`models/<name>/mlm/` the encoder's `save_pretrained` folder (config.json, model.safetensors; "
+            "not the masked-language head), its tokenizer and `done.json` (fingerprint, steps, first and last loss): "
+            "`model.name=models/<name>/mlm` trains from it ([training.md](training.md#domain-adaptive-mlm)); while it "
+            "runs, `models/<name>/mlm.resume.pt` (its resume state, removed at the end)",
+        ),
+    ),
+    Stage(
         "stage1",
         "data and one model for the stage-1 experiment `model.init_from` names (`GPUS=N` for DDP)",
         driver=True,

@@ -107,4 +107,4 @@ def test_ctrl_c_while_a_stage_loads_is_one_line(tmp_path: Path) -> None:
 
 def test_python_m_pipeline_names_the_stages() -> None:
     result = subprocess.run([sys.executable, "-m", "pipeline", "nope"], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 2 and result.stderr.startswith("usage: python -m pipeline {data,stage1,train,")
+    assert result.returncode == 2 and result.stderr.startswith("usage: python -m pipeline {data,mlm,stage1,train,")

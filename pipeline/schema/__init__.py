@@ -11,8 +11,8 @@ fingerprint.LATER, and the key tables of docs/configs.md (`python -m pipeline.co
 all read from these fields; nothing repeats them.
 
 One module a concern, each name importable from here: base (what a setting is: `setting`, `section`, the
-roles, the ranges), a module a section (data, model, train, predict with blend, kaggle, bench, search), and root (the
-Config that holds them, in the order docs/configs.md lists them, and what is read from every field: `walk`,
+roles, the ranges), a module a section (data, model, train, predict with blend, kaggle, bench, search, mlm), and
+root (the Config that holds them, in the order docs/configs.md lists them, and what is read from every field: `walk`,
 `of`, CHOICES, RANGES, `roles`).
 """
 
@@ -36,6 +36,7 @@ from pipeline.schema.base import (
 from pipeline.schema.bench import BENCH_MODELS, BENCH_ROWS, BenchConfig
 from pipeline.schema.data import DataConfig
 from pipeline.schema.kaggle import KaggleConfig
+from pipeline.schema.mlm import MlmConfig
 from pipeline.schema.model import LoraConfig, ModelConfig, TinyConfig
 from pipeline.schema.predict import BlendConfig, PredictConfig
 from pipeline.schema.root import CHOICES, RANGES, Config, fields_of, of, roles, unknown_keys, walk
@@ -61,6 +62,7 @@ __all__ = [
     "DataConfig",
     "KaggleConfig",
     "LoraConfig",
+    "MlmConfig",
     "ModelConfig",
     "PredictConfig",
     "SearchConfig",

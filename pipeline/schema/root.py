@@ -14,6 +14,7 @@ from pipeline.schema.base import Setting, is_section, plain, section, setting
 from pipeline.schema.bench import BenchConfig
 from pipeline.schema.data import DataConfig
 from pipeline.schema.kaggle import KaggleConfig
+from pipeline.schema.mlm import MlmConfig
 from pipeline.schema.model import ModelConfig
 from pipeline.schema.predict import BlendConfig, PredictConfig
 from pipeline.schema.search import SearchConfig
@@ -38,6 +39,9 @@ class Config:
     blend: BlendConfig = section(BlendConfig, "`make blend`")
     kaggle: KaggleConfig = section(KaggleConfig, "the Kaggle notebook and `make submit`")
     search: SearchConfig = section(SearchConfig, "`make search`: an Optuna study of trials ([search.md](search.md))")
+    mlm: MlmConfig = section(
+        MlmConfig, "`make mlm`: the encoder's masked-language-model stage ([training.md](training.md))"
+    )
 
     def to_dict(self) -> dict:
         return plain(dataclasses.asdict(self))
