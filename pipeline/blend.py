@@ -296,10 +296,11 @@ def print_report(name: str, members: list[Member], f: Fit, summary: dict, second
     per_fold = "; ".join(f"{k}: " + " ".join(f"{x:.2f}" for x in w) for k, w in f.fold_weights.items())
     print(f"weights fit without each fold (fold: {' '.join(m.name for m in members)}): {per_fold}")
     six, valid = metrics.SIX, metrics.BY_KEY["valid_auc"]
+    best = against_best(members, f, summary, profile, groups)
     print(
-        f"blend {name}: {six.header} {metrics.shown(summary['metrics'][six.key], six.fmt)} (best member "
-        f"{against_best(members, f, summary, profile, groups)}), "
-        f"{valid.header} {metrics.shown(summary['metrics'][valid.key], valid.fmt)}"
+        f"blend {name}: {six.header} {metrics.shown(summary['metrics'][six.key], six.fmt)}"
+        + (f" (best member {best})" if best != "-" else "")  # no member with the figure: nothing to compare
+        + f", {valid.header} {metrics.shown(summary['metrics'][valid.key], valid.fmt)}"
         + (f", test AUC {summary['test_auc']['auc']:.4f}" if "test_auc" in summary else "")
         + f", {seconds:.1f} s -> {paths}"
     )
