@@ -34,7 +34,8 @@ def check_name(name: str, key: str = "name") -> str:
 def check_names(cfg: Config) -> None:
     """Every setting that names a folder under models/ or input/prepared/, each checked as check_name says."""
     check_name(cfg.name)
-    named = [("model.init_from", cfg.model.init_from), ("data.pseudo_from", cfg.data.pseudo_from)]
+    named = [("model.init_from", cfg.model.init_from), ("model.init_folds", cfg.model.init_folds)]
+    named += [("data.pseudo_from", cfg.data.pseudo_from)]
     named += [("blend.name", cfg.blend.name)] + [("blend.members", m) for m in cfg.blend.members]
     for key, value in named:
         if value:  # "" means none
@@ -100,3 +101,22 @@ def check_values(cfg: Config) -> None:
         raise ConfigError(
             f"model.tiny.hidden={cfg.model.tiny.hidden} must be a multiple of model.tiny.heads={cfg.model.tiny.heads}"
         )
+    check_init(cfg)
+
+
+def check_init(cfg: Config) -> None:
+    """model.init_folds alone: one model a fold starts from, never an experiment's own folds, never under LoRA."""
+    name = cfg.model.init_folds
+    if not name:
+        return
+    if cfg.model.init_from:
+        raise ConfigError(
+            f"model.init_folds={name}, model.init_from={cfg.model.init_from}: a fold starts from one model; "
+            "set one of them"
+        )
+    if name == cfg.name:
+        raise ConfigError(f"model.init_folds={name}: an experiment cannot start from itself; name it differently")
+    if cfg.model.lora.r > 0:  # a LoRA fold records one base (lora_base); a base per fold is not one of them
+        raise ConfigError(f"model.init_folds={name}: a LoRA fold goes over one base; set model.lora.r=0")
+    if -1 in cfg.train.folds:  # pipeline.layout.STAGE1, the stage-1 model's fold number
+        raise ConfigError(f"model.init_folds={name}: a stage-1 model (train.folds -1) has no fold to start from")

@@ -14,6 +14,7 @@ training uses: a stage-1 model never sees a validation row, and fold k never its
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -364,6 +365,15 @@ def table_summary(table: pd.DataFrame, test: pd.DataFrame) -> dict:
         "folds": {str(int(k)): int(v) for k, v in table["fold"].value_counts().sort_index().items()},
         "test_langs": {str(k): int(v) for k, v in test["lang"].value_counts().sort_index().items()},
     }
+
+
+def folds_digest(table: pd.DataFrame) -> str:
+    """The table's own rows and their folds, by content, its pseudo-labelled test rows left out: what two
+    experiments must share for fold k to hold the same rows in both (model.init_folds), whatever teacher
+    labels each one's test rows."""
+    own = table[table["pseudo_for"] == -1] if "pseudo_for" in table else table
+    hashed = pd.util.hash_pandas_object(own[TABLE_COLUMNS].astype(str), index=False).to_numpy()
+    return hashlib.sha256(hashed.tobytes()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------- read
