@@ -102,6 +102,9 @@ def check_values(cfg: Config) -> None:
             f"model.tiny.hidden={cfg.model.tiny.hidden} must be a multiple of model.tiny.heads={cfg.model.tiny.heads}"
         )
     check_init(cfg)
+    odd = [x for x in cfg.train.langs if not re.fullmatch(r"[a-z]{2}", x)]
+    if odd or len(set(cfg.train.langs)) < len(cfg.train.langs):
+        raise ConfigError(f"train.langs={list(cfg.train.langs)}: two-letter language codes, each once (e.g. [es])")
 
 
 def check_init(cfg: Config) -> None:

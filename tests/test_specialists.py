@@ -85,3 +85,43 @@ def test_init_folds_refuses_other_folds_or_data(prepared) -> None:
         validity.init_digest(config_mod.with_overrides(prepared, ["model.init_folds=three"]))
     with pytest.raises(PipelineError, match=r"model.init_folds=reseeded: its prepared tables hold other rows"):
         validity.init_digest(config_mod.with_overrides(prepared, ["model.init_folds=reseeded"]))
+
+
+def test_training_rows_of_one_language() -> None:
+    table = pd.DataFrame(
+        {
+            "fold": [-1, -1, 0, 0, 1, 1, -1, -1, -1],
+            "lang": ["es", "en", "es", "it", "es", "fr", "es", "it", "fr"],
+            "pseudo_for": [-1, -1, -1, -1, -1, -1, 0, 0, 1],
+        }
+    )
+    assert tables.training_rows(table, 0, langs=("es",)).tolist() == [0, 4, 6]  # training-only, fold 1, pseudo
+    assert tables.training_rows(table, 0, False, ("es",)).tolist() == [4, 6]
+    assert tables.training_rows(table, 1, langs=("fr", "it")).tolist() == [3, 8]
+    assert tables.training_rows(table, -1, langs=("es",)).tolist() == [0]
+    assert tables.scored_rows(table, 1, ("es",)).tolist() == [4]
+    assert tables.scored_rows(table, 1).tolist() == [4, 5]
+    assert tables.scored_rows(table, -1, ("es",)).tolist() == []
+
+
+@pytest.mark.slow
+def test_one_language_experiment(prepared, capsys) -> None:
+    from pipeline import cv, predict
+
+    cfg = named(prepared, "es", "train.langs=[es]")
+    run = fold_run(cfg, StopAt(10**9), fold=0)
+    table = run.table
+    assert set(table["lang"].iloc[run.train_idx]) == {"es"} and set(table["lang"].iloc[run.valid_idx]) == {"es"}
+    assert len(run.valid_idx) == ((table["fold"] == 0) & (table["lang"] == "es")).sum()
+    run.run()
+    oof = pd.read_csv(layout.fold_dir(cfg, 0) / layout.OOF)
+    assert set(oof["lang"]) == {"es"}
+    assert predict.run(cfg) is None  # no submission of es rows alone
+    test = pd.read_csv(layout.prepared_dir(cfg) / layout.TEST_TABLE, dtype={"id": str}, keep_default_na=False)
+    preds = pd.read_csv(layout.fold_dir(cfg, 0) / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    assert sorted(preds["id"]) == sorted(test.loc[test["lang"] == "es", "id"])
+    assert not layout.submission_path(cfg, cfg.name).exists()
+    cv.run(cfg)
+    assert "train.langs=[es]: the OOF holds es rows only" in capsys.readouterr().out
+    with pytest.raises(PipelineError, match=r"train.langs=\['xx'\]: no training or validation rows"):
+        fold_run(config_mod.with_overrides(cfg, ["train.langs=[xx]"]), StopAt(10**9), fold=0)
