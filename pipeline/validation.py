@@ -37,6 +37,14 @@ def check_names(cfg: Config) -> None:
     named = [("model.init_from", cfg.model.init_from), ("model.init_folds", cfg.model.init_folds)]
     named += [("data.pseudo_from", cfg.data.pseudo_from)]
     named += [("blend.name", cfg.blend.name)] + [("blend.members", m) for m in cfg.blend.members]
+    for entry in cfg.blend.route:  # lang:experiment
+        lang, _, name = entry.partition(":")
+        if not re.fullmatch(r"[a-z]{2}", lang) or not name:
+            raise ConfigError(f"blend.route: {entry!r} is not `lang:experiment` (e.g. es:rs-es)")
+        named.append(("blend.route", name))
+    langs = [e.partition(":")[0] for e in cfg.blend.route]
+    if len(set(langs)) < len(langs):
+        raise ConfigError(f"blend.route={list(cfg.blend.route)}: a language routed twice; route each language once")
     for key, value in named:
         if value:  # "" means none
             check_name(value, key)
