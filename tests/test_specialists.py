@@ -122,6 +122,8 @@ def test_one_language_experiment(prepared, capsys) -> None:
     assert sorted(preds["id"]) == sorted(test.loc[test["lang"] == "es", "id"])
     assert not layout.submission_path(cfg, cfg.name).exists()
     cv.run(cfg)
-    assert "train.langs=[es]: the OOF holds es rows only" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "train.langs=[es]: the OOF holds es rows only" in out
+    assert "submission  none of its own: train.langs=[es] (route it: blend.route=es:es)" in out
     with pytest.raises(PipelineError, match=r"train.langs=\['xx'\]: no training or validation rows"):
         fold_run(config_mod.with_overrides(cfg, ["train.langs=[xx]"]), StopAt(10**9), fold=0)
