@@ -72,3 +72,15 @@ def test_route_refusals(tmp_path: Path) -> None:
     comp.rows = rows
     with pytest.raises(PipelineError, match=r"blend.route=es:moved: its es OOF rows .* are not the fallback's"):
         blend.run(comp.config("blend.members=[base]", "blend.route=[es:moved]"))
+
+
+def test_route_applies_the_calibration(tmp_path: Path, capsys) -> None:
+    """A route's predictions are probabilities: predict.calibration puts them on one scale, as an experiment's."""
+    comp, _ = fallback_and_specialist(tmp_path)
+    route = ("blend.members=[base]", "blend.route=[es:es]")
+    blend.run(comp.config(*route, "blend.name=plain"))
+    blend.run(comp.config(*route, "blend.name=scaled", "predict.calibration=lang"))
+    plain, scaled = (pd.read_csv(layout.submission_path(comp.cfg, n)).sort_values("id") for n in ("plain", "scaled"))
+    assert not np.allclose(plain["toxic"], scaled["toxic"])
+    assert read_json(comp.models / "scaled" / layout.CV_JSON)["calibration"]["how"] == "lang"
+    capsys.readouterr()
