@@ -327,12 +327,13 @@ def against_best(members: list[Member], f: Fit, summary: dict, profile: dict, gr
 
 def run(cfg: Config) -> dict:
     start = time.perf_counter()
-    if cfg.blend.route:
-        return run_route(cfg, start)
     names = member_names(cfg)
-    name = blend_name(cfg, names)
+    routed = list(routing.parse(cfg.blend.route).values())  # a route's folder is named by every experiment it reads
+    name = blend_name(cfg, list(dict.fromkeys([*names, *routed])))
     exp = layout.experiment_dir(cfg, name)
     experiments.preflight(cfg, "blend", name)
+    if cfg.blend.route:
+        return run_route(cfg, start, name)
     if cfg.predict.calibration != "none":  # before any work: publish would refuse it at the end
         raise BlendError(
             f"predict.calibration={cfg.predict.calibration}: a blend's predictions are ranks, which a calibration "
@@ -411,15 +412,13 @@ def write_folds(
     return done
 
 
-def run_route(cfg: Config, start: float) -> dict:
+def run_route(cfg: Config, start: float, name: str) -> dict:
     """A route (blend.route): each routed language's OOF and test rows from its experiment, the rest from the one
     member, fold by fold; probabilities, so that predict.calibration applies; scored on the routed OOF."""
     (fallback,) = member_names(cfg)
     route = routing.parse(cfg.blend.route)
     names = list(dict.fromkeys([fallback, *route.values()]))
-    name = blend_name(cfg, names)
     exp = layout.experiment_dir(cfg, name)
-    experiments.preflight(cfg, "blend", name)
     check_replaceable(exp)
     members = {m.name: m for m in shared_folds([load_member(cfg, n) for n in names])}
     ranks = [
