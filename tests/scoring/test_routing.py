@@ -84,3 +84,21 @@ def test_route_applies_the_calibration(tmp_path: Path, capsys) -> None:
     assert not np.allclose(plain["toxic"], scaled["toxic"])
     assert read_json(comp.models / "scaled" / layout.CV_JSON)["calibration"]["how"] == "lang"
     capsys.readouterr()
+
+
+def test_a_route_teaches_pseudo_labels_fold_by_fold(tmp_path: Path, capsys) -> None:
+    """A route's fold-k test predictions are probabilities from fold-k models only: a fold-safe teacher."""
+    from pipeline import data
+    from pipeline.inputs import tables
+
+    comp, made = fallback_and_specialist(tmp_path)
+    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]"))
+    student = comp.config("name=student", "data.pseudo_from=base+es")
+    data.prepare(student, log=lambda *_: None)
+    table = tables.load_table(student)[0]
+    pseudo = table[table["pseudo_for"] == 0].set_index("id")
+    test = pd.read_csv(tmp_path / "raw" / layout.TEST, dtype=str, keep_default_na=False).set_index("id")
+    es = test.index[test["lang"] == "es"]
+    expected = pd.Series(made["test"]["es"][0], index=[f"t{i:04d}" for i in range(90)])
+    assert np.allclose(pseudo.loc[es, "toxic"].astype(float), expected.loc[es])  # es labels: the specialist's
+    capsys.readouterr()
