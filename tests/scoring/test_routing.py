@@ -102,3 +102,16 @@ def test_a_route_teaches_pseudo_labels_fold_by_fold(tmp_path: Path, capsys) -> N
     expected = pd.Series(made["test"]["es"][0], index=[f"t{i:04d}" for i in range(90)])
     assert np.allclose(pseudo.loc[es, "toxic"].astype(float), expected.loc[es])  # es labels: the specialist's
     capsys.readouterr()
+
+
+def test_a_specialist_alone_is_no_teacher(tmp_path: Path) -> None:
+    from pipeline import data
+    from pipeline.errors import DataError
+
+    comp, made = fallback_and_specialist(tmp_path)
+    # as `make predict` leaves a specialist's folds (train.langs): some test rows only
+    comp.experiment("part", made["pred"]["es"], {k: np.full(30, 0.5) for k in range(5)})
+    with pytest.raises(
+        DataError, match=r"30 of the test's 90 rows \(a specialist's, train.langs\); teach from a route"
+    ):
+        data.prepare(comp.config("name=student", "data.pseudo_from=part"), log=lambda *_: None)
