@@ -109,6 +109,8 @@ def test_one_language_experiment(prepared, capsys) -> None:
     from pipeline import cv, predict
 
     cfg = named(prepared, "es", "train.langs=[es]")
+    every = config_mod.with_overrides(cfg, ["train.langs=[]"])
+    assert validity.current_fingerprint(cfg) != validity.current_fingerprint(every)  # other rows, other weights
     run = fold_run(cfg, StopAt(10**9), fold=0)
     table = run.table
     assert set(table["lang"].iloc[run.train_idx]) == {"es"} and set(table["lang"].iloc[run.valid_idx]) == {"es"}
