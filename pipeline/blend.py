@@ -28,6 +28,9 @@ over all test rows together, and test holds languages (fr, pt, ru) that no valid
 per-language weights would have nothing to be fit on for them; per language, a fold also has few
 positives, and weights fit on them overfit.
 
+With blend.route (`lang:experiment` entries) and one member, the fallback, it routes instead of weighting:
+each routed language's OOF and test rows from its experiment, fold by fold (pipeline.scoring.routing).
+
 A blend is of the folds every member has (predict's rule: complete and current), two at least; the others
 are named on stderr. The blend's folder holds no model: its members and weights are in cv.json and each
 fold's done.json.
@@ -49,7 +52,7 @@ from pipeline import experiments, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_dir, file_record, json_digest, write_csv, write_json
 from pipeline.schema import Config
-from pipeline.scoring import metrics, paired, report
+from pipeline.scoring import metrics, paired, report, routing
 from pipeline.scoring import summary as run_summary
 from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
 from pipeline.scoring.publish import publish
@@ -76,7 +79,10 @@ class Member:
 
 def member_names(cfg: Config) -> list[str]:
     names = list(cfg.blend.members)
-    if len(names) < 2:
+    if cfg.blend.route and len(names) != 1:  # the route's other experiments are named in blend.route
+        raise BlendError(f"blend.route needs one member, the fallback of the languages it does not route; it has "
+                         f"{len(names)}: make blend BLEND=<fallback> ARGS=blend.route=[..]")  # fmt: skip
+    if len(names) < 2 and not cfg.blend.route:
         raise BlendError('blend.members needs two or more experiments: make blend BLEND="exp1 exp2"')
     dup = [n for n in names if names.count(n) > 1]
     if dup:
@@ -323,9 +329,12 @@ def against_best(members: list[Member], f: Fit, summary: dict, profile: dict, gr
 def run(cfg: Config) -> dict:
     start = time.perf_counter()
     names = member_names(cfg)
-    name = blend_name(cfg, names)
+    routed = list(routing.parse(cfg.blend.route).values())  # a route's folder is named by every experiment it reads
+    name = blend_name(cfg, list(dict.fromkeys([*names, *routed])))
     exp = layout.experiment_dir(cfg, name)
     experiments.preflight(cfg, "blend", name)
+    if cfg.blend.route:
+        return run_route(cfg, start, name)
     if cfg.predict.calibration != "none":  # before any work: publish would refuse it at the end
         raise BlendError(
             f"predict.calibration={cfg.predict.calibration}: a blend's predictions are ranks, which a calibration "
@@ -402,6 +411,49 @@ def write_folds(
         }
         write_json(folder / layout.DONE, done[k])
     return done
+
+
+def run_route(cfg: Config, start: float, name: str) -> dict:
+    """A route (blend.route): each routed language's OOF and test rows from its experiment, the rest from the one
+    member, fold by fold; probabilities, so that predict.calibration applies; scored on the routed OOF."""
+    (fallback,) = member_names(cfg)
+    route = routing.parse(cfg.blend.route)
+    names = list(dict.fromkeys([fallback, *route.values()]))
+    exp = layout.experiment_dir(cfg, name)
+    check_replaceable(exp)
+    members = {m.name: m for m in shared_folds([load_member(cfg, n) for n in names])}
+    ranks = [
+        n for n, m in members.items() if any(experiments.pred_scale(d) != layout.PROBABILITY for d in m.done.values())
+    ]
+    if ranks:  # a blend's ranks and a model's probabilities are on no common scale
+        raise BlendError(f"blend.route: {ranks[0]}'s predictions are ranks (a blend's); a route joins trained "
+                         "experiments' probabilities: name experiments")  # fmt: skip
+    raw = layout.raw_dir(cfg)
+    test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
+    base = members[fallback]
+    oof = routing.routed_oof(base.oof, {lang: (n, members[n].oof) for lang, n in route.items()})
+    tests = {k: routing.routed_test(t, test, {lang: (n, members[n].tests[k]) for lang, n in route.items()})
+             for k, t in base.tests.items()}  # fmt: skip
+    profile = blend_profile([base], test, member_prepared(cfg, fallback))
+    with atomic_dir(exp) as tmp:
+        made = {n: (m.done, m.made) for n, m in members.items()}  # what each fold is routed from
+        done = routing.write_folds(tmp, {**route, "fallback": fallback}, oof, tests, profile, made)
+        summary = report.cv_summary(oof, done, profile)
+        summary["route"] = {**route, "fallback": fallback}
+        write_csv(tmp / layout.OOF, oof.drop(columns="tokens", errors="ignore"))
+        write_json(tmp / layout.CV_JSON, summary)
+        report.plot_cv(oof, summary, tmp / layout.CV_PNG, name)
+    ids = tests[min(tests)]["id"]
+    preds = [tests[k].set_index("id").loc[ids, "toxic"].to_numpy() for k in sorted(tests)]
+    dirs = [layout.fold_dir(cfg, k, name) for k in sorted(done)]
+    path, score = publish(cfg, raw, name, ids, preds, test, dirs, profile)
+    if score is not None:
+        summary["test_auc"] = score
+    print(report.fold_table(summary))
+    print(f"route {name}: {', '.join(f'{lang} from {n}' for lang, n in route.items())}, the rest from {fallback} "
+          f"-> {exp}/cv.json, cv.png, {path}")  # fmt: skip
+    print(run_summary.block(cfg, "blend", time.perf_counter() - start, name=name))
+    return summary
 
 
 def with_members(cfg: Config, members: str) -> Config:

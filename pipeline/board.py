@@ -176,6 +176,10 @@ def display_settings(exp: Path, summary: dict) -> dict:
         members = " + ".join(f"{n} {b['weights'][n]:.2f}" for n in names) if b else " + ".join(map(str, names))
         # of its members' data.folds: a blend of two folds of five is "2 of 5", not "2/2"
         total = max([len(layout.done_dirs(exp)), *(member_folds(exp.parent / str(n)) for n in names)])
+        route = summary.get("route") or (dones[0].get("route") if dones else None)
+        if route:  # a route (blend.route): which experiment each language's rows come from
+            said = ", ".join(f"{lang} {n}" for lang, n in route.items() if lang != "fallback")
+            return {"model": f"route: {said}; else {route.get('fallback', '?')}", "folds_total": total}
         return {"model": f"blend: {members or '?'}", "folds_total": total}
     if (exp / layout.RUN_CONFIG).exists() and kind != fingerprint.TFIDF["model"]:
         # read as plain YAML, not as a Config: an experiment from an older version still gets its row

@@ -24,6 +24,10 @@ def run(cfg: Config) -> dict:
     experiments.preflight(cfg, "cv")
     summary = report.cv_report(cfg)
     print(report.fold_table(summary))
+    if cfg.train.langs:  # a specialist's figures are of its languages' rows alone, not of the test's six
+        langs = ",".join(cfg.train.langs)
+        print(f"cv: train.langs=[{langs}]: the OOF holds {langs} rows only, so every figure above is theirs; the "
+              "6-lang estimate comes from routing it (blend.route, recipes.md#per-language-specialists)")  # fmt: skip
     print(f"wrote {layout.experiment_dir(cfg)}/cv.json, cv.png, curves.png, oof.csv")
     return summary
 

@@ -107,6 +107,7 @@ def prepare(cfg: Config, api=None, log=print, finish=None) -> dict:
             "signature": validity.input_signature(cfg, raw),
             "table_digest": file_digest(tmp / layout.TABLE),
             "test_digest": file_digest(tmp / layout.TEST_TABLE),
+            "folds_digest": tables.folds_digest(table),  # model.init_folds: the same folds, pseudo rows apart
             "summary": tables.table_summary(table, test),
         }
         write_json(tmp / layout.DATA_JSON, meta)

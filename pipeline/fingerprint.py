@@ -58,7 +58,9 @@ def model_identity(cfg: Config, tokenizer: Path, init_digest: str | None) -> dic
 
 # settings added after folds were already trained: left out while at their default (which is what those
 # folds were trained with), so adding a setting never makes every trained fold stale (role LATER in pipeline.schema)
-LATER = {s: keys for s, keys in _roles(schema.LATER).items() if keys}
+# (a tuple's default as the list a config's to_dict holds: `train.langs=[]` is its default, not a new setting)
+LATER = {s: {k: list(d) if isinstance(d, tuple) else d for k, d in keys.items()}
+         for s, keys in _roles(schema.LATER).items() if keys}  # fmt: skip
 
 
 def settings(cfg: Config) -> dict:

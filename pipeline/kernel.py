@@ -117,10 +117,15 @@ def before_sending(plan, cfg: Config, api, continue_dir: Path):
 
 
 def check_image(cfg: Config) -> None:
-    """What the settings need of the Kaggle image that it is not known to carry: bitsandbytes, and a GPU flash
-    attention runs on."""
+    """What the settings need of the Kaggle notebook that it is not known to carry: bitsandbytes, a GPU flash
+    attention runs on, and an earlier experiment's folds (model.init_folds)."""
     from pipeline.core import attention
 
+    if cfg.model.init_folds:  # the notebook brings back a stage-1 model (kaggle.init_kernel), never another's folds
+        raise KernelError(
+            f"model.init_folds={cfg.model.init_folds}: a Kaggle notebook holds no folds of that experiment to start "
+            "each fold from; train this experiment here (`make data train predict`)"
+        )
     if cfg.model.attn_implementation == attention.FLASH:  # else refused at the first fold, the session started
         raise KernelError(
             f"model.attn_implementation={attention.FLASH} cannot run on Kaggle's GPUs (a T4 is compute capability "

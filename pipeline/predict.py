@@ -66,10 +66,11 @@ def fold_test_preds(
     vmap = trim.load_map(fold_dir, model)
     if vmap is not None:  # a trimmed model reads the cached ids through the map it was trained with
         test_data = trim.remap(test_data, vmap)
+    rows = np.flatnonzero(tables.of_langs(test, cfg.train.langs))  # a specialist: its languages' rows only
     p = loop.predict(
         model,
         test_data,
-        np.arange(len(test)),
+        rows,
         cfg.train.eval_batch,
         prec,
         device,
@@ -77,7 +78,7 @@ def fold_test_preds(
         progress=True,
         desc=f"test {fold_dir.name}",
     )
-    frame = pd.DataFrame({"id": test["id"], "toxic": p})
+    frame = pd.DataFrame({"id": test["id"].iloc[rows].to_numpy(), "toxic": p})
     stamp.unlink(missing_ok=True)  # the key is written after the predictions it describes
     write_csv(out, frame)
     write_json(stamp, {"key": key, "file": file_record(out)})
@@ -142,10 +143,16 @@ def run(cfg: Config) -> Path | None:
     return path
 
 
-def write_submission(cfg: Config, dirs: list[Path], splits, test: pd.DataFrame, meta: dict, device) -> Path:
+def write_submission(cfg: Config, dirs: list[Path], splits, test: pd.DataFrame, meta: dict, device) -> Path | None:
     """The folds' test predictions (cached by now) ensembled, put on one scale across languages
     (predict.calibration, fit on the folds' OOF), checked and written; the test AUC where known."""
     frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
+    if cfg.train.langs:  # some test rows only: no submission of its own, a route's part (blend.route)
+        langs = ",".join(cfg.train.langs)
+        print(f"predict: train.langs=[{langs}]: {len(frames[0]):,} test rows of {langs} in each fold's "
+              f"{layout.TEST_PREDS}; no submission: route them (blend.route={cfg.train.langs[0]}:{cfg.name}, "
+              "recipes.md#per-language-specialists)")  # fmt: skip
+        return None
     profile = metrics.read_profile(cfg)
     common = replaces_common(cfg, cfg.name, dirs)  # said before the files, so that a kept one is said once
     path, _ = publish(

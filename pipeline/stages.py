@@ -182,7 +182,8 @@ STAGES = (
     ),
     Stage(
         "blend",
-        '`BLEND="exp1 exp2 ..."`: rank-average with weights fit on OOF (nested); `submissions/<blend>.csv`',
+        '`BLEND="exp1 exp2 ..."`: rank-average with weights fit on OOF (nested); `BLEND=exp` with '
+        "`blend.route=[es:exp-es,...]`: a route by language; `submissions/<blend>.csv`",
         checks=("models", "submission"),
         writes=("`models/<blend>/` and `submissions/<blend>.csv` (see [recipes.md](recipes.md))",),
     ),

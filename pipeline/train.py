@@ -49,7 +49,7 @@ def check_init_tokenizer(cfg: Config, tokenizer) -> None:
     init = validity.init_dir(cfg)
     if init is not None and load_tokenizer(init).get_vocab() != tokenizer.get_vocab():
         raise PipelineError(
-            f"model.init_from={cfg.model.init_from}: its tokenizer differs from this experiment's; "
+            f"{validity.init_setting(cfg)}: its tokenizer differs from this experiment's; "
             f"give both the same data settings (the tiny model's tokenizer is learned from the data)"
         )
 

@@ -34,8 +34,17 @@ def check_name(name: str, key: str = "name") -> str:
 def check_names(cfg: Config) -> None:
     """Every setting that names a folder under models/ or input/prepared/, each checked as check_name says."""
     check_name(cfg.name)
-    named = [("model.init_from", cfg.model.init_from), ("data.pseudo_from", cfg.data.pseudo_from)]
+    named = [("model.init_from", cfg.model.init_from), ("model.init_folds", cfg.model.init_folds)]
+    named += [("data.pseudo_from", cfg.data.pseudo_from)]
     named += [("blend.name", cfg.blend.name)] + [("blend.members", m) for m in cfg.blend.members]
+    for entry in cfg.blend.route:  # lang:experiment
+        lang, _, name = entry.partition(":")
+        if not re.fullmatch(r"[a-z]{2}", lang) or not name:
+            raise ConfigError(f"blend.route: {entry!r} is not `lang:experiment` (e.g. es:rs-es)")
+        named.append(("blend.route", name))
+    langs = [e.partition(":")[0] for e in cfg.blend.route]
+    if len(set(langs)) < len(langs):
+        raise ConfigError(f"blend.route={list(cfg.blend.route)}: a language routed twice; route each language once")
     for key, value in named:
         if value:  # "" means none
             check_name(value, key)
@@ -100,3 +109,25 @@ def check_values(cfg: Config) -> None:
         raise ConfigError(
             f"model.tiny.hidden={cfg.model.tiny.hidden} must be a multiple of model.tiny.heads={cfg.model.tiny.heads}"
         )
+    check_init(cfg)
+    odd = [x for x in cfg.train.langs if not re.fullmatch(r"[a-z]{2}", x)]
+    if odd or len(set(cfg.train.langs)) < len(cfg.train.langs):
+        raise ConfigError(f"train.langs={list(cfg.train.langs)}: two-letter language codes, each once (e.g. [es])")
+
+
+def check_init(cfg: Config) -> None:
+    """model.init_folds alone: one model a fold starts from, never an experiment's own folds, never under LoRA."""
+    name = cfg.model.init_folds
+    if not name:
+        return
+    if cfg.model.init_from:
+        raise ConfigError(
+            f"model.init_folds={name}, model.init_from={cfg.model.init_from}: a fold starts from one model; "
+            "set one of them"
+        )
+    if name == cfg.name:
+        raise ConfigError(f"model.init_folds={name}: an experiment cannot start from itself; name it differently")
+    if cfg.model.lora.r > 0:  # a LoRA fold records one base (lora_base); a base per fold is not one of them
+        raise ConfigError(f"model.init_folds={name}: a LoRA fold goes over one base; set model.lora.r=0")
+    if -1 in cfg.train.folds:  # pipeline.layout.STAGE1, the stage-1 model's fold number
+        raise ConfigError(f"model.init_folds={name}: a stage-1 model (train.folds -1) has no fold to start from")

@@ -127,9 +127,19 @@ def current_made_from(cfg: Config, meta: dict | None = None) -> dict:
     return fingerprint.made_from(cfg, meta["table_digest"], model)
 
 
-def init_dir(cfg: Config) -> Path | None:
-    """The stage-1 fold `model.init_from` names, checked complete and intact (and, where its own prepared data
-    is here, current for it and the config it was trained with); None without init_from."""
+def init_setting(cfg: Config) -> str:
+    """The setting that names the model a fold starts from, as a refusal names it ('' when none does)."""
+    if cfg.model.init_folds:
+        return f"model.init_folds={cfg.model.init_folds}"
+    return f"model.init_from={cfg.model.init_from}" if cfg.model.init_from else ""
+
+
+def init_dir(cfg: Config, fold: int = 0) -> Path | None:
+    """The model fold `fold` starts from, checked complete and intact: the stage-1 fold `model.init_from` names
+    (every fold's), or fold `fold` of the experiment `model.init_folds` names (init_folds_dirs); None without
+    either. Where only the architecture matters (pooling, tokenizer, size) fold 0 stands for every fold."""
+    if cfg.model.init_folds:
+        return init_folds_dirs(cfg)[fold]
     name = cfg.model.init_from
     if not name:
         return None
@@ -151,8 +161,46 @@ def init_dir(cfg: Config) -> Path | None:
     return folder
 
 
+def same_folds(ours: dict, theirs: dict) -> bool:
+    """Whether two data.json describe tables whose folds hold the same rows: their folds_digest (pseudo-labelled
+    test rows apart), or, where either was written before it was recorded, their whole table's digest."""
+    if "folds_digest" in ours and "folds_digest" in theirs:
+        return ours["folds_digest"] == theirs["folds_digest"]
+    return ours["table_digest"] == theirs["table_digest"]
+
+
+def init_folds_dirs(cfg: Config) -> dict[int, Path]:
+    """Every fold of the experiment `model.init_folds` names, by fold number, each complete and current for its
+    own config and prepared data; refused in one line where it has other folds than this experiment (data.folds
+    or the rows in them) or lacks one: fold k of this experiment starts from fold k of that one, which never saw
+    fold k's rows, only while both folds k are the same rows."""
+    name, key = cfg.model.init_folds, init_setting(cfg)
+    try:
+        digest, k = experiment_digest(cfg, name, "model")
+        theirs = read_data_json(experiment_as_prepared(cfg, name))
+    except PipelineError as e:
+        raise PipelineError(f"{key}: {e}") from None
+    if k != cfg.data.folds:
+        raise PipelineError(f"{key}: its data.folds={k}, this experiment's {cfg.data.folds}; fold k starts from fold "
+                            "k only where both have the same folds")  # fmt: skip
+    if not same_folds(current_meta(cfg), theirs):
+        raise PipelineError(
+            f"{key}: its prepared tables hold other rows or folds (other data settings or files); fold k would "
+            "start from a model that saw fold k's rows: give both the same data"
+        )
+    use, left_out = select_folds(layout.experiment_dir(cfg, name), digest, k, needs=(layout.WEIGHTS,))
+    if left_out:
+        raise PipelineError(f"{key}: {describe(left_out)}; train every fold of {name} first (its CONFIG and ARGS)")
+    return {layout.fold_index(d): d for d in use}
+
+
 def init_digest(cfg: Config) -> str | None:
-    """The fingerprint of the stage-1 model a fold starts from; None without model.init_from."""
+    """The fingerprint of what a fold starts from: the stage-1 model's own, or, with model.init_folds, one over
+    every fold's own (each stage checks an experiment's folds against one fingerprint: a retrained fold of that
+    experiment makes every fold of this one stale); None without either."""
+    if cfg.model.init_folds:
+        own = [read_done(d)["digest"] for _, d in sorted(init_folds_dirs(cfg).items())]
+        return files.json_digest({"init_folds": own})
     folder = init_dir(cfg)
     return None if folder is None else read_done(folder)["digest"]
 

@@ -1167,6 +1167,12 @@ def test_the_plan_refuses_flash_attention_which_no_kaggle_gpu_runs(tmp_path: Pat
     kernel.build_and_push(dry(tmp_path, "model.attn_implementation=sdpa"))
 
 
+def test_the_plan_refuses_init_folds_whose_folds_no_notebook_holds(tmp_path: Path) -> None:
+    with pytest.raises(KernelError, match="model.init_folds=base: a Kaggle notebook holds no folds") as info:
+        kernel.build_and_push(dry(tmp_path, "model.init_folds=base"))
+    assert "\n" not in str(info.value)
+
+
 def test_two_gpus_fall_back_to_one_when_an_all_reduce_fails(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     cfg = config.load("sample", [])
     monkeypatch.setattr(notebook, "visible_gpus", lambda: 2)

@@ -50,7 +50,7 @@ from pipeline.core.foldmodel import (
 from pipeline.core.resume import FoldState, Interrupted, StopFlag
 from pipeline.errors import PipelineError
 from pipeline.files import atomic_write_text, write_json
-from pipeline.inputs.tables import training_rows
+from pipeline.inputs.tables import scored_rows, training_rows
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
 from pipeline.scoring import metrics
@@ -106,9 +106,13 @@ class FoldRun:
         """Which rows train this fold and which score it (none for a stage-1 model)."""
         cfg, table, fold = self.inputs.cfg, self.table, self.fold
         # which rows train this fold is decided in one place, so the leak tests check what training uses
-        self.train_idx = training_rows(table, fold, cfg.train.training_only_rows)
+        self.train_idx = training_rows(table, fold, cfg.train.training_only_rows, cfg.train.langs)
         stage1 = fold == layout.STAGE1  # a stage-1 model has no validation rows
-        self.valid_idx = np.flatnonzero((table["fold"].to_numpy() == fold) & (not stage1))
+        self.valid_idx = scored_rows(table, fold, cfg.train.langs)
+        langs = list(cfg.train.langs)
+        if langs and not (len(self.train_idx) and (stage1 or len(self.valid_idx))):  # a language the table lacks
+            raise PipelineError(f"fold {fold}: train.langs={langs}: no training or validation rows of them "
+                                "(fr, pt, ru have validation rows only with data.held_out)")  # fmt: skip
         if not stage1 and table["toxic"].iloc[self.valid_idx].nunique() < 2:
             raise PipelineError(f"fold {fold}: its validation rows hold one class, so no AUC; rebuild with `make data`")
         # the fold is scored as the board ranks: its rows weighted to the test's languages and toxic rates

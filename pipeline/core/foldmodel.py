@@ -57,7 +57,7 @@ def check_settings(cfg: Config, device) -> None:
         pooling = modeling.head_spec(modeling.read_head(init)).pooling
         if pooling != cfg.model.pooling:
             raise PipelineError(
-                f"model.init_from={cfg.model.init_from}: its model pools by {pooling} and a stage-2 fold pools as "
+                f"{validity.init_setting(cfg)}: its model pools by {pooling} and a stage-2 fold pools as "
                 f"the model it starts from, not by model.pooling={cfg.model.pooling}; set model.pooling={pooling}, "
                 f"or train the stage-1 model with model.pooling={cfg.model.pooling}"
             )
@@ -96,13 +96,14 @@ def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distrib
                      prec: str = "fp32"):  # fmt: skip
     """The model as this fold trains it: trimmed, LoRA's adapters on its frozen base, sparse embedding gradients
     or DDP, checkpointing, on device."""
-    model = modeling.build_model(cfg, tokenizer, precision=prec, device=d.device)
-    init = validity.init_dir(cfg)
+    fold = layout.fold_index(fold_dir)  # model.init_folds: fold k starts from that experiment's fold k
+    model = modeling.build_model(cfg, tokenizer, precision=prec, device=d.device, fold=fold)
+    init = validity.init_dir(cfg, fold)
     init_map = trim.load_map(init) if init is not None else None
     if init_map is not None:  # a trimmed stage-1 model: its embedding rows are already the kept ones
         if keep is None or not np.array_equal(init_map, trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)):
             raise PipelineError(
-                f"model.init_from={cfg.model.init_from} was trained with a trimmed vocabulary: "
+                f"{validity.init_setting(cfg)} was trained with a trimmed vocabulary: "
                 f"trim this experiment too (model.trim_vocab=true), on the same data"
             )
     elif keep is not None:

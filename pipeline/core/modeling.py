@@ -360,22 +360,23 @@ def lora_base(cfg: Config, tokenizer, base: dict, spec: HeadSpec, precision: str
 
 
 def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precision: str = "fp32",
-                device: torch.device | None = None) -> Classifier:  # fmt: skip
-    """The model a fold trains or predicts with: a trained fold's (`source`), a stage-1 model's, or the
-    encoder model.name names (model.path holding its files), or the tiny XLM-R, under a new head. Under LoRA
-    the encoder is its frozen base in `precision`'s dtype; the caller trims it, then puts the adapters on."""
-    model = _built(cfg, tokenizer, source, precision, device)
+                device: torch.device | None = None, fold: int = 0) -> Classifier:  # fmt: skip
+    """The model a fold trains or predicts with: a trained fold's (`source`), a stage-1 model's, fold `fold` of
+    model.init_folds' experiment, or the encoder model.name names (model.path holding its files), or the tiny
+    XLM-R, under a new head. Under LoRA the encoder is its frozen base in `precision`'s dtype; the caller trims it,
+    then puts the adapters on."""
+    model = _built(cfg, tokenizer, source, precision, device, fold)
     attention.apply(model.encoder, cfg.model.attn_implementation, device)  # after peft: the adapters wrap it
     return model
 
 
-def _built(cfg: Config, tokenizer, source, precision: str, device) -> Classifier:
+def _built(cfg: Config, tokenizer, source, precision: str, device, fold: int) -> Classifier:
     if source is not None:
         return load_fold_model(Path(source), cfg=cfg, tokenizer=tokenizer, precision=precision, device=device)
     base = base_record(cfg, tokenizer)
     if base is not None:
         return lora_base(cfg, tokenizer, base, HeadSpec.of(cfg), precision, device, cfg.model.lora.quantize)
-    init = validity.init_dir(cfg)
+    init = validity.init_dir(cfg, fold)
     if init is not None:
         model = load_fold_model(init, cfg.model.dropout, cfg, tokenizer)
         lora.merge(model)  # a LoRA stage-1 model under a fold that trains every weight: one plain encoder

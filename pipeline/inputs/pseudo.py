@@ -83,6 +83,9 @@ def teacher_probabilities(cfg: Config, folder: Path, test: pd.DataFrame) -> np.n
     path = folder / layout.TEST_PREDS
     preds = pd.read_csv(path, dtype={"id": str}, keep_default_na=False)
     if preds["id"].duplicated().any() or set(preds["id"]) != set(test["id"]):
+        if set(preds["id"]) < set(test["id"]):  # a specialist's (train.langs): its languages' rows only
+            raise DataError(f"{path}: {len(preds):,} of the test's {len(test):,} rows (a specialist's, train.langs); "
+                            "teach from a route of it (blend.route) that covers every row")  # fmt: skip
         raise DataError(f"{path}: its ids are not this test table's; predict again with the current data")
     column = "toxic" if experiments.pred_scale(validity.read_done(folder) or {}) == layout.PROBABILITY else "prob"
     if column not in preds:

@@ -14,6 +14,7 @@ training uses: a stage-1 model never sees a validation row, and fold k never its
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -366,6 +367,15 @@ def table_summary(table: pd.DataFrame, test: pd.DataFrame) -> dict:
     }
 
 
+def folds_digest(table: pd.DataFrame) -> str:
+    """The table's own rows and their folds, by content, its pseudo-labelled test rows left out: what two
+    experiments must share for fold k to hold the same rows in both (model.init_folds), whatever teacher
+    labels each one's test rows."""
+    own = table[table["pseudo_for"] == -1] if "pseudo_for" in table else table
+    hashed = pd.util.hash_pandas_object(own[TABLE_COLUMNS].astype(str), index=False).to_numpy()
+    return hashlib.sha256(hashed.tobytes()).hexdigest()[:16]
+
+
 # ---------------------------------------------------------------- read
 
 
@@ -411,8 +421,24 @@ def check_rows(test: pd.DataFrame, path: Path, fix: str) -> None:
         raise DataError(f"{path}: no rows (a header only): a test set needs its rows; {fix}")
 
 
-def training_rows(table: pd.DataFrame, fold: int, training_only_rows: bool = True) -> np.ndarray:
-    """Row positions fold `fold` trains on; for a stage-1 model the training-only rows and nothing else.
+def of_langs(frame: pd.DataFrame, langs: tuple[str, ...] | list[str]) -> np.ndarray:
+    """Whether each row is of `langs` (train.langs, a specialist's); every row where `langs` is empty."""
+    return frame["lang"].isin(list(langs)).to_numpy() if langs else np.ones(len(frame), dtype=bool)
+
+
+def scored_rows(table: pd.DataFrame, fold: int, langs: tuple[str, ...] = ()) -> np.ndarray:
+    """Row positions that score fold `fold` (its OOF): its validation rows, of `langs` where given; none for a
+    stage-1 model."""
+    if fold == layout.STAGE1:
+        return np.flatnonzero(np.zeros(len(table), dtype=bool))
+    return np.flatnonzero((table["fold"].to_numpy() == fold) & of_langs(table, langs))
+
+
+def training_rows(
+    table: pd.DataFrame, fold: int, training_only_rows: bool = True, langs: tuple[str, ...] = ()
+) -> np.ndarray:
+    """Row positions fold `fold` trains on; for a stage-1 model the training-only rows and nothing else; of
+    `langs` only where given (a specialist: its language's rows of each kind below).
 
     Pseudo-labelled test rows carry the fold they were made for in `pseudo_for`: fold k trains only on the
     labels of the teacher's fold-k model, which never saw fold k.
@@ -420,9 +446,10 @@ def training_rows(table: pd.DataFrame, fold: int, training_only_rows: bool = Tru
     folds = table["fold"].to_numpy()
     pseudo_for = table["pseudo_for"].to_numpy() if "pseudo_for" in table else np.full(len(table), -1)
     plain = pseudo_for == -1
+    ours = of_langs(table, langs)
     if fold == layout.STAGE1:
-        return np.flatnonzero((folds == layout.STAGE1) & plain)
-    chosen = (folds >= 0) & (folds != fold)  # the other folds' validation rows
+        return np.flatnonzero((folds == layout.STAGE1) & plain & ours)
+    chosen = (folds >= 0) & (folds != fold)  # the other folds' validation rows (held-out stand-ins among them)
     if training_only_rows:
         chosen |= (folds == layout.STAGE1) & plain
     if (pseudo_for >= 0).any() and not (pseudo_for == fold).any():
@@ -432,4 +459,4 @@ def training_rows(table: pd.DataFrame, fold: int, training_only_rows: bool = Tru
             "fold of the teacher and run `make data` again, or leave this fold out of train.folds"
         )
     chosen |= pseudo_for == fold  # test rows labelled by the teacher's model of this very fold
-    return np.flatnonzero(chosen)
+    return np.flatnonzero(chosen & ours)

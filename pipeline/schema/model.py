@@ -68,6 +68,11 @@ class ModelConfig:
         "is saved beside each fold's weights",
     )
     init_from: str = setting("", "an experiment whose stage-1 model (its fold -1) every fold starts from")
+    # LATER: left out of a fold's fingerprint while empty, so folds trained before it existed keep theirs
+    init_folds: str = setting("", "an earlier experiment of the same folds and prepared tables whose fold k each fold "
+                              "k starts from (its weights and head): a per-language specialist on a stage-2 "
+                              "experiment ([recipes.md](recipes.md#per-language-specialists)); not with "
+                              "`model.init_from` or LoRA", role=LATER)  # fmt: skip
     # reach the fold through the stage-1 model's own fingerprint
     init_args: tuple[str, ...] = setting((), "how that stage-1 model is trained where the run makes it (`make stage1`, "
                                          "the Kaggle notebook): overrides of this config, e.g. `[train.epochs=1, "

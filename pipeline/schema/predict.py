@@ -31,6 +31,10 @@ class BlendConfig:
     ([recipes.md](recipes.md#blends))."""
 
     members: tuple[str, ...] = setting((), 'experiment names under `models/` (`make blend BLEND="a b"` sets this)')
+    route: tuple[str, ...] = setting((), "`lang:experiment` entries (`[es:rs-es,it:rs-it]`): a route, not a weighted "
+                                     "blend: each language's OOF and test rows from the experiment named for it, the "
+                                     "rest from the one member (the fallback), all probabilities, scored on the "
+                                     "routed OOF ([recipes.md](recipes.md#per-language-specialists))")  # fmt: skip
     name: str = setting("", "the blend's folder and submission name; empty means the members joined by `+`")
     step: float = setting(
         0.05,

@@ -102,6 +102,13 @@ class TrainConfig:
     training_only_rows: bool = setting(
         True, "fold -1 rows (English and translated) train every fold; `false`: only the other folds' validation rows"
     )
+    # a training setting, not a data one: the rows are chosen at train time (tables.training_rows), so the
+    # prepared tables and folds stay those of the experiment a specialist starts from (model.init_folds)
+    langs: tuple[str, ...] = setting((), "a per-language specialist: the languages (`[es]`) whose rows alone train "
+                                     "each fold (the other folds' validation rows or held-out stand-ins, training-only "
+                                     "and pseudo-labelled rows of them) and score it, and whose test rows alone "
+                                     "`make predict` predicts (no submission: route it, [recipes.md](recipes.md#per-"
+                                     "language-specialists)); empty: every language", role=LATER)  # fmt: skip
     eval_every_steps: int = setting(
         0,
         "also evaluate every N optimizer steps (0: at epoch ends only); the best is kept",

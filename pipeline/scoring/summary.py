@@ -68,8 +68,14 @@ def block(cfg: Config, stage: str, seconds: float, name: str | None = None, subm
         rows.append(("curves", where(exp / layout.CURVES_PNG, "make train")))
     rows.append(("board", where(layout.board_path(cfg), "make board")))
     sub = layout.submission_path(cfg, name)
-    rows.append(("submission", f"{sub}{f' {submission}' if submission else ''}" if sub.is_file()
-                 else "none yet (make predict)"))  # fmt: skip
+    if name is None and cfg.train.langs:  # a specialist predicts its languages' test rows only
+        langs = ",".join(cfg.train.langs)
+        rows.append(
+            ("submission", f"none of its own: train.langs=[{langs}] (route it: blend.route={langs}:{exp.name})")
+        )
+    else:
+        rows.append(("submission", f"{sub}{f' {submission}' if submission else ''}" if sub.is_file()
+                     else "none yet (make predict)"))  # fmt: skip
     held = common_holds(cfg)
     if held is not None and held.get("name") == exp.name:  # the file a Kaggle notebook submits
         rows.append(("", f"{layout.submission_csv(cfg)} ({len(held['folds'])} of {held.get('of')} folds)"))

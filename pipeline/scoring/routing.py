@@ -1,0 +1,97 @@
+"""A submission routed by language (`blend.route`): each routed language's OOF and test rows taken from the
+experiment named for it, every other row from a fallback. Pure functions of the predictions; pipeline.blend
+reads the experiments and writes the route's folds.
+
+The routed rows must be the fallback's very rows (the same ids in the same folds, with the same labels): a
+specialist made on the fallback's prepared tables (train.langs, model.init_folds) has them, so the routed
+OOF is out-of-fold row by row and its estimate is as honest as each experiment's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline import layout
+from pipeline.errors import PipelineError
+from pipeline.files import file_record, json_digest, write_csv, write_json
+from pipeline.scoring import metrics
+
+
+def parse(entries: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """`blend.route`'s `lang:experiment` entries as {lang: experiment} (pipeline.validation checked them)."""
+    return dict(entry.split(":", 1) for entry in entries)
+
+
+def routed_oof(base: pd.DataFrame, by_lang: dict[str, tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """`base`'s OOF rows (id, lang, toxic, fold, pred) with each routed language's `pred` from its experiment's
+    OOF ({lang: (name, oof)}); refused in one line where that experiment's rows of the language are not the
+    base's."""
+    out = base.drop(columns=["best"], errors="ignore").copy()  # `best`: one model's kept weights, not the route's
+    for lang, (name, theirs) in by_lang.items():
+        mine = (out["lang"] == lang).to_numpy()
+        ours = out.loc[mine]
+        rows = theirs[theirs["lang"] == lang].set_index("id")
+        same = set(rows.index) == set(ours["id"]) and len(rows) == len(ours)
+        same = same and (rows.loc[ours["id"], ["fold", "toxic"]].to_numpy() == ours[["fold", "toxic"]].to_numpy()).all()
+        if not same:
+            raise PipelineError(
+                f"blend.route={lang}:{name}: its {lang} OOF rows ({len(rows)}) are not the fallback's ({len(ours)}) "
+                "in the same folds with the same labels; make it on the fallback's data (train.langs, "
+                "model.init_folds)"
+            )
+        out.loc[mine, "pred"] = rows.loc[ours["id"], "pred"].to_numpy()
+    return out
+
+
+def routed_test(base: pd.DataFrame, test: pd.DataFrame, by_lang: dict[str, tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """One fold's test predictions (id, toxic) of `base`, each routed language's rows (by `test`'s id, lang)
+    from its experiment's predictions of the same fold ({lang: (name, predictions)})."""
+    out = base[["id", "toxic"]].copy()
+    langs = out["id"].map(test.set_index("id")["lang"]).to_numpy()
+    for lang, (name, theirs) in by_lang.items():
+        mine = langs == lang
+        got = theirs.set_index("id")["toxic"].reindex(out.loc[mine, "id"]).to_numpy(np.float64)
+        if np.isnan(got).any():
+            raise PipelineError(
+                f"blend.route={lang}:{name}: its test predictions lack {int(np.isnan(got).sum())} of the "
+                f"{int(mine.sum())} {lang} test rows (run `make predict` for it)"
+            )
+        out.loc[mine, "toxic"] = got
+    return out
+
+
+def write_folds(out: Path, route: dict[str, str], oof: pd.DataFrame, tests: dict[int, pd.DataFrame], profile: dict,
+                made: dict[str, tuple[dict, dict]]) -> dict[int, dict]:  # fmt: skip
+    """Each fold's routed OOF rows, test predictions and done.json into `out`. `route`: {lang: experiment,
+    "fallback": experiment}; `made`: {experiment: ({fold: done.json}, {fold: prediction record})}. done.json
+    records the experiments' fold digests and files as a blend's does, so that the route counts only while they
+    are as they were (pipeline.experiments.blend_fold_problem)."""
+    done = {}
+    for k, t in tests.items():
+        rows = oof[oof["fold"] == k].drop(columns="tokens", errors="ignore")
+        folder = out / layout.fold_name(k)
+        write_csv(folder / layout.OOF, rows)
+        write_csv(folder / layout.TEST_PREDS, t)
+        by, score, per_lang = metrics.fold_score(rows, rows["pred"], profile)
+        digests = {n: dones[k]["digest"] for n, (dones, _) in made.items()}
+        done[k] = {
+            "fold": k,
+            "digest": json_digest({"route": route, "members": digests}),
+            "model": "blend",  # read as a blend: no weights of its own, its members checked fold by fold
+            "scale": layout.PROBABILITY,
+            "members": list(made),
+            "route": route,
+            "auc": score,
+            "metric": by,
+            "auc_per_lang": per_lang,
+            "profile": profile,
+            "minutes": round(sum(dones[k].get("minutes", 0) for dones, _ in made.values()), 2),
+            "member_digests": digests,
+            "member_files": {n: files.get(k) for n, (_, files) in made.items()},
+            "files": {name: file_record(folder / name) for name in (layout.OOF, layout.TEST_PREDS)},
+        }
+        write_json(folder / layout.DONE, done[k])
+    return done

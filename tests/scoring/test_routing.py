@@ -1,0 +1,117 @@
+"""`make blend` with blend.route: each language's OOF and test rows from the experiment named for it, the rest
+from the fallback, scored on the routed OOF and ranked by `make board` beside the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import blend, board, layout
+from pipeline.blend import BlendError
+from pipeline.errors import ConfigError, PipelineError
+from pipeline.files import read_json
+from pipeline.scoring import metrics
+from tests.helpers import board_rows
+from tests.helpers.experiments import Competition
+
+
+def fallback_and_specialist(tmp_path: Path) -> tuple[Competition, dict]:
+    """`base`, the label plus noise; `es`, a specialist right on every es row (its other rows noise)."""
+    comp = Competition(tmp_path, 600)
+    y = comp.rows["toxic"].to_numpy()
+    rng = np.random.default_rng(5)
+    preds = {"base": 1 / (1 + np.exp(-(2 * y - 1 + rng.normal(0, 1.3, len(y))))), "es": rng.random(len(y))}
+    preds["es"][comp.rows["lang"].to_numpy() == "es"] = y[comp.rows["lang"].to_numpy() == "es"] * 0.8 + 0.1
+    tests = {name: {k: rng.random(90) for k in range(5)} for name in preds}
+    for name in preds:
+        comp.experiment(name, preds[name], tests[name])
+    return comp, {"pred": preds, "test": tests}
+
+
+def test_route_takes_each_language_from_its_experiment(tmp_path: Path, capsys) -> None:
+    comp, made = fallback_and_specialist(tmp_path)
+    summary = blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]"))
+    exp = comp.models / "base+es"
+    es = (comp.rows["lang"] == "es").to_numpy()
+
+    oof = pd.read_csv(exp / layout.OOF, dtype={"id": str}).set_index("id").loc[comp.rows["id"]]
+    assert np.allclose(oof["pred"].to_numpy()[es], made["pred"]["es"][es])  # es rows: the specialist's
+    assert np.allclose(oof["pred"].to_numpy()[~es], made["pred"]["base"][~es])  # the others: the fallback's
+    routed = np.where(es, made["pred"]["es"], made["pred"]["base"])  # the routed OOF is what is scored
+    assert summary["metrics"]["valid_auc"] == pytest.approx(metrics.auc(comp.rows["toxic"], routed))
+    assert summary["per_lang"]["es"] == pytest.approx(1.0)
+
+    test = pd.read_csv(tmp_path / "raw" / layout.TEST, dtype=str, keep_default_na=False)
+    fold0 = pd.read_csv(exp / "fold0" / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    on_es = fold0["id"].map(test.set_index("id")["lang"]).eq("es").to_numpy()
+    assert on_es.any() and np.allclose(fold0["toxic"][on_es], made["test"]["es"][0][on_es])
+    assert np.allclose(fold0["toxic"][~on_es], made["test"]["base"][0][~on_es])
+    assert layout.submission_path(comp.cfg, "base+es").exists()
+    assert read_json(exp / "fold0" / layout.DONE)["route"] == {"es": "es", "fallback": "base"}
+
+    rows = {r["experiment"]: r for r in board_rows(board.run(comp.config()))}
+    assert set(rows) >= {"base", "es", "base+es"} and rows["base+es"]["model"].startswith("route: es es; else base")
+    capsys.readouterr()
+
+
+def test_route_refusals(tmp_path: Path) -> None:
+    comp, _ = fallback_and_specialist(tmp_path)
+    with pytest.raises(BlendError, match="blend.route needs one member"):
+        blend.run(comp.config("blend.members=[base,es]", "blend.route=[es:es]"))
+    with pytest.raises(ConfigError, match="not `lang:experiment`"):
+        comp.config("blend.members=[base]", "blend.route=[es]")
+    with pytest.raises(ConfigError, match="a language routed twice"):
+        comp.config("blend.members=[base]", "blend.route=[es:es,es:base]")
+    # a specialist whose es rows are other rows (another fold table) is refused
+    rows = comp.rows.copy()
+    comp.rows = rows.assign(fold=(rows["fold"] + 1) % 5)
+    comp.experiment("moved", rows["toxic"].to_numpy(float), {k: np.zeros(90) for k in range(5)})
+    comp.rows = rows
+    with pytest.raises(PipelineError, match=r"blend.route=es:moved: its es OOF rows .* are not the fallback's"):
+        blend.run(comp.config("blend.members=[base]", "blend.route=[es:moved]"))
+
+
+def test_route_applies_the_calibration(tmp_path: Path, capsys) -> None:
+    """A route's predictions are probabilities: predict.calibration puts them on one scale, as an experiment's."""
+    comp, _ = fallback_and_specialist(tmp_path)
+    route = ("blend.members=[base]", "blend.route=[es:es]")
+    blend.run(comp.config(*route, "blend.name=plain"))
+    blend.run(comp.config(*route, "blend.name=scaled", "predict.calibration=lang"))
+    plain, scaled = (pd.read_csv(layout.submission_path(comp.cfg, n)).sort_values("id") for n in ("plain", "scaled"))
+    assert not np.allclose(plain["toxic"], scaled["toxic"])
+    assert read_json(comp.models / "scaled" / layout.CV_JSON)["calibration"]["how"] == "lang"
+    capsys.readouterr()
+
+
+def test_a_route_teaches_pseudo_labels_fold_by_fold(tmp_path: Path, capsys) -> None:
+    """A route's fold-k test predictions are probabilities from fold-k models only: a fold-safe teacher."""
+    from pipeline import data
+    from pipeline.inputs import tables
+
+    comp, made = fallback_and_specialist(tmp_path)
+    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]"))
+    student = comp.config("name=student", "data.pseudo_from=base+es")
+    data.prepare(student, log=lambda *_: None)
+    table = tables.load_table(student)[0]
+    pseudo = table[table["pseudo_for"] == 0].set_index("id")
+    test = pd.read_csv(tmp_path / "raw" / layout.TEST, dtype=str, keep_default_na=False).set_index("id")
+    es = test.index[test["lang"] == "es"]
+    expected = pd.Series(made["test"]["es"][0], index=[f"t{i:04d}" for i in range(90)])
+    assert np.allclose(pseudo.loc[es, "toxic"].astype(float), expected.loc[es])  # es labels: the specialist's
+    capsys.readouterr()
+
+
+def test_a_specialist_alone_is_no_teacher(tmp_path: Path) -> None:
+    from pipeline import data
+    from pipeline.errors import DataError
+
+    comp, made = fallback_and_specialist(tmp_path)
+    # as `make predict` leaves a specialist's folds (train.langs): some test rows only
+    comp.experiment("part", made["pred"]["es"], {k: np.full(30, 0.5) for k in range(5)})
+    with pytest.raises(
+        DataError, match=r"30 of the test's 90 rows \(a specialist's, train.langs\); teach from a route"
+    ):
+        data.prepare(comp.config("name=student", "data.pseudo_from=part"), log=lambda *_: None)

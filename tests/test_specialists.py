@@ -1,0 +1,131 @@
+"""Per-language specialists: folds that start from the same fold of an earlier experiment (model.init_folds)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pipeline import config as config_mod
+from pipeline import data as data_mod
+from pipeline import layout, validity
+from pipeline.errors import ConfigError, PipelineError
+from pipeline.inputs import tables
+from tests.helpers import prepare_tokens
+from tests.helpers.folds import StopAt, fold_run
+
+pytestmark = [pytest.mark.usefixtures("torch_one_thread")]
+
+
+def named(cfg, name: str, *overrides: str):
+    """The config under another experiment name with `overrides`, its data prepared and its config saved as a
+    trained experiment's (what another experiment reads of it)."""
+    cfg = config_mod.with_overrides(cfg, [f"name={name}", *overrides])
+    data_mod.prepare(cfg, log=lambda *a: None)
+    prepare_tokens(cfg)
+    config_mod.save(cfg, layout.experiment_dir(cfg) / layout.RUN_CONFIG)
+    return cfg
+
+
+def train_folds(cfg, *folds: int) -> None:
+    for fold in folds:
+        fold_run(cfg, StopAt(10**9), fold=fold).run()
+
+
+def test_folds_digest_leaves_pseudo_rows_out() -> None:
+    table = pd.DataFrame({c: ["x", "y"] for c in tables.TABLE_COLUMNS}).assign(fold=[0, 1], pseudo_for=[-1, -1])
+    with_pseudo = pd.concat([table, table.assign(fold=-1, pseudo_for=[0, 1], toxic="0.3")], ignore_index=True)
+    assert tables.folds_digest(with_pseudo) == tables.folds_digest(table)  # a teacher's labels are not the folds
+    assert tables.folds_digest(table.assign(fold=[1, 0])) != tables.folds_digest(table)
+
+
+def test_init_folds_settings_refused(prepared) -> None:
+    for extra, match in (
+        (["model.init_from=s1"], "a fold starts from one model"),
+        (["model.lora.r=4"], "a LoRA fold goes over one base"),
+        (["train.folds=[-1]"], "a stage-1 model"),
+        (["name=base"], "cannot start from itself"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            config_mod.with_overrides(prepared, ["model.init_folds=base", *extra])
+
+
+@pytest.mark.slow
+def test_each_fold_starts_from_the_same_fold(prepared) -> None:
+    base = named(prepared, "base")
+    spec = named(prepared, "spec", "model.init_folds=base", "train.training_only_rows=false")
+    train_folds(base, 0)
+    with pytest.raises(PipelineError, match=r"model.init_folds=base: fold1: not trained; train every fold of base"):
+        validity.current_fingerprint(spec)
+    train_folds(base, 1)
+
+    run = fold_run(spec, StopAt(10**9), fold=1)
+    own = load_file(layout.fold_dir(base, 1) / layout.WEIGHTS)
+    other = load_file(layout.fold_dir(base, 0) / layout.WEIGHTS)
+    state = run.model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in own.items())  # fold 1 from fold 1: weights and head
+    assert not all(torch.equal(state[k], v) for k, v in other.items())  # not from fold 0, which saw fold 1's rows
+
+    digest = validity.current_fingerprint(spec)
+    run.run()
+    assert validity.is_complete(layout.fold_dir(spec, 1), digest)
+    # the base retrained: what each fold starts from changed, so the specialist's folds no longer count
+    base = named(prepared, "base", "train.lr=5e-4")
+    train_folds(base, 0, 1)
+    assert validity.current_fingerprint(spec) != digest
+    assert not validity.is_complete(layout.fold_dir(spec, 1), validity.current_fingerprint(spec))
+
+
+@pytest.mark.slow
+def test_init_folds_refuses_other_folds_or_data(prepared) -> None:
+    named(prepared, "three", "data.folds=3")
+    named(prepared, "reseeded", "data.seed=7")
+    with pytest.raises(PipelineError, match=r"model.init_folds=three: its data.folds=3, this experiment's 2"):
+        validity.init_digest(config_mod.with_overrides(prepared, ["model.init_folds=three"]))
+    with pytest.raises(PipelineError, match=r"model.init_folds=reseeded: its prepared tables hold other rows"):
+        validity.init_digest(config_mod.with_overrides(prepared, ["model.init_folds=reseeded"]))
+
+
+def test_training_rows_of_one_language() -> None:
+    table = pd.DataFrame(
+        {
+            "fold": [-1, -1, 0, 0, 1, 1, -1, -1, -1],
+            "lang": ["es", "en", "es", "it", "es", "fr", "es", "it", "fr"],
+            "pseudo_for": [-1, -1, -1, -1, -1, -1, 0, 0, 1],
+        }
+    )
+    assert tables.training_rows(table, 0, langs=("es",)).tolist() == [0, 4, 6]  # training-only, fold 1, pseudo
+    assert tables.training_rows(table, 0, False, ("es",)).tolist() == [4, 6]
+    assert tables.training_rows(table, 1, langs=("fr", "it")).tolist() == [3, 8]
+    assert tables.training_rows(table, -1, langs=("es",)).tolist() == [0]
+    assert tables.scored_rows(table, 1, ("es",)).tolist() == [4]
+    assert tables.scored_rows(table, 1).tolist() == [4, 5]
+    assert tables.scored_rows(table, -1, ("es",)).tolist() == []
+
+
+@pytest.mark.slow
+def test_one_language_experiment(prepared, capsys) -> None:
+    from pipeline import cv, predict
+
+    cfg = named(prepared, "es", "train.langs=[es]")
+    every = config_mod.with_overrides(cfg, ["train.langs=[]"])
+    assert validity.current_fingerprint(cfg) != validity.current_fingerprint(every)  # other rows, other weights
+    run = fold_run(cfg, StopAt(10**9), fold=0)
+    table = run.table
+    assert set(table["lang"].iloc[run.train_idx]) == {"es"} and set(table["lang"].iloc[run.valid_idx]) == {"es"}
+    assert len(run.valid_idx) == ((table["fold"] == 0) & (table["lang"] == "es")).sum()
+    run.run()
+    oof = pd.read_csv(layout.fold_dir(cfg, 0) / layout.OOF)
+    assert set(oof["lang"]) == {"es"}
+    assert predict.run(cfg) is None  # no submission of es rows alone
+    test = pd.read_csv(layout.prepared_dir(cfg) / layout.TEST_TABLE, dtype={"id": str}, keep_default_na=False)
+    preds = pd.read_csv(layout.fold_dir(cfg, 0) / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    assert sorted(preds["id"]) == sorted(test.loc[test["lang"] == "es", "id"])
+    assert not layout.submission_path(cfg, cfg.name).exists()
+    cv.run(cfg)
+    out = capsys.readouterr().out
+    assert "train.langs=[es]: the OOF holds es rows only" in out
+    assert "submission  none of its own: train.langs=[es] (route it: blend.route=es:es)" in out
+    with pytest.raises(PipelineError, match=r"train.langs=\['xx'\]: no training or validation rows"):
+        fold_run(config_mod.with_overrides(cfg, ["train.langs=[xx]"]), StopAt(10**9), fold=0)
