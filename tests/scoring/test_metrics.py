@@ -475,3 +475,54 @@ def test_a_language_stands_in_with_its_validation_rows_where_it_has_them_else_it
     keep = metrics.stand_in_mask(oof, ["es", "fr"])
     expected = ((oof["lang"] == "es") & (oof["source"] == "validation")) | (oof["lang"] == "fr")
     np.testing.assert_array_equal(keep, expected.to_numpy())
+
+
+def test_a_folds_own_figure_names_its_metric_and_says_its_step_was_chosen_on_its_rows() -> None:
+    own = "with its best step, chosen on the rows it is scored on"
+    assert metrics.fold_own({"metric": "six", "auc": 0.912345}) == f"6-lang AUC 0.9123 {own}"
+    assert metrics.fold_own({"auc": 0.8}) == f"AUC 0.8000 {own}"  # a record made before it named its metric
+    halves = metrics.fold_own({"metric": "valid_auc", "auc": 0.8, "held_out_steps": [3, 5]})
+    assert halves == f"valid AUC 0.8000 {own}; the fold table's takes each half at the step its other half chose"
+    assert metrics.fold_own({"metric": "valid_auc", "auc": 0.8, "held_out_steps": []}) == f"valid AUC 0.8000 {own}"
+
+
+def test_a_cv_jsons_figures_are_its_metrics_or_what_it_recorded_under_the_old_keys() -> None:
+    assert metrics.saved_figures(None) == {} and metrics.saved_figures([0.9]) == {}
+    assert metrics.saved_figures({"metrics": {"six": 0.9}, "oof_auc": 0.7}) == {"six": 0.9}
+    old = {"six": {"auc": 0.9, "missing": []}, "oof_auc": 0.8}
+    assert metrics.saved_figures(old) == {"six": 0.9, "valid_auc": 0.8}
+    # the old estimate over fewer languages than the test's is not the six-language AUC
+    assert metrics.saved_figures({**old, "six": {"auc": 0.9, "missing": ["fr"]}}) == {"valid_auc": 0.8}
+    assert metrics.saved_figures({**old, "six": {"auc": 0.9}}) == {"valid_auc": 0.8}
+    assert metrics.saved_figures({"six": 0.9, "oof_auc": None, "metrics": [1]}) == {}
+
+
+def test_an_experiment_is_ranked_by_the_first_figure_it_has() -> None:
+    six, valid = metrics.SIX, metrics.BY_KEY["valid_auc"]
+    assert metrics.headline({"six": 0.9, "valid_auc": 0.8}) == (six, 0.9)
+    assert metrics.headline({"six": math.nan, "valid_auc": 0.8}) == (valid, 0.8)
+    assert metrics.headline({"six": None, "valid_auc": 1}) == (valid, 1.0)
+    assert type(metrics.headline({"valid_auc": 1})[1]) is float
+    assert metrics.headline({"brier": 0.1}) is None and metrics.headline(None) is None
+
+
+def test_a_prepared_folders_profile_is_of_its_validation_rows_and_its_test_languages(tmp_path: Path) -> None:
+    from pipeline import layout
+
+    table = pd.DataFrame(
+        {
+            "id": [f"v{i}" for i in range(8)],
+            "lang": ["es", "es", "es", "es", "tr", "tr", "en", "en"],
+            "toxic": [1, 0, 0, 0, 1, 1, 1, 1],
+            "source": ["validation"] * 6 + ["translated-train"] * 2,
+        }
+    )
+    test = pd.DataFrame({"id": ["t0", "t1", "t2", "t3"], "lang": ["es", "es", "tr", "fr"]})
+    assert metrics.folder_profile(tmp_path) is None  # no tables
+    table.to_csv(tmp_path / layout.TABLE, index=False)
+    assert metrics.folder_profile(tmp_path) is None  # no test table
+    test.to_csv(tmp_path / layout.TEST_TABLE, index=False)
+    profile = metrics.folder_profile(tmp_path)
+    assert profile == metrics.test_profile(table[table["source"] == "validation"], test["lang"])
+    assert profile["rates"] == {"es": 0.25, "fr": 0.5, "tr": 1.0}  # fr: the prior, of validation.csv's rows only
+    assert "lengths" not in profile and "valid_lengths" not in profile  # no lengths.csv
