@@ -617,3 +617,8 @@ def test_a_profiles_own_test_lengths_are_kept_over_lengths_csvs(tmp_path: Path) 
     assert metrics.with_test_lengths(recorded, tmp_path)["lengths"] == {"es": [1.0]}
     bare = {"mix": {"es": 1.0}, "rates": {"es": 0.2}}
     assert metrics.with_test_lengths(bare, tmp_path)["lengths"] == buckets.length_mix(["es", "es"], [10, 900])
+
+
+def test_a_languages_toxic_rate_is_counted_in_float64_whatever_the_labels_dtype() -> None:
+    valid = pd.DataFrame({"lang": "es", "toxic": np.array([1, 0, 0], dtype=np.float32)})
+    assert metrics.test_profile(valid, ["es"])["rates"] == {"es": 1 / 3}  # float32's 1/3 is 0.33333334
