@@ -475,3 +475,150 @@ def test_a_language_stands_in_with_its_validation_rows_where_it_has_them_else_it
     keep = metrics.stand_in_mask(oof, ["es", "fr"])
     expected = ((oof["lang"] == "es") & (oof["source"] == "validation")) | (oof["lang"] == "fr")
     np.testing.assert_array_equal(keep, expected.to_numpy())
+
+
+def test_a_folds_own_figure_names_its_metric_and_says_its_step_was_chosen_on_its_rows() -> None:
+    own = "with its best step, chosen on the rows it is scored on"
+    assert metrics.fold_own({"metric": "six", "auc": 0.912345}) == f"6-lang AUC 0.9123 {own}"
+    assert metrics.fold_own({"auc": 0.8}) == f"AUC 0.8000 {own}"  # a record made before it named its metric
+    halves = metrics.fold_own({"metric": "valid_auc", "auc": 0.8, "held_out_steps": [3, 5]})
+    assert halves == f"valid AUC 0.8000 {own}; the fold table's takes each half at the step its other half chose"
+    assert metrics.fold_own({"metric": "valid_auc", "auc": 0.8, "held_out_steps": []}) == f"valid AUC 0.8000 {own}"
+
+
+def test_a_cv_jsons_figures_are_its_metrics_or_what_it_recorded_under_the_old_keys() -> None:
+    assert metrics.saved_figures(None) == {} and metrics.saved_figures([0.9]) == {}
+    assert metrics.saved_figures({"metrics": {"six": 0.9}, "oof_auc": 0.7}) == {"six": 0.9}
+    old = {"six": {"auc": 0.9, "missing": []}, "oof_auc": 0.8}
+    assert metrics.saved_figures(old) == {"six": 0.9, "valid_auc": 0.8}
+    # the old estimate over fewer languages than the test's is not the six-language AUC
+    assert metrics.saved_figures({**old, "six": {"auc": 0.9, "missing": ["fr"]}}) == {"valid_auc": 0.8}
+    assert metrics.saved_figures({**old, "six": {"auc": 0.9}}) == {"valid_auc": 0.8}
+    assert metrics.saved_figures({"six": 0.9, "oof_auc": None, "metrics": [1]}) == {}
+
+
+def test_an_experiment_is_ranked_by_the_first_figure_it_has() -> None:
+    six, valid = metrics.SIX, metrics.BY_KEY["valid_auc"]
+    assert metrics.headline({"six": 0.9, "valid_auc": 0.8}) == (six, 0.9)
+    assert metrics.headline({"six": math.nan, "valid_auc": 0.8}) == (valid, 0.8)
+    assert metrics.headline({"six": None, "valid_auc": 1}) == (valid, 1.0)
+    assert type(metrics.headline({"valid_auc": 1})[1]) is float
+    assert metrics.headline({"brier": 0.1}) is None and metrics.headline(None) is None
+
+
+def test_a_prepared_folders_profile_is_of_its_validation_rows_and_its_test_languages(tmp_path: Path) -> None:
+    from pipeline import layout
+
+    table = pd.DataFrame(
+        {
+            "id": [f"v{i}" for i in range(8)],
+            "lang": ["es", "es", "es", "es", "tr", "tr", "en", "en"],
+            "toxic": [1, 0, 0, 0, 1, 1, 1, 1],
+            "source": ["validation"] * 6 + ["translated-train"] * 2,
+        }
+    )
+    test = pd.DataFrame({"id": ["t0", "t1", "t2", "t3"], "lang": ["es", "es", "tr", "fr"]})
+    assert metrics.folder_profile(tmp_path) is None  # no tables
+    table.to_csv(tmp_path / layout.TABLE, index=False)
+    assert metrics.folder_profile(tmp_path) is None  # no test table
+    test.to_csv(tmp_path / layout.TEST_TABLE, index=False)
+    profile = metrics.folder_profile(tmp_path)
+    assert profile == metrics.test_profile(table[table["source"] == "validation"], test["lang"])
+    assert profile["rates"] == {"es": 0.25, "fr": 0.5, "tr": 1.0}  # fr: the prior, of validation.csv's rows only
+    assert "lengths" not in profile and "valid_lengths" not in profile  # no lengths.csv
+
+
+def test_the_estimates_range_takes_in_ems_rate_of_each_test_language_and_of_no_other() -> None:
+    profile = {
+        "mix": {"es": 0.4, "it": 0.3, "fr": 0.3},
+        "rates": {"es": 0.2, "it": 0.1, "fr": 0.15},
+        "rate_from": {"es": "validation.csv", "it": "validation.csv", "fr": "prior"},
+        "rate_se": {"es": 0.01, "fr": 0.0},  # it: none recorded, its span is its rate alone
+        "em": {"rates": {"es": 0.3, "it": 0.05, "fr": 0.5, "pt": 0.1, "tr": math.nan}},
+    }
+    spans = metrics.rate_spans(profile)
+    assert spans == {"fr": (0.05, 0.5), "es": (pytest.approx(0.18), 0.3), "it": (0.05, 0.1)}
+    inside = {**profile, "em": {"rates": {"es": 0.2}}}  # EM's rate inside the span: the span as it was
+    assert metrics.rate_spans(inside)["es"] == (pytest.approx(0.18), pytest.approx(0.22))
+
+
+def test_the_estimate_of_no_stand_in_rows_is_nan() -> None:
+    oof = pd.DataFrame({"lang": "de", "toxic": [0, 1], "source": "validation", "pred": [0.2, 0.8]})
+    six = metrics.six_language(oof, {"mix": {"es": 1.0}, "rates": {"es": 0.2}})
+    assert math.isnan(six["auc"]) and six["rows"] == 0 and six["missing"] == ["es"]
+
+
+def test_effective_sizes_are_of_the_rows_weights_to_one_decimal(monkeypatch) -> None:
+    oof = pd.DataFrame({"lang": "es", "toxic": [1, 1, 1, 0], "source": "validation", "pred": 0.5})
+    monkeypatch.setattr(metrics, "row_weights", lambda rows, profile: np.array([1.0, 2.0, 2.0, 0.0]))
+    # toxic: 5^2 / 9 = 2.78; the clean row weighs nothing
+    assert metrics.effective_sizes(oof, {"mix": {"es": 1.0}}) == {"es": {"toxic": 2.8, "clean": 0.0}}
+
+
+def test_no_language_lacks_lengths_where_the_profile_has_no_test_lengths() -> None:
+    oof = oof_of_two_sources().assign(tokens=np.nan)
+    profile = {"mix": {"es": 0.5, "it": 0.5}, "rates": {"es": 0.3, "it": 0.3}}
+    assert metrics.length_gaps(oof, profile) == {}
+    assert metrics.length_gaps(oof, {**profile, "lengths": {"es": [1.0]}}) != {}
+
+
+def test_a_fold_is_judged_by_the_six_language_auc_where_its_rows_stand_for_every_test_language() -> None:
+    oof = oof_of_two_sources()
+    rows, preds = oof.drop(columns="pred"), oof["pred"].to_numpy()
+    mix = {"es": 0.5, "it": 0.5}
+    profile = {"mix": mix, "rates": dict.fromkeys(mix, 0.3)}
+    six = metrics.six_language(oof, profile)
+    assert metrics.fold_score(rows, preds, profile) == ("six", six["auc"], six["per_lang"])
+    # fr's held-out rows of one class: fr is missing, the fold is judged by its validation AUC
+    fr = pd.DataFrame({"lang": "fr", "toxic": [0, 0], "source": "translated-train", "pred": [0.1, 0.2]})
+    more = pd.concat([oof, fr], ignore_index=True)
+    wider = {"mix": {**mix, "fr": 0.2}, "rates": dict.fromkeys([*mix, "fr"], 0.3)}
+    key, value, per_lang = metrics.fold_score(more.drop(columns="pred"), more["pred"].to_numpy(), wider)
+    assert (key, value) == ("valid_auc", metrics.valid_auc(more))
+    want = metrics.six_language(more, wider)["per_lang"]  # fr's NaN, which equals nothing: compared apart
+    assert list(per_lang) == ["es", "fr", "it"] and math.isnan(per_lang.pop("fr"))
+    assert per_lang == {k: v for k, v in want.items() if k != "fr"}
+    assert metrics.fold_score(rows, preds, None) == (
+        "valid_auc",
+        metrics.valid_auc(oof),
+        metrics.per_language(oof, None),
+    )
+
+
+def test_a_prepared_folders_validation_counts_are_of_its_validation_rows_by_their_ids(tmp_path: Path) -> None:
+    from pipeline import layout
+
+    ids = ["001", "002", "003", "004", "005"]  # ids that read as numbers lose their zeros unless read as text
+    table = pd.DataFrame(
+        {"id": ids, "lang": "es", "toxic": [1, 0, 0, 1, 1], "source": ["validation"] * 4 + ["translated-train"]}
+    )
+    table.to_csv(tmp_path / layout.TABLE, index=False)
+    lengths = pd.DataFrame(
+        {
+            "split": ["train"] * 6,
+            "id": [*ids, "001"],  # a second count of one row: its first is the one read
+            "source": ["validation"] * 4 + ["translated-train", "validation"],
+            "lang": "es",
+            "tokens": [20, 300, 40, 500, 20, 700],
+        }
+    )
+    got = metrics.valid_counts(tmp_path, lengths)
+    assert got == buckets.class_length_counts([1, 0, 0, 1], [20, 300, 40, 500])
+    assert metrics.valid_counts(tmp_path, lengths[lengths["source"] != "validation"]) is None
+
+
+def test_a_profiles_own_test_lengths_are_kept_over_lengths_csvs(tmp_path: Path) -> None:
+    from pipeline import layout
+
+    pd.DataFrame({"split": "test", "id": ["t1", "t2"], "source": "test", "lang": "es", "tokens": [10, 900]}).to_csv(
+        tmp_path / layout.LENGTHS, index=False
+    )
+    recorded = {"mix": {"es": 1.0}, "rates": {"es": 0.2}, "lengths": {"es": [1.0]}}
+    assert metrics.with_test_lengths(recorded, tmp_path)["lengths"] == {"es": [1.0]}
+    bare = {"mix": {"es": 1.0}, "rates": {"es": 0.2}}
+    assert metrics.with_test_lengths(bare, tmp_path)["lengths"] == buckets.length_mix(["es", "es"], [10, 900])
+
+
+def test_a_languages_toxic_rate_is_counted_in_float64_whatever_the_labels_dtype() -> None:
+    valid = pd.DataFrame({"lang": "es", "toxic": np.array([1, 0, 0], dtype=np.float32)})
+    assert metrics.test_profile(valid, ["es"])["rates"] == {"es": 1 / 3}  # float32's 1/3 is 0.33333334
