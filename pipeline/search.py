@@ -40,6 +40,7 @@ from pipeline import config as config_mod
 from pipeline import data as data_stage
 from pipeline import experiments, layout
 from pipeline import train as train_stage
+from pipeline.core.resume import Interrupted
 from pipeline.errors import ConfigError, PipelineError, run_stage
 from pipeline.schema import Config, plain
 from pipeline.schema.search import KINDS
@@ -302,7 +303,12 @@ def objective(cfg: Config, dims: list[Dim]):
                                 "study.db was removed?); move it away, or search under another name=")  # fmt: skip
         print(f"\n=== trial {trial.number}: {' '.join(values)} ===", flush=True)
         data_stage.run(tcfg)
-        summary = train_stage.run(tcfg, on_evaluation=Reporter(trial))
+        try:
+            summary = train_stage.run(tcfg, on_evaluation=Reporter(trial))
+        except Interrupted as e:  # the fold says `make train` resumes it: a search fails the trial instead
+            where = str(e).split(";")[0]
+            raise Interrupted(f"trial {trial.number} stopped ({where}): it counts as failed and its folder is never "
+                              "reused; `make search` again goes on with a new trial") from None  # fmt: skip
         found = metrics.headline((summary or {}).get("metrics", {}))
         if found is None:
             raise PipelineError(f"trial {trial.number}: {folder} has no figure to rank it by")

@@ -252,3 +252,18 @@ def test_a_trial_whose_folder_exists_stops_before_it_trains_there(tmp_path: Path
 )  # fmt: skip
 def test_search_pruner_names_the_pruner(tmp_path: Path, name: str, kind: type) -> None:
     assert isinstance(search.make_pruner(load(tmp_path, f"search.pruner={name}")), kind)
+
+
+def test_a_search_stopped_mid_trial_says_the_trial_failed_not_that_make_train_resumes(tmp_path, capsys, monkeypatch):
+    from pipeline.core.resume import Interrupted
+
+    def stopped(*_a, **_k):
+        raise Interrupted("fold 0 stopped at epoch 1, step 2; `make train` again resumes from there")
+
+    monkeypatch.setattr(search.train_stage, "run", stopped)
+    assert search.main(["--config", "sample", *args(tmp_path, "search.trials=2")]) == 130
+    said = capsys.readouterr()
+    text = said.out + said.err
+    assert "trial 0 stopped (fold 0 stopped at epoch 1, step 2): it counts as failed" in text
+    assert "`make train` again resumes" not in text
+    assert [t.state for t in study_of(tmp_path).get_trials()] == [TrialState.FAIL]
