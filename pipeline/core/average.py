@@ -21,29 +21,32 @@ from torch.optim.swa_utils import get_ema_multi_avg_fn
 class WeightAverage:
     def __init__(self, model: torch.nn.Module, decay: float) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.average = [p.detach().float().clone() for p in self.params]  # starts at the fold's first weights
+        if any(p.dtype != torch.float32 for p in self.params):
+            raise ValueError("train.average: the trained weights are not fp32")
+        self.average = [p.detach().clone() for p in self.params]  # starts at the fold's first weights
         self.updates = 0
         self._update = get_ema_multi_avg_fn(decay)
 
     @torch.no_grad()
     def update(self) -> None:
         """One more step into the average: average = decay x average + (1 - decay) x weights."""
-        self._update(self.average, [p.detach().float() for p in self.params], self.updates)
+        self._update(self.average, [p.detach() for p in self.params], self.updates)
         self.updates += 1
 
     @contextlib.contextmanager
     def applied(self):
         """The model holds the average inside the block (evaluation, saving the best), its own weights after."""
-        live = [p.detach().clone() for p in self.params]
-        with torch.no_grad():
-            for p, a in zip(self.params, self.average, strict=True):
-                p.copy_(a)
+        self.exchange()
         try:
             yield
         finally:
-            with torch.no_grad():
-                for p, w in zip(self.params, live, strict=True):
-                    p.copy_(w)
+            self.exchange()
+
+    def exchange(self) -> None:
+        """The weights and the average trade storage: nothing copied, no second copy of the weights held while an
+        evaluation runs (both fp32 on one device: what trains is fp32 master weights, core/modeling)."""
+        for i, p in enumerate(self.params):
+            p.data, self.average[i] = self.average[i], p.data
 
     def state(self) -> dict:
         """What the resume state keeps: the average's tensors (on the CPU) and its count of updates."""
