@@ -12,6 +12,7 @@ pipeline.schema can read the names.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,10 +65,14 @@ def setting_doc() -> str:
     return " or ".join(f"`{o.name}` ({o.doc})" for o in OPTIMIZERS.values())
 
 
-def refusal(name: str, device_type: str | None, has: Callable[[str], bool]) -> str | None:
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def refusal(name: str, device_type: str | None, has: Callable[[str], bool] | None = None) -> str | None:
     """Why train.optimizer=`name` cannot run on a `device_type` device (None: any device) where `has(module)` says
-    which modules are installed, in one line; None where it can."""
-    o = OPTIMIZERS[name]
+    which modules are installed (by default, whether this Python can import it), in one line; None where it can."""
+    o, has = OPTIMIZERS[name], has or installed
     if o.cuda_only and device_type not in (None, "cuda"):
         return f"train.optimizer={name} runs only on a CUDA GPU ({o.needs}); use adamw here"
     if o.needs and not has(o.needs):

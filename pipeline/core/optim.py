@@ -11,7 +11,6 @@ is skipped (the GradScaler skips it by itself in fp16) and the caller counts it.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import torch
@@ -95,14 +94,10 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     return OPTIMIZERS[cfg.optimizer].build(groups, cfg.lr, device)
 
 
-def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
 def check_optimizer(cfg: TrainConfig, device: torch.device) -> None:
     """Refuse, in one line, a train.optimizer this device cannot run: before any fold starts (pipeline.train) as
     well as where the optimizer is made."""
-    why = refusal(cfg.optimizer, device.type, installed)
+    why = refusal(cfg.optimizer, device.type)
     if why:
         raise PipelineError(why)
 

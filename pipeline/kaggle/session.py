@@ -230,7 +230,7 @@ def check_machine(cfg: Config, gpus: int | None = None) -> None:
             f"transformers {transformers.__version__} is too old (the pipeline needs {want} or newer): set "
             "kaggle.docker_image_pinning=latest (the newest image) and push again"
         )
-    why = optimizers.refusal(cfg.train.optimizer, None, lambda module: importlib.util.find_spec(module) is not None)
+    why = optimizers.refusal(cfg.train.optimizer, None)
     if why:
         raise KernelError(why)
     if cfg.model.lora.r > 0 and importlib.util.find_spec("peft") is None:

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from pipeline import config
+from pipeline import config, optimizers
 from pipeline.core import modeling, optim
 from pipeline.errors import PipelineError
 from tests.helpers.tinymodel import FAMILIES, family_config
@@ -139,11 +139,11 @@ def test_the_schedule_warms_up_then_decays_to_zero_at_the_last_step() -> None:
 def test_an_optimizer_the_device_cannot_run_is_refused_in_one_line() -> None:
     with pytest.raises(PipelineError, match=r"^train.optimizer=adamw8bit runs only on a CUDA GPU"):
         optim.check_optimizer(train_cfg(optimizer="adamw8bit"), CPU)
-    assert optim.installed("json") and not optim.installed("no_such_module_here")
+    assert optimizers.installed("json") and not optimizers.installed("no_such_module_here")
 
 
 def test_no_installed_module_is_refused_on_a_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(optim, "installed", lambda module: False)
+    monkeypatch.setattr(optimizers, "installed", lambda module: False)
     with pytest.raises(PipelineError, match=r"^train.optimizer=adamw8bit needs bitsandbytes, which is not installed"):
         optim.check_optimizer(train_cfg(optimizer="adamw8bit"), torch.device("cuda"))
 
