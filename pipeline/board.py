@@ -107,9 +107,7 @@ def summary_of(exp: Path, counted: set[int], profile=None, prepared: Path | None
     if prepared is not None:
         recorded = metrics.with_test_lengths(recorded, prepared)
     oof = report.read_oof(scored, prepared)
-    # EM's rates off the test predictions widen the range here as in `make cv` (report.cv_report)
-    em = report.em_figures(oof, scored, prepared, recorded, report.pred_scale(done)) if prepared else None
-    summary = report.cv_summary(oof, done, {**recorded, "em": em} if em else recorded)
+    summary = report.folds_summary(oof, done, scored, prepared, recorded)  # ranged as `make cv` ranges it
     saved = report.read_cv(exp / layout.CV_JSON)
     details = saved.get("fold_details") if isinstance(saved.get("fold_details"), dict) else {}
     if {str(k): d["digest"] for k, d in done.items()} == {k: (v or {}).get("digest") for k, v in details.items()}:

@@ -319,6 +319,14 @@ def best_step_line(summary: dict) -> str:
     )
 
 
+def folds_summary(oof: pd.DataFrame, done: dict[int, dict], dirs: list[Path], prepared: Path | None,
+                  profile: dict | None) -> dict:  # fmt: skip
+    """cv_summary of a trained experiment's folds (`dirs`), its profile taking in the test's toxic rates by EM on
+    their test predictions where there are any (em_figures: they widen the estimate's range)."""
+    em = em_figures(oof, dirs, prepared, profile, pred_scale(done)) if prepared is not None else None
+    return cv_summary(oof, done, {**profile, "em": em} if em else profile)
+
+
 def em_figures(oof: pd.DataFrame, dirs: list[Path], prepared: Path, profile: dict | None, scale: str) -> dict | None:
     """Each test language's toxic rate by EM on the folds' test predictions (pipeline.scoring.rates), the prior
     of each read on its stand-ins' probabilities from the kept model (`best`, else `pred`: what predicted the
@@ -378,8 +386,7 @@ def cv_report(cfg: Config, digest: str | None = None, prepared: Path | None = No
     oof = read_oof(dirs, prepared)
     done = {layout.fold_index(d): validity.read_done(d) for d in dirs}
     profile = metrics.with_test_lengths(profile_of(done) or read_profile(cfg), prepared)
-    em = em_figures(oof, dirs, prepared, profile, pred_scale(done))
-    summary = cv_summary(oof, done, {**profile, "em": em} if em else profile)  # EM's rates widen the range
+    summary = folds_summary(oof, done, dirs, prepared, profile)
     old = exp / layout.CV_JSON
     if old.exists():  # what `make predict` recorded (test score, calibration) stays while of the same folds
         saved = read_cv(old)
