@@ -171,3 +171,17 @@ def test_e5_adapted_is_a_folder_the_pipeline_reads_as_its_encoder(prepared) -> N
     assert not info["missing_keys"] and not info["unexpected_keys"]  # the encoder whole, nothing else
     encoder = modeling.pretrained_encoder(str(dest), 0.1)
     assert encoder.config.model_type == "bert" and load_tokenizer(dest).mask_token == "<mask>"
+
+
+@pytest.mark.parametrize(("asked", "runs"), [("auto", "fp32"), ("fp32", "fp32"), ("bf16", "bf16")])
+def test_train_precision_bf16_runs_the_stage_in_bf16_on_a_cpu(prepared, monkeypatch, asked: str, runs: str) -> None:
+    seen = []
+    real = mlm.precision.autocast
+    monkeypatch.setattr(mlm.precision, "autocast", lambda prec, device: seen.append(prec) or real(prec, device))
+    cfg = config.with_overrides(prepared, [f"train.precision={asked}", "mlm.steps=2"])
+    tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
+    rows = tokens.tokenize(tokenizer, ["the cat sat on the mat", "a dog ran"] * 4, cfg.mlm.max_length)
+    lines = []
+    mlm.train_mlm(mlm.mlm_model(cfg, tokenizer), rows, tokenizer, cfg, torch.device("cpu"), log=lines.append)
+    assert seen == [runs, runs]
+    assert f"mlm: {runs} on cpu" in lines
