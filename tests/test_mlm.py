@@ -185,3 +185,26 @@ def test_train_precision_bf16_runs_the_stage_in_bf16_on_a_cpu(prepared, monkeypa
     mlm.train_mlm(mlm.mlm_model(cfg, tokenizer), rows, tokenizer, cfg, torch.device("cpu"), log=lines.append)
     assert seen == [runs, runs]
     assert f"mlm: {runs} on cpu" in lines
+
+
+@pytest.mark.parametrize("family", ["xlm-roberta", "bert", "modernbert"])
+def test_the_head_reads_the_masked_positions_alone_to_the_models_own_loss(family: str) -> None:
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=97)
+    cfg = AutoConfig.for_model(family, **small, max_position_embeddings=64, pad_token_id=0)
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(cfg).eval()
+    ids = torch.randint(5, 97, (3, 12))
+    labels = torch.full_like(ids, -100)
+    labels[:, 2:5] = ids[:, 2:5]  # 9 of 36 positions carry a label
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    seen = []
+    head = mlm.prediction_head(model)
+    module = head if isinstance(head, torch.nn.Module) else model.decoder
+    module.register_forward_hook(lambda m, args, out: seen.append(out.shape[0]))
+    with torch.no_grad():
+        ours = mlm.masked_loss(model, batch)
+        theirs = model(**batch).loss
+    assert seen[0] == 9  # logits of the 9 labelled positions, not of all 36
+    assert torch.allclose(ours, theirs, atol=1e-5), (ours, theirs)
