@@ -644,3 +644,43 @@ def test_the_host_plan_counts_one_resume_state_under_two_processes(tmp_path: Pat
     assert total == 2 * (kaggle_memory.loaded_bytes(cfg, arch) + kaggle_memory.PROCESS_HOST_BYTES) + state
     assert "of a resumed fold's state (read by the first process, mapped by the others)" in line
     assert kaggle_memory.host_memory(cfg, 1)[1] == total - kaggle_memory.loaded_bytes(cfg, arch) - 2.5e9
+
+
+# docs/encoders.md's planned-memory tables, row by row: (the row's name, its config, overrides)
+PLANNED = {
+    "XLM-R large (560M, untrimmed)": ("xlmr-large", "model.trim_vocab=false"),
+    "mmBERT base, untrimmed (307M)": ("mmbert-base", "model.trim_vocab=false"),
+    "mmBERT base, trimmed (156M kept)": ("mmbert-base", "model.trim_vocab=true"),
+    "mmBERT small, trimmed (65M kept)": ("mmbert-small", "model.trim_vocab=true"),
+}
+
+
+def planned_cell(tmp_path: Path, name: str, length: int, budget: int) -> str:
+    """`with checkpointing / without` GB, as the docs' table gives them; `-` past the model's positions."""
+    from pipeline.kaggle import memory as kaggle_memory
+
+    config_name, trim = PLANNED[name]
+    if config_name.startswith("xlmr") and length > 512:
+        return "-"  # XLM-R reads 512 positions
+    totals = []
+    for checkpointing in ("true", "false"):
+        cfg = cfg_for(tmp_path, config_name, trim, f"model.max_length={length}", "train.micro_batch=8",
+                      f"train.token_budget={budget}", f"train.checkpointing={checkpointing}")  # fmt: skip
+        totals.append(kaggle_memory.plan_memory(cfg).total / 1e9)
+    return f"{totals[0]:.1f} / {totals[1]:.1f} GB"
+
+
+TABLES = [("The memory plan beside XLM-R large", 0, (256, 512)), ("Reading long comments whole", 2048, (512, 1024))]
+
+
+@pytest.mark.parametrize(("title", "budget", "lengths"), TABLES)
+def test_the_encoders_page_planned_memory_is_the_plan_s(tmp_path: Path, title: str, budget: int, lengths) -> None:
+    from tests.helpers import ROOT
+
+    page = (ROOT / "docs" / "encoders.md").read_text(encoding="utf-8")
+    table = page.split(f"### {title}\n", 1)[1].split("\n#", 1)[0]
+    rows = {cells[0]: cells[1:] for line in table.splitlines() if line.startswith("| ")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}  # fmt: skip
+    assert rows["model"] == [f"{n} tokens" for n in lengths]
+    for name in PLANNED:
+        assert rows[name] == [planned_cell(tmp_path, name, n, budget) for n in lengths], name
