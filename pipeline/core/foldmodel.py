@@ -179,8 +179,8 @@ def ddp_headroom(cfg: Config, model, net, prec: str, d: distributed.Dist) -> Non
     fix += "" if t.checkpointing is True else " or set train.checkpointing=true"
     raise PipelineError(
         f"micro-batch {rows} x {cfg.model.max_length} tokens leaves process {rank} no memory margin ({how}): under "
-        "DDP an out-of-memory "
-        f"error mid-fold stops the fold rather than halving the micro-batch; {fix} (or train.max_memory_gb: auto-fit)"
+        "DDP an out-of-memory error mid-fold stops the fold rather than halving the micro-batch; "
+        f"{fix} (or train.max_memory_gb: auto-fit)"
     )
 
 
