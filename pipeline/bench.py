@@ -6,9 +6,10 @@ Writes  models/bench/<model>.md     the table, the floor and the notes (also pri
         models/bench/<model>.png    bar chart: peak memory and samples per second per row
 
 The model is XLM-R's architecture from a config (base or large sizes, the real 250,002-token
-vocabulary, random weights); the data is random token ids at full length. Every row trains on the
-same rows at the same effective batch: an untimed warm-up (one forward/backward on one row, and the
-optimizer state created by a zero step), then `bench.steps` optimizer steps, each timed on its own;
+vocabulary, random weights), its attention model.attn_implementation's (the table's title names the one that ran;
+one that cannot run here is refused in one line before any row); the data is random token ids at full length.
+Every row trains on the same rows at the same effective batch: an untimed warm-up (one forward/backward on one
+row, and the optimizer state created by a zero step), then `bench.steps` optimizer steps, each timed on its own;
 pipeline.benchmark.report turns them into a median, a spread and ratios that call a tie a tie.
 
 Each row runs in a fresh process (`python -m pipeline.bench --row ...`, which prints one JSON line)
@@ -74,6 +75,15 @@ def measure_peaks(cfg: Config) -> tuple[dict[str, float], dict]:
     return {p: matmul_peak(device, p) for p in sorted(used)}, spec
 
 
+def attention_asked(cfg: Config) -> str:
+    """model.attn_implementation in words, or the one line (pipeline.core.attention) refusing it on this device."""
+    from pipeline.core import attention, distributed
+
+    choice = cfg.model.attn_implementation
+    wanted = attention.implementation(choice, distributed.pick_device(cfg.train.device))
+    return f"{wanted} (model.attn_implementation)" if wanted else "auto (model.attn_implementation: transformers' own)"
+
+
 def _brief(r: dict) -> str:
     if "na" in r:
         return f"n/a ({r['na']})"
@@ -85,6 +95,7 @@ def _brief(r: dict) -> str:
 def run(cfg: Config, runner, log=print) -> dict:
     """Measure every row with `runner(spec) -> result` (a fresh process each), print and write the table."""
     model_config(cfg)  # a model folder that is not there (or too short for bench.seq_len): before any row
+    log(f"bench: attention {attention_asked(cfg)}")  # an implementation that cannot run here: refused before any row
     peaks, spec = measure_peaks(cfg)  # before the rows, in this process, alone on the machine
     summary = report.summarize(measure(cfg, runner, log), peaks, cfg.bench.seq_len, spec)
     summary["seq_len"] = cfg.bench.seq_len  # samples/s x this: the tokens/s a Kaggle time plan can start from

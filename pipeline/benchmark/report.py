@@ -230,9 +230,10 @@ def bench_table(bench, summary: dict, explain: list[str] = ()) -> str:
     # the mixed precision the rows resolved to: any row's but the fp32 baseline's, which may be absent or anywhere
     mixed = [r["ours"] for r in rows if r["spec"]["key"] != BASELINE]
     precision = next((o["precision"] for o in mixed if "precision" in o), "?")
+    attention = next((r["ours"]["attention"] for r in rows if "attention" in r["ours"]), "?")
     head = (
         f"# make bench: {bench.model}, sequence length {bench.seq_len}, effective batch {bench.effective_batch}, "
-        f"{bench.steps} timed optimizer steps per row after a warm-up, {device}\n\n"
+        f"{bench.steps} timed optimizer steps per row after a warm-up, {device}, attention {attention}\n\n"
         "| row | switches Trainer lacks | micro x accum | peak MB | x baseline | x floor | samples/s | x baseline | "
         "Trainer peak MB | Trainer samples/s | memory ours/Trainer | speed ours/Trainer | TFLOP/s | "
         "of measured matmul | of spec peak |\n"

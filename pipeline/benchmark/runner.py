@@ -1,7 +1,8 @@
 """One bench row, run in a process of its own: the model built, warmed up and timed, ours or through Trainer.
 
 The model is XLM-R's architecture from a config (base, large or XL sizes, the real vocabulary, random weights) or
-a pretrained encoder's folder, under the pipeline's head; a LoRA row freezes it in half precision and trains
+a pretrained encoder's folder, under the pipeline's head, its attention the one model.attn_implementation picks
+(pipeline.core.attention, as `make train` picks it); a LoRA row freezes it in half precision and trains
 adapters (pipeline.core.lora) as `make train` does. The data is random token ids at full length. Every row
 trains on the same rows at the same effective batch: an untimed warm-up (one forward/backward on one row, and
 the optimizer state created by a zero step), then `bench.steps` optimizer steps, each timed on its own.
@@ -219,7 +220,7 @@ def run_row(cfg: Config, spec: dict) -> dict:
     """Build, warm up and time one row; returns its measurements (or `na` with the reason)."""
     import torch
 
-    from pipeline.core import distributed, memory, modeling
+    from pipeline.core import attention, distributed, memory, modeling
     from pipeline.core.precision import resolve_precision
 
     b = cfg.bench
@@ -235,6 +236,8 @@ def run_row(cfg: Config, spec: dict) -> dict:
     start = _memory_start(device)
 
     model, ids = row_model(cfg, spec, mconf, vocab, ids, precision, out)
+    attention.apply(model.encoder, cfg.model.attn_implementation, device)  # as make train does: after the adapters
+    out["attention"] = model.encoder.config._attn_implementation  # what ran: `auto` is transformers' own choice
     model.to(device)
     micro = spec["micro"]
     if spec["autofit"] and not spec.get("force_micro"):  # the Trainer's row takes the pick, not probes again

@@ -212,7 +212,8 @@ class FoldRun:
         """The epoch's micro-steps as row indices of the table: micro-step k, rank r's batch."""
         t = self.cfg.train
         lengths = self.data.lengths[self.train_idx]
-        batches = batching.length_grouped_batches(lengths, t.micro_batch, t.seed + self.fold, epoch, self.d.world)
+        multiple = batching.pad_multiple(self.precision)  # a token budget counts the widths collate pads to
+        batches = batching.epoch_batches(lengths, t, multiple, t.seed + self.fold, epoch, self.d.world)
         return [[self.train_idx[b] for b in s] for s in batching.micro_steps(batches, self.d.world)]
 
     def checkpoint(self) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline import config as config_mod
 from pipeline import files, layout, validity
-from pipeline.core import attention, cpusize, distributed, lora, memory, modeling, optim, trim
+from pipeline.core import attention, batching, cpusize, distributed, lora, memory, modeling, optim, trim
 from pipeline.errors import PipelineError
 from pipeline.files import check_free_space
 from pipeline.inputs.tokens import Ragged
@@ -30,7 +30,6 @@ def banner(
     """The fold's header: the model (under LoRA, what it trains), device, precision, checkpointing (and, `why`, how
     auto decided it), the plan."""
     t = cfg.train
-    eff = t.micro_batch * t.accumulation * d.world
     n = modeling.count_parameters(model)
     params = f"{n / 1e6:.1f}M parameters" if n >= 1e5 else f"{n:,} parameters"  # a tiny LoRA fold's: thousands
     if model.lora is not None:
@@ -43,9 +42,29 @@ def banner(
     return (
         f"model {cfg.model.name} ({params}) | device {d.device} | precision {prec} | "
         f"checkpointing {'on' if t.checkpointing is True else 'off'}{f' ({why})' if why else ''}\n"
-        f"examples {n_train:,} train / {n_valid:,} valid | micro-batch {t.micro_batch} x accumulation "
-        f"{t.accumulation} x world {d.world} = effective batch {eff} | {t.epochs} epochs, {plan}"
+        f"examples {n_train:,} train / {n_valid:,} valid | {batch_plan(t, d.world)} | {t.epochs} epochs, {plan}"
     )
+
+
+def batch_plan(t, world: int) -> str:
+    """The banner's micro-batch x accumulation x world: rows, or under a token budget rows and tokens at most (the
+    rows of a step vary with their lengths)."""
+    eff = t.micro_batch * t.accumulation * world
+    if t.token_budget <= 0:
+        return f"micro-batch {t.micro_batch} x accumulation {t.accumulation} x world {world} = effective batch {eff}"
+    return (f"micro-batches of at most {t.token_budget:,} tokens and {t.micro_batch} rows (train.token_budget) x "
+            f"accumulation {t.accumulation} x world {world} = at most {eff} rows, "
+            f"{t.token_budget * t.accumulation * world:,} tokens a step")  # fmt: skip
+
+
+def probe_rows(cfg: Config, prec: str) -> int:
+    """Rows of the micro-batch a fold's memory checks step at model.max_length: micro_batch, or under a token
+    budget as many of the longest rows as it holds (their attention is the largest a batch of the budget needs)."""
+    t = cfg.train
+    if t.token_budget <= 0:
+        return t.micro_batch
+    width = batching.padded_width(cfg.model.max_length, batching.pad_multiple(prec))
+    return batching.budget_rows(width, t.micro_batch, t.token_budget)
 
 
 def check_settings(cfg: Config, device) -> None:
@@ -131,10 +150,10 @@ def checkpointing(cfg: Config, model, net, prec: str, d: distributed.Dist) -> tu
     if d.device.type != "cuda" and t.max_memory_gb <= 0:
         on, how = False, "a CPU without train.max_memory_gb"
     else:
-        fit, how = memory.fits(net, model, t.micro_batch, cfg.model.max_length, t.max_memory_gb, prec, d.device,
-                               t)  # fmt: skip
+        rows = probe_rows(cfg, prec)
+        fit, how = memory.fits(net, model, rows, cfg.model.max_length, t.max_memory_gb, prec, d.device, t)
         on = not all(distributed.gather_objects(d, fit))  # every rank runs the same way
-        how = f"micro-batch {t.micro_batch} without it: {how}"
+        how = f"micro-batch {rows} x {cfg.model.max_length} tokens without it: {how}"
     if on:
         # after DDP has wrapped the model: non-reentrant checkpointing leaves the parameters' gradient hooks alone
         modeling.enable_checkpointing(model)
@@ -150,16 +169,18 @@ def ddp_headroom(cfg: Config, model, net, prec: str, d: distributed.Dist) -> Non
     if not d.enabled or d.device.type != "cuda":
         return  # on CPUs nothing is measured against a card (gloo runs are tests and smoke runs)
     t = cfg.train
-    fit, how = memory.fits(net, model, t.micro_batch, cfg.model.max_length, t.max_memory_gb, prec, d.device,
-                           t)  # fmt: skip
+    rows = probe_rows(cfg, prec)
+    fit, how = memory.fits(net, model, rows, cfg.model.max_length, t.max_memory_gb, prec, d.device, t)
     fits = distributed.gather_objects(d, (fit, how))
     if all(f for f, _ in fits):
         return
     rank, (_, how) = next((r, f) for r, f in enumerate(fits) if not f[0])
-    fix = "lower train.micro_batch" + ("" if t.checkpointing is True else " or set train.checkpointing=true")
+    fix = "lower train.token_budget" if t.token_budget > 0 else "lower train.micro_batch"
+    fix += "" if t.checkpointing is True else " or set train.checkpointing=true"
     raise PipelineError(
-        f"micro-batch {t.micro_batch} leaves process {rank} no memory margin ({how}): under DDP an out-of-memory "
-        f"error mid-fold stops the fold rather than halving the micro-batch; {fix} (or train.max_memory_gb: auto-fit)"
+        f"micro-batch {rows} x {cfg.model.max_length} tokens leaves process {rank} no memory margin ({how}): under "
+        "DDP an out-of-memory error mid-fold stops the fold rather than halving the micro-batch; "
+        f"{fix} (or train.max_memory_gb: auto-fit)"
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from pipeline.core.batching import accumulation_windows, collate, halve_window, to_device
+from pipeline.core.batching import accumulation_windows, collate, halve_window, pad_multiple, to_device
 from pipeline.core.optim import optimizer_step, reset_scaler
 from pipeline.core.precision import autocast
 from pipeline.errors import PipelineError
@@ -77,7 +77,7 @@ class Job:
 
     @property
     def multiple(self) -> int:
-        return 8 if self.precision != "fp32" else 1  # tensor cores like widths that are multiples of 8
+        return pad_multiple(self.precision)
 
 
 def plan_windows(steps: list[list[np.ndarray]], accumulation: int, halvings: int) -> list[list[list[np.ndarray]]]:
@@ -221,7 +221,7 @@ def predict(
     idx = np.asarray(idx)
     out = np.empty(len(idx), dtype=np.float64)
     order = np.argsort(-data.lengths[idx], kind="stable")
-    multiple = 8 if precision != "fp32" else 1
+    multiple = pad_multiple(precision)
     for s in progress_bar(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress, leave=False):
         pos = order[s : s + batch_size]
         batch = to_device(collate(data, idx[pos], pad_id, multiple), device)

@@ -21,7 +21,9 @@ Besides training and evaluating, the plan counts what a fold writes (a resume st
 every train.save_every_steps, the weights at each better evaluation; a LoRA fold's: its adapters and head) and a
 LoRA fold's frozen base read from the model input (when the fold starts and when it predicts: the size of the
 source's weight files where model.name is a folder here, else 4 bytes a parameter as fp32) at an assumed 100 MB/s,
-every evaluation of train.eval_every_steps, a stage-1 model trained in the same session, and predicting.
+every evaluation of train.eval_every_steps, a stage-1 model trained in the same session, and predicting. An epoch's
+optimizer steps (which train.eval_every_steps and train.save_every_steps count) are its rows over
+micro_batch x accumulation x GPUs, or under train.token_budget at least its padded tokens over the budget's.
 """
 
 from __future__ import annotations
@@ -213,7 +215,18 @@ def prepared_tokens_per_row(cfg: Config) -> float | None:
         return None
 
 
-def fold_writes(cfg: Config, train_rows: float, stage1: bool = False) -> tuple[float, float]:
+def epoch_windows(cfg: Config, train_rows: float, per_row: float) -> int:
+    """Optimizer steps an epoch: micro-batches of train.micro_batch rows, or under train.token_budget at least as
+    many as the epoch's padded tokens fill (a batch holds at most the budget), over accumulation x GPUs."""
+    t = cfg.train
+    per_step = t.accumulation * (cfg.kaggle.gpus or T4_GPUS)  # micro-batches an optimizer step
+    steps = train_rows / (t.micro_batch * per_step)
+    if t.token_budget > 0:
+        steps = max(steps, train_rows * per_row * PADDING / (t.token_budget * per_step))
+    return max(1, math.ceil(steps))
+
+
+def fold_writes(cfg: Config, train_rows: float, per_row: float, stage1: bool = False) -> tuple[float, float]:
     """(evaluations an epoch, bytes a fold writes at most): a resume state at each epoch's end and every
     train.save_every_steps steps, the weights at each evaluation (at most: only a better one saves them)."""
     from pipeline.core import evaluation  # imports torch: `make kernel` starts without it
@@ -221,8 +234,7 @@ def fold_writes(cfg: Config, train_rows: float, stage1: bool = False) -> tuple[f
     t = cfg.train
     arch = disk.model_architecture(cfg)
     params = disk.trained_parameters(cfg, arch) if arch else 0  # a LoRA fold writes its adapters and head
-    world = cfg.kaggle.gpus or T4_GPUS
-    windows = max(1, math.ceil(train_rows / max(1, t.micro_batch * t.accumulation * world)))
+    windows = epoch_windows(cfg, train_rows, per_row)
     evals = 1.0 if stage1 else evaluation.per_epoch(t.eval_every_steps, windows)
     states = 1 + (windows - 1) // t.save_every_steps if t.save_every_steps else 1
     return evals, t.epochs * (states * 12 * params + evals * 4 * params)
@@ -231,11 +243,11 @@ def fold_writes(cfg: Config, train_rows: float, stage1: bool = False) -> tuple[f
 def plan_time(cfg: Config, folds: int) -> TimePlan:
     rate, source = throughput(cfg)
     rows, per_row, missing = table_counts(cfg)
-    evals, writes = fold_writes(cfg, rows["train"])
+    evals, writes = fold_writes(cfg, rows["train"], per_row)
     stage1 = 0.0
     if cfg.model.init_from and not cfg.kaggle.init_kernel:  # trained first, in the same session, on fold -1's rows
         first = config_mod.stage1_config(cfg, device=False)
-        _, first_writes = fold_writes(first, rows["stage1"], stage1=True)
+        _, first_writes = fold_writes(first, rows["stage1"], per_row, stage1=True)
         stage1 = first.train.epochs * rows["stage1"] * per_row * PADDING / rate + first_writes / WRITE_BYTES_PER_SECOND
     arch = disk.model_architecture(cfg)
     read, read_source = disk.source_bytes(cfg, arch) if arch else (0.0, "")  # as the source stores it, not the GPU

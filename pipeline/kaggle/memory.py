@@ -13,10 +13,12 @@ not fit fails at its first step, after the session has started. Computed, not me
   8-bit AdamW's 2);
 - autocast's half-precision copies of the fp32 matrices it multiplies, held for the forward: 2 bytes a layer
   weight when every weight trains (a LoRA base is half precision already: nothing to copy);
-- activations of one micro-batch of train.micro_batch rows at model.max_length (the longest batch), counted per
-  layer as Korthikanti et al. (2022, "Reducing Activation Recomputation in Large Transformer Models") count them
-  in half precision, 34 s b h + 5 a s^2 b bytes for a feed-forward of 4 h, here 18 s b h + 4 s b i + 5 a s^2 b
-  for one of i (8 s b i for a gated one, ModernBERT's GLU: its Wi is 2 i wide), plus 3 bytes an input value of
+- activations of the largest micro-batch: train.micro_batch rows at model.max_length, or under train.token_budget
+  the most padded tokens a batch holds, its attention at the longest row (pipeline.core.batching.worst_batch),
+  counted per layer as Korthikanti et al. (2022, "Reducing Activation Recomputation in Large Transformer Models")
+  count them in half precision, 34 s b h + 5 a s^2 b bytes for a feed-forward of 4 h, here 18 t h + 4 t i + 5 a s t
+  for one of i with t = s b tokens (8 t i for a gated one, ModernBERT's GLU: its Wi is 2 i wide; the attention's
+  scores are s^2 a row, so s t bounds every batch of t tokens at most s wide), plus 3 bytes an input value of
   each adapter (its half-precision copy and dropout mask). With checkpointing every layer keeps its input (2 s b h
   bytes) and one layer at a time is rebuilt, its gradients beside it (twice its activations); without, every layer
   keeps its own, and one layer's gradients are beside them.
@@ -36,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline import config as config_mod
-from pipeline.core import headroom
+from pipeline.core import batching, headroom
 from pipeline.kaggle import disk
 from pipeline.optimizers import OPTIMIZERS
 from pipeline.schema import Config
@@ -60,29 +62,39 @@ class MemoryPlan:
         return FRAGMENTATION * sum(b for _, b in self.items)
 
 
-def layer_activations(arch: dict, micro: int, seq: int, lora) -> float:
-    """Bytes one layer keeps for its backward: attention, feed-forward, LayerNorms and dropout masks, and LoRA's
-    adapter inputs (each adapter its own copy: q, k and v read the same hidden states)."""
+def layer_activations(arch: dict, tokens: int, seq: int, lora) -> float:
+    """Bytes one layer keeps for its backward over a micro-batch of `tokens` padded tokens, rows at most `seq` wide:
+    attention, feed-forward, LayerNorms and dropout masks, and LoRA's adapter inputs (each adapter its own copy: q,
+    k and v read the same hidden states)."""
     h, i = arch["hidden_size"], arch["intermediate_size"]
     heads = arch.get("num_attention_heads") or max(1, h // 64)
-    tokens = micro * seq
     # a GLU keeps its first projection's 2 i values, the gate's activation and their product (8 bytes x i), where
     # a plain feed-forward keeps its projection's and its activation's i each (4 bytes x i)
     ffn = 8 if disk.shapes(arch).glu else 4
-    layer = 18 * tokens * h + ffn * tokens * i + 5 * heads * seq * seq * micro
+    layer = 18 * tokens * h + ffn * tokens * i + 5 * heads * seq * tokens
     if lora.r > 0:
         per_h, per_i = ADAPTER_INPUT_VALUES[lora.targets]
         layer += 3 * tokens * (per_h * h + per_i * i)
     return float(layer)
 
 
+def batch_shape(cfg: Config) -> tuple[int, int, str]:
+    """(width, tokens, in words) of the micro-batch the plan prices: the largest the settings cut
+    (batching.worst_batch, its widths rounded as collate rounds them)."""
+    t, length = cfg.train, cfg.model.max_length
+    width, tokens = batching.worst_batch(t.micro_batch, t.token_budget, length, batching.pad_multiple(t.precision))
+    if t.token_budget > 0:
+        return width, tokens, f"train.token_budget: at most {tokens:,} tokens a micro-batch, rows up to {width}"
+    return width, tokens, f"micro-batch {t.micro_batch} x {length} tokens"
+
+
 def activations(cfg: Config, arch: dict, checkpointed: bool) -> tuple[str, float]:
-    """(what, bytes) of a micro-batch's activations at full length, with or without checkpointing."""
-    t, n = cfg.train, arch["num_hidden_layers"]
-    layer = layer_activations(arch, t.micro_batch, cfg.model.max_length, cfg.model.lora)
-    shape = f"micro-batch {t.micro_batch} x {cfg.model.max_length} tokens"
+    """(what, bytes) of the largest micro-batch's activations, with or without checkpointing."""
+    n = arch["num_hidden_layers"]
+    width, tokens, shape = batch_shape(cfg)
+    layer = layer_activations(arch, tokens, width, cfg.model.lora)
     if checkpointed:
-        kept = 2.0 * n * t.micro_batch * cfg.model.max_length * arch["hidden_size"]
+        kept = 2.0 * n * tokens * arch["hidden_size"]
         return f"activations, checkpointed: {n} layer inputs, one layer rebuilt with its gradients ({shape})", (
             kept + 2 * layer
         )
@@ -144,6 +156,8 @@ def over_memory(plan: MemoryPlan, cfg: Config, gpu: str = "T4", usable: float = 
     if plan.total <= usable:
         return ""
     fixes = "a smaller train.micro_batch (a larger train.accumulation keeps the effective batch)"
+    if cfg.train.token_budget > 0:
+        fixes = "a smaller train.token_budget (or model.max_length: a longer row is read alone)"
     if cfg.train.checkpointing is False:
         fixes = "train.checkpointing=true (or auto), " + fixes
     if cfg.model.lora.r <= 0:

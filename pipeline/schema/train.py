@@ -19,6 +19,15 @@ class TrainConfig:
     accumulation: int = setting(
         2, "micro-batches per optimizer step; effective batch = micro × accumulation × world (GPUs)", within=at_least(1)
     )
+    token_budget: int = setting(
+        0,
+        "> 0: micro-batches of rows of similar length whose padded size (rows × the longest row) is at most this "
+        "many tokens, and at most `micro_batch` rows: short comments come many to a batch, long ones few, and a row "
+        "longer than the budget alone; the memory plans price this, not micro_batch × max_length; 0: off, "
+        "`micro_batch` rows each ([encoders.md](encoders.md#reading-long-comments-whole))",
+        within=at_least(0, " (0: off)"),
+        role=LATER,
+    )
     lr: float = setting(5e-4, "learning rate (of the head and, without layer_decay, of every layer)", within=POSITIVE)
     layer_decay: float = setting(
         1.0,

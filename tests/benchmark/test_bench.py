@@ -545,3 +545,25 @@ def test_make_bench_gpu_on_four_gpus_gives_each_row_one(monkeypatch, tmp_path) -
     assert bench.main(["--config", "bench-gpu", f"models_dir={tmp_path}", "train.device=cuda:3"]) == 0
     ((cfg_args, env),) = seen
     assert env["CUDA_VISIBLE_DEVICES"] == "3" and cfg_args[-1] == "train.device=cuda"
+
+
+@pytest.mark.parametrize("choice", ["eager", "sdpa"])
+def test_the_bench_builds_its_model_with_the_attention_asked_and_says_which(tmp_path, choice: str) -> None:
+    cfg = config.load("sample", [*TINY, f"models_dir={tmp_path}", f"model.attn_implementation={choice}",
+                                 "bench.rows=[mp]", "bench.baseline=false", "bench.trainer=false"])  # fmt: skip
+    said = []
+    summary = bench.run(cfg, lambda spec: bench_runner.run_row(cfg, spec), log=said.append)
+    assert [r["ours"]["attention"] for r in summary["rows"]] == [choice]  # what the row's encoder ran
+    assert f"bench: attention {choice} (model.attn_implementation)" in said
+    assert f", attention {choice}\n" in bench_report.bench_table(cfg.bench, summary)
+
+
+def test_an_attention_that_cannot_run_here_is_refused_in_one_line_before_any_row(tmp_path) -> None:
+    from pipeline.core import attention
+
+    cfg = config.load("sample", [*TINY, f"models_dir={tmp_path}", "model.attn_implementation=flash_attention_2"])
+    rows = []
+    with pytest.raises(attention.AttentionError) as e:
+        bench.run(cfg, rows.append, log=lambda *a: None)
+    assert "flash_attention_2 runs only on a CUDA GPU" in str(e.value) and "\n" not in str(e.value)
+    assert rows == []  # refused before any row's process

@@ -1,7 +1,8 @@
 """One fold trained in process (pipeline.core.fold.FoldRun): a stop at an epoch's last step, checkpointing in
 the real fold, a fold with one class, a resumed fold that keeps the plan auto-fit chose; a resume under other
 settings (continued, or named as dropped before anything is replaced), a resumed fold's minutes, TensorBoard
-and the ETA after a resume, a killed run's temporaries and a full disk while a state is saved."""
+and the ETA after a resume, a killed run's temporaries and a full disk while a state is saved; a fold cut by a
+token budget resumed mid-epoch."""
 
 from __future__ import annotations
 
@@ -485,3 +486,20 @@ def test_precision_auto_is_measured_once_an_experiment_and_the_other_folds_take_
     assert read_json(layout.precision_choice(cfg))["rates"] == {"bf16": 10.0, "fp32": 9.0}
     other = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, micro_batch=cfg.train.micro_batch // 2))
     assert fold_run(other, StopAt(10**9), fold=1).precision == "fp32" and len(measured) == 2  # other shapes
+
+
+def test_a_token_budget_fold_stopped_mid_epoch_resumes_to_the_same_auc(prepared, tmp_path) -> None:
+    """train.token_budget: micro-batches of unequal rows, the same plan again after a resume (the seed's), so a
+    fold stopped mid-epoch ends where an uninterrupted one does."""
+    cfg = config.with_overrides(prepared, ["train.token_budget=128"])
+    reference = dataclasses.replace(cfg, models_dir=str(tmp_path / "reference"))
+    want = fold_run(reference, StopAt(10**9)).run()
+
+    run = fold_run(cfg, StopAt(10**9))
+    rows = [len(ms[0]) for ms in run.epoch_plan(0)]
+    assert len(set(rows)) > 2 and max(rows) <= 16  # cut by the budget, never past micro_batch
+    run.stop = StopAt(run.windows // 2)
+    with pytest.raises(Interrupted):
+        run.run()
+    got = fold_run(cfg, StopAt(10**9)).run()
+    assert got["auc"] == pytest.approx(want["auc"], abs=1e-9)

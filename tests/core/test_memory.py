@@ -276,3 +276,21 @@ def test_ddp_on_gpus_refuses_a_step_without_margin_up_front(monkeypatch, fits, r
     assert "process 1 no memory margin (peak 15.2 GB of 14.9 GB on cuda:1)" in str(e.value)
     assert "stops the fold rather than halving" in str(e.value) and "train.checkpointing=true" in str(e.value)
     foldmodel.ddp_headroom(cfg, None, None, "fp16", distributed.Dist(rank=0, world=2))  # CPUs: nothing measured
+
+
+def test_a_token_budget_checks_the_memory_of_the_longest_rows_it_holds(monkeypatch) -> None:
+    """Under train.token_budget the fold's memory checks step the batch of the longest rows the budget holds (64
+    tokens of rows 32 wide: 2 rows, not micro_batch's 16), and the banner gives the plan in tokens."""
+    from pipeline.core import distributed, foldmodel
+
+    asked = []
+    monkeypatch.setattr(memory, "fits", lambda net, model, micro, seq, *a: asked.append((micro, seq)) or (True, "ok"))
+    monkeypatch.setattr(distributed, "gather_objects", lambda d, mine: [mine])
+    cfg = auto_config(max_memory_gb=1.0, micro_batch=16, token_budget=64)
+    model = tiny_classifier(vocab=200, hidden=32, layers=2)
+    cfg, why = foldmodel.checkpointing(cfg, model, model, "fp16", distributed.Dist())
+    foldmodel.ddp_headroom(cfg, model, model, "fp16", distributed.Dist(rank=0, world=2, device=torch.device("cuda:0")))
+    assert asked == [(2, 32), (2, 32)] and "micro-batch 2 x 32 tokens without it" in why
+    header = foldmodel.banner(cfg, distributed.Dist(), "fp16", 10, 5, 3, model, why)
+    assert "micro-batches of at most 64 tokens and 16 rows (train.token_budget)" in header
+    assert "at most 32 rows, 128 tokens a step" in header  # accumulation 2, one process

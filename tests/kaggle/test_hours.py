@@ -4,6 +4,7 @@ every row it trains on, a stage-1 model, every evaluation, the saves and predict
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,22 @@ def test_the_plan_is_against_kaggle_timeout_when_it_is_shorter(tmp_path: Path) -
     assert hours.session_seconds(longer) == 12 * 3600 and "of a 12 h session" in hours.format_time(
         hours.plan_time(longer, 5), longer
     )
+
+
+def test_a_token_budget_counts_the_optimizer_steps_its_micro_batches_make(tmp_path: Path) -> None:
+    """Evaluations every N steps count the epoch's steps: under train.token_budget at least its padded tokens over
+    the budget a micro-batch, more than its rows over micro_batch where the budget holds fewer rows."""
+    rows = 100_000.0
+    plain = cfg_for(tmp_path, *LARGE)
+    t = plain.train
+    want = math.ceil(rows / (t.micro_batch * t.accumulation * 2))  # two T4s
+    assert hours.epoch_windows(plain, rows, 150.0) == want
+    budget = cfg_for(tmp_path, *LARGE, "train.token_budget=512")
+    assert hours.epoch_windows(budget, rows, 150.0) == math.ceil(
+        rows * 150.0 * hours.PADDING / (512 * t.accumulation * 2)
+    )
+    roomy = cfg_for(tmp_path, *LARGE, f"train.token_budget={10**6}")
+    assert hours.epoch_windows(roomy, rows, 150.0) == want  # never fewer rows a batch than micro_batch allows
+    every = ["train.eval_every_steps=200"]
+    often = hours.plan_time(cfg_for(tmp_path, *LARGE, *every, "train.token_budget=512"), 5)
+    assert often.evals_per_epoch > hours.plan_time(cfg_for(tmp_path, *LARGE, *every), 5).evals_per_epoch

@@ -95,7 +95,7 @@ def test_mmbert_is_planned_offline_from_its_published_architecture(tmp_path: Pat
 
     # the GLU's activations: Wi's 2 x 1152 values, the gate's activation and the product, 8 bytes x 1152 a token
     glu = 18 * 512 * 768 + 8 * 512 * 1152 + 5 * 12 * 512 * 512
-    assert kaggle_memory.layer_activations(arch, 1, 512, base.model.lora) == glu
+    assert kaggle_memory.layer_activations(arch, 512, 512, base.model.lora) == glu
     saved = kaggle_memory.plan_memory(base).total - kaggle_memory.plan_memory(trimmed).total
     assert saved >= kaggle_memory.FRAGMENTATION * 16 * dropped  # weights, gradients and AdamW's two moments
     lora = config.with_overrides(base, ["model.lora.r=8", "model.lora.targets=all"], device=False)
@@ -171,6 +171,26 @@ def test_the_mmbert_configs_plan_a_kaggle_run_offline(tmp_path: Path, capsys, na
     assert "kernel: time plan" in out and "kernel: memory plan of one GPU" in out
     assert "kernel: warning" not in out
     assert kaggle_memory.plan_memory(cfg).total < kaggle_memory.T4_USABLE
+
+
+def test_a_token_budget_prices_the_plan_at_its_tokens_not_micro_batch_times_max_length(tmp_path: Path) -> None:
+    """mmBERT base reading 1,024 tokens whole on a T4: 8 rows of 1,024 a micro-batch would need about 20 GB without
+    checkpointing; a budget of 2,048 tokens a micro-batch (short comments many to a batch, long ones few) fits."""
+    from pipeline.kaggle import memory as kaggle_memory
+
+    cfg = cfg_for(tmp_path, "mmbert-base", "model.max_length=1024", "train.checkpointing=false")
+    budget = config.with_overrides(cfg, ["train.token_budget=2048"], device=False)
+    whole, cut = kaggle_memory.plan_memory(cfg), kaggle_memory.plan_memory(budget)
+    assert whole.total > kaggle_memory.T4_USABLE > cut.total
+    assert "a smaller train.token_budget" in kaggle_memory.over_memory(whole, budget)
+    what, size = cut.items[-1]
+    assert "at most 2,048 tokens a micro-batch, rows up to 1024" in what
+    arch = disk.model_architecture(budget)
+    assert size == 23 * kaggle_memory.layer_activations(
+        arch, 2048, 1024, budget.model.lora
+    )  # 22 layers and one's grads
+    off = config.with_overrides(cfg, ["train.token_budget=0"], device=False)
+    assert kaggle_memory.plan_memory(off).total == whole.total  # 0: micro_batch x max_length, as before
 
 
 def test_a_lora_plan_reads_the_base_as_its_source_stores_it_and_plans_host_memory(tmp_path: Path, capsys) -> None:
@@ -624,3 +644,43 @@ def test_the_host_plan_counts_one_resume_state_under_two_processes(tmp_path: Pat
     assert total == 2 * (kaggle_memory.loaded_bytes(cfg, arch) + kaggle_memory.PROCESS_HOST_BYTES) + state
     assert "of a resumed fold's state (read by the first process, mapped by the others)" in line
     assert kaggle_memory.host_memory(cfg, 1)[1] == total - kaggle_memory.loaded_bytes(cfg, arch) - 2.5e9
+
+
+# docs/encoders.md's planned-memory tables, row by row: (the row's name, its config, overrides)
+PLANNED = {
+    "XLM-R large (560M, untrimmed)": ("xlmr-large", "model.trim_vocab=false"),
+    "mmBERT base, untrimmed (307M)": ("mmbert-base", "model.trim_vocab=false"),
+    "mmBERT base, trimmed (156M kept)": ("mmbert-base", "model.trim_vocab=true"),
+    "mmBERT small, trimmed (65M kept)": ("mmbert-small", "model.trim_vocab=true"),
+}
+
+
+def planned_cell(tmp_path: Path, name: str, length: int, budget: int) -> str:
+    """`with checkpointing / without` GB, as the docs' table gives them; `-` past the model's positions."""
+    from pipeline.kaggle import memory as kaggle_memory
+
+    config_name, trim = PLANNED[name]
+    if config_name.startswith("xlmr") and length > 512:
+        return "-"  # XLM-R reads 512 positions
+    totals = []
+    for checkpointing in ("true", "false"):
+        cfg = cfg_for(tmp_path, config_name, trim, f"model.max_length={length}", "train.micro_batch=8",
+                      f"train.token_budget={budget}", f"train.checkpointing={checkpointing}")  # fmt: skip
+        totals.append(kaggle_memory.plan_memory(cfg).total / 1e9)
+    return f"{totals[0]:.1f} / {totals[1]:.1f} GB"
+
+
+TABLES = [("The memory plan beside XLM-R large", 0, (256, 512)), ("Reading long comments whole", 2048, (512, 1024))]
+
+
+@pytest.mark.parametrize(("title", "budget", "lengths"), TABLES)
+def test_the_encoders_page_planned_memory_is_the_plan_s(tmp_path: Path, title: str, budget: int, lengths) -> None:
+    from tests.helpers import ROOT
+
+    page = (ROOT / "docs" / "encoders.md").read_text(encoding="utf-8")
+    table = page.split(f"### {title}\n", 1)[1].split("\n#", 1)[0]
+    rows = {cells[0]: cells[1:] for line in table.splitlines() if line.startswith("| ")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}  # fmt: skip
+    assert rows["model"] == [f"{n} tokens" for n in lengths]
+    for name in PLANNED:
+        assert rows[name] == [planned_cell(tmp_path, name, n, budget) for n in lengths], name
