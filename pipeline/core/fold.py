@@ -81,6 +81,7 @@ class FoldInputs:
     # raise to stop the fold at once (`make search` prunes a trial so), leaving what the evaluations wrote and no
     # done.json. Nothing here knows who listens: the core never imports the stage that passes it
     on_evaluation: Callable[[int, dict], None] | None = None
+    test: evaluation.TestRows | None = None  # the test rows each evaluation predicts too, under train.eval_ensemble
 
 
 class FoldRun(FoldEvaluations):
@@ -192,6 +193,8 @@ class FoldRun(FoldEvaluations):
         self.started = time.perf_counter()  # progress.seconds: what the processes before this one ran
         self.epoch_tokens = padded_tokens(self.epoch_plan(0), self.data)
         self.eval_tokens = float(self.data.lengths[self.valid_idx].sum())  # one evaluation
+        if self.ensembling:  # which predicts the test rows too
+            self.eval_tokens += float(self.inputs.test.data.lengths[self.inputs.test.rows].sum())
         evals = evaluation.per_epoch(0 if self.stage1 else self.cfg.train.eval_every_steps, self.windows)
         self.epoch_eval_tokens = evals * self.eval_tokens  # every evaluation of an epoch, for the estimates
 
@@ -411,8 +414,14 @@ class FoldRun(FoldEvaluations):
         }
         if self.inputs.made_from is not None:  # what the digest is of: a later run names what made the fold stale
             result["made_from"] = self.inputs.made_from
+        if self.ensembling:  # the fold's figure is its ensemble's, as oof.csv's (evaluation.write_ensemble_oof)
+            ens = self.ensemble_figures()
+            result.update(auc=ens["auc"], metric=ens["metric"], auc_per_lang=ens["auc_per_lang"],
+                          eval_ensemble=t.eval_ensemble, ensemble_steps=ens["steps"])  # fmt: skip
         if self.d.is_main:
             result["files"] = validity.fold_records(self.fold_dir)
+            if self.ensembling:  # before done.json: a complete fold has its test predictions
+                self.write_ensemble_test(result["files"][layout.WEIGHTS]["sha256"])
             write_json(self.fold_dir / layout.DONE, result)  # last: its presence means the fold is complete
             (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
         distributed.barrier(self.d)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import time
 
-from pipeline import layout
+import pandas as pd
+
+from pipeline import fingerprint, layout
 from pipeline.core import average, distributed, eta, evaluation, foldclock
 from pipeline.core.foldmodel import save_model
-from pipeline.files import atomic_write_text
+from pipeline.files import atomic_write_text, file_record, write_csv, write_json
 from pipeline.scoring import metrics
 
 
@@ -52,17 +54,22 @@ class FoldEvaluations:
         score = (None, None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.profile)
         record = evaluation.eval_record(epoch, self.step_count(), p.step, score, time.perf_counter() - start,
                                         steps_run, d, self.optimizer)  # fmt: skip
-        p.history.append(record)
-        best, improved = evaluation.judge(p.best, record, self.stage1)
         if not self.stage1:
             p.predictions[record["step"]] = preds
+        if self.ensembling:  # before the record is kept: it carries the ensemble's figures
+            self.ensemble(record)
+        p.history.append(record)
+        best, improved = evaluation.judge(p.best, record, self.stage1)
         if d.is_main:
             print(self.eval_line(record, improved, best["since"]))
             atomic_write_text(self.fold_dir / layout.METRICS, "".join(json.dumps(h) + "\n" for h in p.history))
             if improved:
                 with average.applied(self.average):  # and what the best evaluation keeps
                     save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
-            if best["step"] in p.predictions:  # not a stage-1 model's; nor a best a state saved before this kept
+            if self.ensembling:  # the mean of the last evaluations, no step chosen
+                mean = evaluation.ensemble_mean(p.predictions, record["ensemble"]["steps"])
+                evaluation.write_ensemble_oof(self.fold_dir / layout.OOF, valid, mean)
+            elif best["step"] in p.predictions:  # not a stage-1 model's; nor a best a state saved before this kept
                 self.chosen = evaluation.write_oof(self.fold_dir / layout.OOF, valid, p.predictions, self.profile,
                                                    self.first_half, p.predictions[best["step"]])  # fmt: skip
         p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
@@ -99,3 +106,43 @@ class FoldEvaluations:
             print(f"fold {self.fold}: train.max_steps={self.cfg.train.max_steps}: a smoke run, stopped at step "
                   f"{self.step_count()} of {self.cfg.train.epochs * self.windows}, evaluated and saved")  # fmt: skip
         return True
+
+    @property
+    def ensembling(self) -> bool:
+        """train.eval_ensemble is on for this fold (a stage-1 model has no OOF, and predict never reads its test)."""
+        return self.cfg.train.eval_ensemble > 0 and not self.stage1
+
+    def ensemble(self, record: dict) -> None:
+        """train.eval_ensemble = N: the test rows predicted by the weights just scored, the last N evaluations' test
+        predictions kept (older ones dropped), and `record` given the figures of the last N evaluations' mean
+        (`ensemble`: its steps and scores). Every rank predicts its shard and holds the whole, as evaluation does."""
+        p, test, clock = self.progress, self.inputs.test, eta.now()
+        with average.applied(self.average):  # the weights just scored, averaged where train.average says
+            p.test_predictions[record["step"]] = evaluation.predict_rows(
+                self.model, self.d, test.data, test.rows, self.cfg, self.precision, self.pad_id, desc="test"
+            )
+        self.measured.eval_seconds += eta.now() - clock  # its tokens are among eval_tokens (build_estimates)
+        keep = evaluation.ensemble_steps(p.test_predictions, self.cfg.train.eval_ensemble)
+        for step in set(p.test_predictions) - set(keep):  # only the last N are ever averaged
+            del p.test_predictions[step]
+        record["ensemble"] = self.ensemble_figures()
+
+    def ensemble_figures(self) -> dict:
+        """The steps of the evaluations the fold's ensemble averages (those whose test predictions are kept) and the
+        scores of their validation predictions' mean, as metrics.fold_score gives them."""
+        steps = sorted(self.progress.test_predictions)
+        mean = evaluation.ensemble_mean(self.progress.predictions, steps)
+        by, auc, per_lang = metrics.fold_score(self.table.iloc[self.valid_idx], mean, self.profile)
+        return {"steps": steps, "auc": auc, "metric": by, "auc_per_lang": per_lang}
+
+    def write_ensemble_test(self, weights: str) -> None:
+        """The mean of the kept test predictions in fold<k>/test.csv, where `make predict` reads a fold's, and
+        test.json naming what they were made from: the kept weights' sha256 (`weights`), the test table, the
+        precision, train.eval_ensemble and the steps averaged (predict uses them, never predicting again)."""
+        p, test = self.progress, self.inputs.test
+        steps = sorted(p.test_predictions)
+        out = self.fold_dir / layout.TEST_PREDS
+        write_csv(out, pd.DataFrame({"id": test.ids, "toxic": evaluation.ensemble_mean(p.test_predictions, steps)}))
+        key = fingerprint.test_cache_key(weights, test.digest, self.cfg, self.precision)
+        key.update(eval_ensemble=self.cfg.train.eval_ensemble, steps=steps)
+        write_json(self.fold_dir / layout.TEST_KEY, {"key": key, "file": file_record(out)})
