@@ -10,6 +10,9 @@ Writes  models/<name>/fold<k>/model.safetensors, config.json   the best evaluati
                                                                step): loss, lr,
                                                                gradient norm, loss scale, tokens/s, memory
         models/<name>/fold<k>/oof.csv                           the best evaluation's predictions on the fold
+                                                               (train.eval_ensemble: the last N evaluations' mean)
+        models/<name>/fold<k>/test.csv, test.json               train.eval_ensemble only: the last N evaluations'
+                                                               mean on the test rows, what `make predict` uses
         models/<name>/fold<k>/resume.pt                         while a fold runs: the state to resume from
         models/<name>/fold<k>/done.json                         written last: the fold is complete
         models/<name>/tb/fold<k>/                               with train.tensorboard: the same, for TensorBoard

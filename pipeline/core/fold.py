@@ -1,7 +1,8 @@
 """One fold, trained to the end: its model, optimizer and schedule, its evaluations and resume states.
 
 A fold trains on the rows pipeline.inputs.tables.training_rows gives it and is evaluated each epoch on
-its own validation rows; the best epoch's weights and OOF predictions are kept. `FoldRun.run()` writes
+its own validation rows; the best epoch's weights and OOF predictions are kept (train.eval_ensemble: the OOF and
+test predictions are the mean of the last N evaluations', the weights still the best's). `FoldRun.run()` writes
 fold<k>/ (see pipeline.train for the files) and, last, done.json: its presence means the fold is complete.
 What it stands on, by concern: its time budget (pipeline.core.foldclock), its resume state
 (pipeline.core.foldstate), its evaluations (pipeline.core.foldeval: when due, scored, judged and said; the
