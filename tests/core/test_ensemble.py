@@ -88,6 +88,11 @@ def test_predict_uses_the_folds_stored_ensembles_and_never_predicts_again(prepar
     mean = (stored[0].set_index("id")["toxic"] + stored[1].set_index("id")["toxic"]) / 2
     assert sub.loc[mean.index].to_numpy() == pytest.approx(mean.to_numpy(), abs=1e-6)
     assert all(fold_files(cfg, k)[1].equals(stored[k]) for k in range(2))  # used as stored
+    stamp = layout.experiment_dir(cfg) / "fold1" / layout.TEST_KEY
+    made = json.loads(stamp.read_text())
+    stamp.write_text(json.dumps({**made, "key": {**made["key"], "test": "another test table"}}))
+    with pytest.raises(predict.PredictError, match="eval_ensemble=2, its stored test predictions cannot be used"):
+        predict.run(cfg)  # no weights kept can make them again: refused, never predicted with the kept ones
 
 
 def test_a_killed_and_resumed_fold_ends_with_the_uninterrupted_ensemble(prepared, tmp_path) -> None:
