@@ -10,9 +10,10 @@ Writes  models/<name>/fold<k>/test.csv     that fold's test predictions (id, tox
 Only complete folds made from the current inputs and settings are used; the others are named with the
 reason they are left out; train.folds does not narrow them (it picks what `make train` trains), and predict
 says so in one line when it is set. A fold kept without its weights (a Kaggle run with kaggle.keep_weights=false) is
-used through its cached test predictions, made with the weights its done.json records. Before anything
-is written the submission is checked: the same id set as sample_submission, no NaN, every value in [0, 1].
-A failed check is an error and leaves no file.
+used through its cached test predictions, made with the weights its done.json records; a fold trained with
+train.eval_ensemble through the test predictions its training stored (the mean of its last evaluations'), said in
+one line, never predicted again with its kept weights. Before anything is written the submission is checked: the
+same id set as sample_submission, no NaN, every value in [0, 1]. A failed check is an error and leaves no file.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -44,7 +44,11 @@ class PredictError(PipelineError):
 def fold_test_preds(
     cfg: Config, fold_dir: Path, test_data: tokens.Ragged, test: pd.DataFrame, meta: dict, device: torch.device
 ) -> pd.DataFrame:
-    """A fold's test predictions, cached in fold<k>/test.csv, keyed on what they depend on (test.json)."""
+    """A fold's test predictions, cached in fold<k>/test.csv, keyed on what they depend on (test.json); a fold
+    trained with train.eval_ensemble's, as its training stored them (ensembled)."""
+    stored = ensembled(fold_dir, meta)
+    if stored is not None:
+        return stored
     out, stamp = fold_dir / layout.TEST_PREDS, fold_dir / layout.TEST_KEY
     prec = precision.resolve_precision(cfg.train.precision, device)
     done = validity.read_done(fold_dir) or {}
@@ -66,7 +70,7 @@ def fold_test_preds(
     vmap = trim.load_map(fold_dir, model)
     if vmap is not None:  # a trimmed model reads the cached ids through the map it was trained with
         test_data = trim.remap(test_data, vmap)
-    rows = np.flatnonzero(tables.of_langs(test, cfg.train.langs))  # a specialist: its languages' rows only
+    rows = tables.test_rows(test, cfg.train.langs)  # a specialist: its languages' rows only
     p = loop.predict(
         model,
         test_data,
@@ -83,6 +87,36 @@ def fold_test_preds(
     write_csv(out, frame)
     write_json(stamp, {"key": key, "file": file_record(out)})
     return frame
+
+
+def ensembled(fold_dir: Path, meta: dict) -> pd.DataFrame | None:
+    """A fold trained with train.eval_ensemble: the test predictions its training stored, the mean of its last
+    evaluations' (its kept weights, the best evaluation's, would predict other ones); None for another fold. Made
+    from another test table (or damaged) they are refused: no weights kept can give them again."""
+    done = validity.read_done(fold_dir) or {}
+    if not done.get("eval_ensemble"):
+        return None
+    why = validity.test_preds_problem(fold_dir, done, meta["test_digest"])
+    if why:
+        raise PredictError(
+            f"{fold_dir}: trained with train.eval_ensemble={done['eval_ensemble']}, its stored test predictions "
+            f"cannot be used ({why.split(' (run')[0]}): retrain the fold with `make train` for this test set"
+        )
+    return pd.read_csv(fold_dir / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+
+
+def ensembled_line(fold_dir: Path) -> str:
+    """What predict says of a fold whose test predictions its training stored (train.eval_ensemble), '' for
+    another: the fold-level options of predict apply to them as to any fold's, a fold's own prediction does not."""
+    done = validity.read_done(fold_dir) or {}
+    if not done.get("eval_ensemble"):
+        return ""
+    steps = done.get("ensemble_steps") or []
+    return (
+        f"predict: {fold_dir.name}: the mean of its last {len(steps)} evaluations' test predictions (steps "
+        f"{', '.join(map(str, steps))}; train.eval_ensemble={done['eval_ensemble']}), as training stored them, "
+        "not predicted again with its kept weights; predict.ensemble and predict.calibration apply to them"
+    )
 
 
 def cached(fold_dir: Path, key: dict) -> pd.DataFrame | None:
@@ -129,6 +163,8 @@ def run(cfg: Config) -> Path | None:
         if d.world > 1:
             print(f"predict: process {d.rank} of {d.world} on {d.device}: {', '.join(f.name for f in mine) or '-'}")
         for fold_dir in mine:
+            if ensembled_line(fold_dir):
+                print(ensembled_line(fold_dir))
             fold_test_preds(cfg, fold_dir, splits["test"], test, meta, d.device)
         distributed.barrier(d)
         path = write_submission(cfg, dirs, splits, test, meta, d.device) if d.is_main else None

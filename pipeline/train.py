@@ -10,6 +10,9 @@ Writes  models/<name>/fold<k>/model.safetensors, config.json   the best evaluati
                                                                step): loss, lr,
                                                                gradient norm, loss scale, tokens/s, memory
         models/<name>/fold<k>/oof.csv                           the best evaluation's predictions on the fold
+                                                               (train.eval_ensemble: the last N evaluations' mean)
+        models/<name>/fold<k>/test.csv, test.json               train.eval_ensemble only: the last N evaluations'
+                                                               mean on the test rows, what `make predict` uses
         models/<name>/fold<k>/resume.pt                         while a fold runs: the state to resume from
         models/<name>/fold<k>/done.json                         written last: the fold is complete
         models/<name>/tb/fold<k>/                               with train.tensorboard: the same, for TensorBoard
@@ -33,6 +36,7 @@ import torch
 from pipeline import config as config_mod
 from pipeline import experiments, files, fingerprint, layout, validity
 from pipeline.core import distributed, eta, memory, resume, steplog, trim
+from pipeline.core.evaluation import TestRows
 from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.core.foldmodel import check_settings
 from pipeline.core.resume import StopFlag
@@ -81,8 +85,9 @@ def run(cfg: Config, on_evaluation=None) -> dict | None:
 
 
 def load_inputs(cfg: Config, d: distributed.Dist):
-    """(table, the training table's token ids, tokenizer, kept vocabulary ids or None, data.json)."""
-    table, _, meta = tables.load_table(cfg)
+    """(table, the training table's token ids, tokenizer, kept vocabulary ids or None, data.json, and the test rows
+    each evaluation predicts too under train.eval_ensemble, else None)."""
+    table, test, meta = tables.load_table(cfg)
     splits, _ = tokens.load_cache(cfg, meta)
     tokenizer = load_tokenizer(tokens.tokenizer_source(cfg))
     keep = None
@@ -93,7 +98,11 @@ def load_inputs(cfg: Config, d: distributed.Dist):
         splits = {name: trim.remap(split, vmap) for name, split in splits.items()}
         if d.is_main:
             print(f"vocabulary trimmed to the {len(keep):,} of {len(tokenizer):,} tokens the texts use")
-    return table, splits["train"], tokenizer, keep, meta
+    tested = None
+    if cfg.train.eval_ensemble:  # the test rows and ids `make predict` reads, the ids trimmed as the training ids
+        rows = tables.test_rows(test, cfg.train.langs)
+        tested = TestRows(test["id"].iloc[rows].to_numpy(), splits["test"], rows, meta["test_digest"])
+    return table, splits["train"], tokenizer, keep, meta, tested
 
 
 def requested_folds(cfg: Config) -> list[int]:
@@ -196,7 +205,7 @@ def _run(cfg: Config, d: distributed.Dist, on_evaluation=None) -> dict | None:
     if d.device.type == "cpu" and d.enabled:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // d.world))  # processes share the cores
     check_settings(cfg, d.device)  # what building a fold's model or optimizer would refuse: before any fold starts
-    table, data, tokenizer, keep, meta = load_inputs(cfg, d)
+    table, data, tokenizer, keep, meta, tested = load_inputs(cfg, d)
     folds = requested_folds(cfg)
     check_init_tokenizer(cfg, tokenizer)
     made = validity.current_made_from(cfg, meta)
@@ -213,7 +222,7 @@ def _run(cfg: Config, d: distributed.Dist, on_evaluation=None) -> dict | None:
         for n, fold in enumerate(todo):
             after = len(todo) - n - 1 + eta.folds_after()  # what the ETA counts beyond this fold
             inputs = FoldInputs(cfg, fold, table, data, tokenizer, digest, keep, folds_after=after, made_from=made,
-                                on_evaluation=on_evaluation)  # fmt: skip
+                                on_evaluation=on_evaluation, test=tested)  # fmt: skip
             FoldRun(inputs, d, stop).run()
             memory.release(d.device)  # the fold's optimizer and model freed before the next fold's probe
     if not d.is_main:

@@ -14,11 +14,16 @@ evenly, a group that spans languages counted in each), and each half gets its pr
 that scores best on the other half, in that evaluation's order and on the kept weights' scale (on_kept_scale).
 `best` beside it holds the best evaluation's predictions, those of the weights kept.
 
+Checkpoint ensembling (train.eval_ensemble = N) replaces that choice: a fold's OOF and test predictions are the mean
+of the probabilities of its last N evaluations, steps fixed by the schedule, none chosen by a score; `pred` and
+`best` of oof.csv both hold that mean (what predicted the test), while the kept weights stay the best evaluation's.
+
 Last, what a fold's evaluation leaves: its record in metrics.jsonl, oof.csv, and the lines it prints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -32,11 +37,24 @@ from pipeline.schema import Config, TrainConfig
 from pipeline.scoring import metrics
 
 
-def predict_rows(model, d: distributed.Dist, data: Ragged, idx: np.ndarray, cfg: Config, prec: str, pad_id: int):
-    """Each rank predicts a shard; gathered back so every fold row is scored exactly once."""
+@dataclasses.dataclass(frozen=True)
+class TestRows:
+    """The test rows a fold predicts at each evaluation under train.eval_ensemble: their ids, the token ids (read
+    as the training ids are: trimmed alike), the rows of those predicted (tables.test_rows, in `ids`' order) and
+    the test table's digest (data.json's test_digest)."""
+
+    ids: np.ndarray
+    data: Ragged
+    rows: np.ndarray
+    digest: str
+
+
+def predict_rows(model, d: distributed.Dist, data: Ragged, idx: np.ndarray, cfg: Config, prec: str, pad_id: int,
+                 desc: str = "valid"):  # fmt: skip
+    """Each rank predicts a shard; gathered back so every row is scored exactly once, on every rank."""
     pos = np.arange(len(idx))[d.rank :: d.world]
     preds = loop.predict(
-        model, data, idx[pos], cfg.train.eval_batch, prec, d.device, pad_id, progress=d.is_main, desc="valid"
+        model, data, idx[pos], cfg.train.eval_batch, prec, d.device, pad_id, progress=d.is_main, desc=desc
     )
     out = np.empty(len(idx))
     for p, v in distributed.gather_objects(d, (pos, preds)):
@@ -142,6 +160,17 @@ def held_out_choice(
     return out, chosen
 
 
+def ensemble_steps(steps, n: int) -> list[int]:
+    """The steps of the last `n` evaluations (train.eval_ensemble) among `steps`, in order."""
+    return sorted(steps)[-n:]
+
+
+def ensemble_mean(predictions: dict[int, np.ndarray], steps: list[int]) -> np.ndarray:
+    """The mean of the probabilities the evaluations at `steps` gave each row (probabilities, never ranks: the mean
+    is one again, what calibration, blends and pseudo-labels read)."""
+    return np.mean([np.asarray(predictions[s], dtype=np.float64) for s in steps], axis=0)
+
+
 # ---------------------------------------------------------------- a fold's evaluation, recorded and said
 
 
@@ -178,6 +207,12 @@ def write_oof(path: Path, valid: pd.DataFrame, predictions: dict[int, np.ndarray
     return chosen
 
 
+def write_ensemble_oof(path: Path, valid: pd.DataFrame, mean: np.ndarray) -> None:
+    """oof.csv under train.eval_ensemble: `pred` and `best` both the mean of the last evaluations' predictions
+    (ensemble_mean), the fold's predictions of the test as well."""
+    write_csv(path, valid[layout.OOF_COLUMNS].assign(pred=mean, best=mean))
+
+
 def eval_line(record: dict, mark: tuple[bool, int], fold: int, stage1: bool, t: TrainConfig, where: tuple[int, int],
               eta_line: str) -> str:  # fmt: skip
     """`fold 0 epoch 1: loss ... AUC ... (per language) ex/s, peak MB | ETA`, with the step when inside
@@ -187,6 +222,10 @@ def eval_line(record: dict, mark: tuple[bool, int], fold: int, stage1: bool, t: 
     at = f"epoch {record['epoch']}" + (f" step {window}/{windows}" if window < windows else "")
     per = " ".join(f"{k} {v:.4f}" for k, v in record["auc_per_lang"].items())
     auc = "stage 1" if stage1 else f"{metrics.judged_by(record)} {record['auc']:.4f} ({per})"
+    ens = record.get("ensemble")
+    if ens:  # train.eval_ensemble: what oof.csv holds now, the mean of the last evaluations
+        n = len(ens["steps"])
+        auc += f", mean of the last {n} evaluation{'s' * (n != 1)} {metrics.judged_by(ens)} {ens['auc']:.4f}"
     said = ""
     if not stage1 and (t.eval_every_steps or t.patience):
         said = " | best" if improved else f" | no better ({since}" + (f" of {t.patience})" if t.patience else ")")

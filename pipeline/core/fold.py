@@ -1,17 +1,18 @@
 """One fold, trained to the end: its model, optimizer and schedule, its evaluations and resume states.
 
 A fold trains on the rows pipeline.inputs.tables.training_rows gives it and is evaluated each epoch on
-its own validation rows; the best epoch's weights and OOF predictions are kept. `FoldRun.run()` writes
+its own validation rows; the best epoch's weights and OOF predictions are kept (train.eval_ensemble: the OOF and
+test predictions are the mean of the last N evaluations', the weights still the best's). `FoldRun.run()` writes
 fold<k>/ (see pipeline.train for the files) and, last, done.json: its presence means the fold is complete.
 What it stands on, by concern: its time budget (pipeline.core.foldclock), its resume state
-(pipeline.core.foldstate), its evaluations' records, lines and OOF (pipeline.core.evaluation).
+(pipeline.core.foldstate), its evaluations (pipeline.core.foldeval: when due, scored, judged and said; the
+records, lines and OOF they write: pipeline.core.evaluation).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import time
 from collections.abc import Callable
 
@@ -35,6 +36,7 @@ from pipeline.core import (
     resume,
     steplog,
 )
+from pipeline.core.foldeval import FoldEvaluations
 from pipeline.core.foldmodel import (
     auto_fit,
     banner,
@@ -42,14 +44,13 @@ from pipeline.core.foldmodel import (
     checkpointing,
     ddp_headroom,
     padded_tokens,
-    save_model,
     smoke_steps,
     with_plan,
     wrap,
 )
 from pipeline.core.resume import FoldState, Interrupted, StopFlag
 from pipeline.errors import PipelineError
-from pipeline.files import atomic_write_text, write_json
+from pipeline.files import write_json
 from pipeline.inputs.tables import scored_rows, training_rows
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
@@ -81,9 +82,10 @@ class FoldInputs:
     # raise to stop the fold at once (`make search` prunes a trial so), leaving what the evaluations wrote and no
     # done.json. Nothing here knows who listens: the core never imports the stage that passes it
     on_evaluation: Callable[[int, dict], None] | None = None
+    test: evaluation.TestRows | None = None  # the test rows each evaluation predicts too, under train.eval_ensemble
 
 
-class FoldRun:
+class FoldRun(FoldEvaluations):
     """One fold's model, optimizer and schedule, with its resume states; `run()` trains it to the end."""
 
     def __init__(self, inputs: FoldInputs, d: distributed.Dist, stop: StopFlag) -> None:
@@ -192,6 +194,8 @@ class FoldRun:
         self.started = time.perf_counter()  # progress.seconds: what the processes before this one ran
         self.epoch_tokens = padded_tokens(self.epoch_plan(0), self.data)
         self.eval_tokens = float(self.data.lengths[self.valid_idx].sum())  # one evaluation
+        if self.ensembling:  # which predicts the test rows too
+            self.eval_tokens += float(self.inputs.test.data.lengths[self.inputs.test.rows].sum())
         evals = evaluation.per_epoch(0 if self.stage1 else self.cfg.train.eval_every_steps, self.windows)
         self.epoch_eval_tokens = evals * self.eval_tokens  # every evaluation of an epoch, for the estimates
 
@@ -306,21 +310,6 @@ class FoldRun:
         lr = optim.learning_rates(self.optimizer)  # every group's, named
         self.log.add(self.step_count(), epoch, window, lr, scale, memory.peak_memory_mb(self.d.device))
 
-    def evaluate_when_due(self, epoch: int, done: int, first: int) -> None:
-        """Evaluation: every train.eval_every_steps optimizer steps (a stage-1 model: at the epoch's end only)."""
-        every = 0 if self.stage1 else self.cfg.train.eval_every_steps
-        if evaluation.due(every, self.step_count(), done, self.windows):
-            self.evaluate(epoch, done - first)
-            self.net.train()  # evaluation left the model in eval mode: dropout and checkpointing are back on
-
-    def due_unevaluated(self, window: int) -> bool:
-        """A fold resumed at a step train.eval_every_steps evaluates but that was not evaluated: the state was saved
-        under another train.eval_every_steps (a resumable setting). Under the same one a due step is evaluated
-        before its state is saved, so this is never true then."""
-        step, every = self.step_count(), 0 if self.stage1 else self.cfg.train.eval_every_steps
-        due = evaluation.due(every, step, window, self.windows)
-        return due and not any(h.get("step") == step for h in self.progress.history)
-
     def ask_stop(self, ends: Ends) -> None:
         """Whether the deadline passed or a stop was asked for, on any rank (both collective: once a step)."""
         ends.expired = foldclock.deadline_passed(self.d)
@@ -351,9 +340,6 @@ class FoldRun:
         not continue (other settings: `make train` named it before the fold started) is left as it was."""
         return self.fresh and not expired and self.step_count() == 1
 
-    def exhausted(self) -> bool:
-        return evaluation.exhausted(self.progress.best, self.cfg.train.patience, self.stage1)
-
     def check_time(self, epoch: int) -> None:
         """The time guard before an epoch (foldclock.check_time), on this fold's rates and tokens."""
         tokens = (self.epoch_tokens, self.epoch_eval_tokens)
@@ -364,52 +350,6 @@ class FoldRun:
         """What is left of the run from window `window` of epoch `epoch` (foldclock.plan)."""
         tokens = (self.epoch_tokens, self.epoch_eval_tokens)
         return foldclock.plan(self.cfg, self.windows, epoch, window, tokens, self.inputs.folds_after)
-
-    def evaluate(self, epoch: int, steps_run: int) -> None:
-        """Score the fold's rows where training is (progress.step); the best evaluation so far keeps its
-        weights and OOF predictions, and patience counts the others."""
-        p, d, t = self.progress, self.d, self.cfg.train
-        start, clock = time.perf_counter(), eta.now()
-        with average.applied(self.average):  # train.average: the averaged weights are what is scored
-            preds = evaluation.predict_rows(self.model, d, self.data, self.valid_idx, self.cfg, self.precision,
-                                            self.pad_id)  # fmt: skip
-        self.measured.eval_tokens += self.eval_tokens
-        self.measured.eval_seconds += eta.now() - clock
-        valid = self.table.iloc[self.valid_idx]
-        score = (None, None, {}) if self.stage1 else metrics.fold_score(valid, preds, self.profile)
-        record = evaluation.eval_record(epoch, self.step_count(), p.step, score, time.perf_counter() - start,
-                                        steps_run, d, self.optimizer)  # fmt: skip
-        p.history.append(record)
-        best, improved = evaluation.judge(p.best, record, self.stage1)
-        if not self.stage1:
-            p.predictions[record["step"]] = preds
-        if d.is_main:
-            print(self.eval_line(record, improved, best["since"]))
-            atomic_write_text(self.fold_dir / layout.METRICS, "".join(json.dumps(h) + "\n" for h in p.history))
-            if improved:
-                with average.applied(self.average):  # and what the best evaluation keeps
-                    save_model(self.model, self.tokenizer, self.cfg, self.fold_dir)
-            if best["step"] in p.predictions:  # not a stage-1 model's; nor a best a state saved before this kept
-                self.chosen = evaluation.write_oof(self.fold_dir / layout.OOF, valid, p.predictions, self.profile,
-                                                   self.first_half, p.predictions[best["step"]])  # fmt: skip
-        p.best = distributed.gather_objects(d, best)[0]  # rank 0 decides, the others follow
-        self.log.evaluation(record)
-        if d.is_main and self.exhausted():
-            name = metrics.judged_by(record)
-            print(f"fold {self.fold}: no better {name} for {t.patience} evaluations (train.patience); "
-                  f"stopping at step {record['step']}, keeping step {p.best['step']} "
-                  f"({name} {p.best['auc']:.4f})")  # fmt: skip
-        if d.is_main and not self.stage1 and self.inputs.on_evaluation is not None:
-            self.inputs.on_evaluation(self.fold, record)  # last: what it stops has been written
-
-    def eval_line(self, record: dict, improved: bool, since: int) -> str:
-        """evaluation.eval_line, ending with the ETA (foldclock.eta_line, which writes eta.json)."""
-        window, epoch = self.progress.step.window, record["epoch"] - 1
-        left = self.plan(epoch, window)
-        ends = foldclock.eta_line(self.cfg, self.d, f"fold {self.fold} epoch {epoch + 1}", left,
-                                  (self.measured, self.earlier))  # fmt: skip
-        return evaluation.eval_line(record, (improved, since), self.fold, self.stage1, self.cfg.train,
-                                    (window, self.windows), ends)  # fmt: skip
 
     def run(self) -> dict:
         t, p, d = self.cfg.train, self.progress, self.d
@@ -445,22 +385,6 @@ class FoldRun:
             p.epoch, p.step = epoch + 1, loop.StepState(halvings=p.step.halvings)
         return self.finish(self.seconds())
 
-    def smoke_done(self) -> bool:
-        """train.max_steps optimizer steps trained: a smoke run's fold ends there."""
-        return 0 < self.cfg.train.max_steps <= self.step_count()
-
-    def end_smoke(self, epoch: int, steps_run: int) -> bool:
-        """A smoke run's end (train.max_steps): its last step evaluated (and the model saved) unless it just was;
-        True when the fold is over."""
-        if not self.smoke_done():
-            return False
-        if not any(h.get("step") == self.step_count() for h in self.progress.history):
-            self.evaluate(epoch, steps_run)
-        if self.d.is_main:
-            print(f"fold {self.fold}: train.max_steps={self.cfg.train.max_steps}: a smoke run, stopped at step "
-                  f"{self.step_count()} of {self.cfg.train.epochs * self.windows}, evaluated and saved")  # fmt: skip
-        return True
-
     def finish(self, seconds: float) -> dict:
         p, t = self.progress, self.cfg.train
         self.log.close()
@@ -492,8 +416,14 @@ class FoldRun:
         }
         if self.inputs.made_from is not None:  # what the digest is of: a later run names what made the fold stale
             result["made_from"] = self.inputs.made_from
+        if self.ensembling:  # the fold's figure is its ensemble's, as oof.csv's (evaluation.write_ensemble_oof)
+            ens = self.ensemble_figures()
+            result.update(auc=ens["auc"], metric=ens["metric"], auc_per_lang=ens["auc_per_lang"],
+                          eval_ensemble=t.eval_ensemble, ensemble_steps=ens["steps"])  # fmt: skip
         if self.d.is_main:
             result["files"] = validity.fold_records(self.fold_dir)
+            if self.ensembling:  # before done.json: a complete fold has its test predictions
+                self.write_ensemble_test(result["files"][layout.WEIGHTS]["sha256"])
             write_json(self.fold_dir / layout.DONE, result)  # last: its presence means the fold is complete
             (self.fold_dir / layout.RESUME).unlink(missing_ok=True)
         distributed.barrier(self.d)

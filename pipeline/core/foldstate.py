@@ -36,6 +36,7 @@ def resume_state(progress: FoldState, trained: dict, made: dict | None, carries:
         "best": p.best,
         "history": p.history,
         "predictions": p.predictions,
+        "test_predictions": p.test_predictions,  # train.eval_ensemble's: the last N evaluations' of the test rows
         "steplog": carries,
         "rng": rngs,
     }

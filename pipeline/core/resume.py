@@ -58,6 +58,8 @@ class FoldState:
     seconds: float = 0.0  # the time the fold ran before this process, up to the state's save
     # each evaluation's predictions of the fold's rows, by its step: the OOF's held-out choice is made from them
     predictions: dict = dataclasses.field(default_factory=dict)
+    # train.eval_ensemble = N: the test predictions of the last N evaluations, by step (their mean is the fold's)
+    test_predictions: dict = dataclasses.field(default_factory=dict)
 
 
 class StopFlag:
@@ -248,12 +250,13 @@ def fold_state(state: dict, rank: int = 0) -> FoldState:
         seconds = sum(last.values()) + step.seconds
     return FoldState(state["epoch"], step, state["history"], best,
                      carries[rank] if rank < len(carries) else {}, seconds,
-                     predictions(state))  # fmt: skip
+                     predictions(state), predictions(state, "test_predictions"))  # fmt: skip
 
 
-def predictions(state: dict) -> dict:
-    """A state's predictions by step as numpy arrays (saved_form stored them as tensors)."""
-    saved = state.get("predictions") or {}
+def predictions(state: dict, key: str = "predictions") -> dict:
+    """A state's predictions by step (`key`: of the fold's rows, or test_predictions) as numpy arrays (saved_form
+    stored them as tensors)."""
+    saved = state.get(key) or {}
     # copies: a view of a mapped state (another rank's: load_resume_everywhere) would keep its file, and the disk
     # space of every state saved since, held until the fold ends
     return {step: p.numpy().copy() if isinstance(p, torch.Tensor) else p for step, p in saved.items()}

@@ -426,6 +426,11 @@ def of_langs(frame: pd.DataFrame, langs: tuple[str, ...] | list[str]) -> np.ndar
     return frame["lang"].isin(list(langs)).to_numpy() if langs else np.ones(len(frame), dtype=bool)
 
 
+def test_rows(test: pd.DataFrame, langs: tuple[str, ...] | list[str]) -> np.ndarray:
+    """Row positions of the test table a fold predicts: every row, or a specialist's languages' (train.langs)."""
+    return np.flatnonzero(of_langs(test, langs))
+
+
 def scored_rows(table: pd.DataFrame, fold: int, langs: tuple[str, ...] = ()) -> np.ndarray:
     """Row positions that score fold `fold` (its OOF): its validation rows, of `langs` where given; none for a
     stage-1 model."""

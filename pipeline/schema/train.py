@@ -125,6 +125,15 @@ class TrainConfig:
         role=LATER,
         resumable=True,
     )
+    eval_ensemble: int = setting(
+        0,
+        "checkpoint ensembling: N >= 1 makes a fold's OOF and test predictions the mean of the probabilities of its "
+        "last N evaluations (every evaluation then predicts the test rows too; `make predict` uses the fold's "
+        "stored mean, the kept weights stay the best evaluation's); 0: the best evaluation's predictions "
+        "([recipes.md](recipes.md#checkpoint-ensembling))",
+        within=at_least(0, " (0: off)"),
+        role=LATER,
+    )
     patience: int = setting(
         0,
         "evaluations without a better AUC before the fold stops (0: never)",

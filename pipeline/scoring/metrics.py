@@ -329,6 +329,9 @@ def fold_own(done: dict) -> str:
     """A complete fold's own figure (its done.json `auc`), named apart from the fold table's: the best step's,
     chosen on the rows it is scored on, reads high; the fold table's takes each half of the fold at the step its
     other half chose (docs/recipes.md, "No figure chosen on the rows it is scored on")."""
+    if done.get("eval_ensemble"):  # train.eval_ensemble: the last evaluations' mean, no step chosen
+        n = len(done.get("ensemble_steps") or [])
+        return f"{judged_by(done)} {done['auc']:.4f} with the mean of its last {n} evaluations"
     own = f"{judged_by(done)} {done['auc']:.4f} with its best step, chosen on the rows it is scored on"
     if done.get("held_out_steps"):  # a fold made before the halves: its OOF is its best step's, one figure
         own += "; the fold table's takes each half at the step its other half chose"

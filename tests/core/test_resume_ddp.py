@@ -41,7 +41,7 @@ SETTINGS = [
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def launch(base: Path, inputs: Path) -> list[subprocess.Popen]:
+def launch(base: Path, inputs: Path, extra: tuple[str, ...] = ()) -> list[subprocess.Popen]:
     port = free_port()
     procs = []
     for rank in (0, 1):
@@ -56,7 +56,7 @@ def launch(base: Path, inputs: Path) -> list[subprocess.Popen]:
             "OMP_NUM_THREADS": "1",
             "TQDM_DISABLE": "1",
         }
-        args = [f"input_dir={inputs}", f"models_dir={models}", f"submissions_dir={base / 'subs'}", *SETTINGS]
+        args = [f"input_dir={inputs}", f"models_dir={models}", f"submissions_dir={base / 'subs'}", *SETTINGS, *extra]
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "pipeline.train", "--config", "sample", *args],
@@ -97,7 +97,8 @@ def oof(base: Path) -> pd.DataFrame:
     return pd.read_csv(base / "models" / "sample" / "fold0" / "oof.csv", dtype={"id": str}).sort_values("id")
 
 
-def test_resumed_ddp_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+def prepare(tmp_path: Path) -> Path:
+    """`make data` for SETTINGS under tmp_path: the inputs folder."""
     inputs = tmp_path / "input"
     subprocess.run(
         [sys.executable, "-m", "pipeline.data", "--config", "sample", f"input_dir={inputs}", *SETTINGS],
@@ -106,6 +107,11 @@ def test_resumed_ddp_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
         capture_output=True,
         env={**os.environ, "TQDM_DISABLE": "1"},
     )
+    return inputs
+
+
+def test_resumed_ddp_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    inputs = prepare(tmp_path)
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     finish(launch(reference, inputs))
 
@@ -139,3 +145,18 @@ def test_resumed_ddp_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
 
     out = finish(launch(resumed, inputs))  # rank 1 has no done.json: rank 0's decides
     assert "fold 0: complete with these settings" in out
+
+
+def test_ranks_agree_on_an_ensembled_folds_test_predictions(tmp_path: Path) -> None:
+    """train.eval_ensemble under DDP: each rank predicts its share of the test rows at every evaluation, gathered
+    so that both hold every row; rank 0 alone writes the mean, one prediction for each test row."""
+    inputs = prepare(tmp_path)
+    finish(launch(tmp_path, inputs, ("train.eval_ensemble=2",)))
+    folder = tmp_path / "models" / "sample" / "fold0"
+    test = pd.read_csv(folder / "test.csv", dtype={"id": str}, keep_default_na=False)
+    table = pd.read_csv(inputs / "prepared" / "sample" / "test.csv", dtype={"id": str}, keep_default_na=False)
+    assert list(test["id"]) == list(table["id"])
+    assert test["toxic"].between(0, 1).all() and test["toxic"].nunique() > 1
+    done = json.loads((folder / "done.json").read_text())
+    assert done["ensemble_steps"] == [h["step"] for h in metrics_lines(tmp_path)][-2:]
+    assert not (tmp_path / "models-rank1" / "sample" / "fold0" / "test.csv").exists()  # rank 0 writes

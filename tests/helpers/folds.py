@@ -24,7 +24,8 @@ def fold_run(cfg, stop, fold=0) -> FoldRun:
     from pipeline.train import load_inputs
 
     d = distributed.Dist()
-    table, data, tokenizer, keep, meta = load_inputs(cfg, d)
+    table, data, tokenizer, keep, meta, tested = load_inputs(cfg, d)
     made = validity.current_made_from(cfg, meta)
-    inputs = FoldInputs(cfg, fold, table, data, tokenizer, validity.current_fingerprint(cfg), keep, made_from=made)
+    inputs = FoldInputs(cfg, fold, table, data, tokenizer, validity.current_fingerprint(cfg), keep, made_from=made,
+                        test=tested)  # fmt: skip
     return FoldRun(inputs, d, stop)
