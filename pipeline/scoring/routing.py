@@ -25,6 +25,12 @@ def parse(entries: tuple[str, ...] | list[str]) -> dict[str, str]:
     return dict(entry.split(":", 1) for entry in entries)
 
 
+def read_by(members: tuple[str, ...] | list[str], entries: tuple[str, ...] | list[str]) -> list[str]:
+    """Every experiment a blend or route reads, each once: its members (a route's one, the fallback), then the
+    experiments `blend.route`'s entries name. A route's folder is named by them all (layout.blend_name)."""
+    return list(dict.fromkeys([*members, *parse(entries).values()]))
+
+
 def specialist_line(stage: str, langs: tuple[str, ...], name: str, rows: int) -> str:
     """What `make predict` and `make baseline` say of a specialist (train.langs): its languages' test rows in each
     fold's test.csv and no submission of its own, and the route that makes it part of one."""
