@@ -43,7 +43,6 @@ def test_folds_digest_leaves_pseudo_rows_out() -> None:
 def test_init_folds_settings_refused(prepared) -> None:
     for extra, match in (
         (["model.init_from=s1"], "a fold starts from one model"),
-        (["model.lora.r=4"], "a LoRA fold goes over one base"),
         (["train.folds=[-1]"], "a stage-1 model"),
         (["name=base"], "cannot start from itself"),
     ):
@@ -75,6 +74,37 @@ def test_each_fold_starts_from_the_same_fold(prepared) -> None:
     train_folds(base, 0, 1)
     assert validity.current_fingerprint(spec) != digest
     assert not validity.is_complete(layout.fold_dir(spec, 1), validity.current_fingerprint(spec))
+
+
+@pytest.mark.slow
+def test_lora_folds_go_over_the_same_fold_merged(prepared) -> None:
+    """LoRA with model.init_folds: fold k's adapters go over fold k of that experiment, its own adapters merged
+    into the frozen base and its head kept; the fold records that base, so predict builds it again."""
+    import copy
+
+    from pipeline.core import lora, modeling
+
+    on = ("model.lora.r=4", "model.lora.alpha=8")
+    base = named(prepared, "lbase", *on)
+    train_folds(base, 0, 1)
+    spec = named(prepared, "lspec", "model.init_folds=lbase", "train.training_only_rows=false", *on)
+    run = fold_run(spec, StopAt(10**9), fold=1)
+    assert run.model.lora["base"]["from"] == "init_folds" and run.model.lora["base"]["fold"] == 1
+
+    def merged(model) -> dict:
+        model = copy.deepcopy(model)
+        lora.merge(model)  # a new fold's adapters add nothing yet (lora_B starts at 0): the base and head alone
+        return {k: v.float() for k, v in model.state_dict().items()}
+
+    def fold_model(cfg, k: int):
+        return modeling.load_fold_model(layout.fold_dir(cfg, k), cfg=cfg, tokenizer=run.tokenizer)
+
+    state, own, other = merged(run.model), merged(fold_model(base, 1)), merged(fold_model(base, 0))
+    assert set(state) == set(own) and all(torch.allclose(state[k], v) for k, v in own.items())  # fold 1 from fold 1
+    assert not all(torch.allclose(state[k], v) for k, v in other.items())  # not from fold 0, which saw fold 1's rows
+    run.run()
+    again = fold_model(spec, 1)  # as predict reads it: over lbase's fold 1, whose digest head.json recorded
+    assert again.lora["base"]["fold"] == 1 and not torch.equal(merged(again)["head.weight"], own["head.weight"])
 
 
 @pytest.mark.slow
