@@ -34,8 +34,10 @@ def train_folds(cfg, *folds: int) -> None:
 
 
 def test_folds_digest_leaves_pseudo_rows_out() -> None:
-    table = pd.DataFrame({c: ["x", "y"] for c in tables.TABLE_COLUMNS}).assign(fold=[0, 1], pseudo_for=[-1, -1])
-    with_pseudo = pd.concat([table, table.assign(fold=-1, pseudo_for=[0, 1], toxic="0.3")], ignore_index=True)
+    table = pd.DataFrame({c: ["x", "y"] for c in tables.TABLE_COLUMNS}).assign(toxic=[0, 1], fold=[0, 1], pseudo_for=-1)
+    # as `make data` makes them: 0/1 labels, which the pseudo rows' probabilities turn into a float column
+    with_pseudo = pd.concat([table, table.assign(fold=-1, pseudo_for=[0, 1], toxic=0.3)], ignore_index=True)
+    assert with_pseudo["toxic"].dtype == float
     assert tables.folds_digest(with_pseudo) == tables.folds_digest(table)  # a teacher's labels are not the folds
     assert tables.folds_digest(table.assign(fold=[1, 0])) != tables.folds_digest(table)
 
@@ -159,3 +161,26 @@ def test_one_language_experiment(prepared, capsys) -> None:
     assert "submission  none of its own: train.langs=[es] (route it: blend.route=es:es)" in out
     with pytest.raises(PipelineError, match=r"train.langs=\['xx'\]: no training or validation rows"):
         fold_run(config_mod.with_overrides(cfg, ["train.langs=[xx]"]), StopAt(10**9), fold=0)
+
+
+@pytest.mark.slow
+def test_the_pseudo_label_loop_teaches_a_specialist_from_a_route(prepared, capsys) -> None:
+    """The loop of docs/recipes.md: an es specialist from `base`, routed with it; the route's fold-k test
+    probabilities teach the next es specialist, which still starts from `base` (its tables hold the pseudo-labelled
+    rows, its folds are base's) and trains on the es test rows of its own fold's labels only."""
+    from pipeline import blend, predict
+
+    base = named(prepared, "base")
+    spec = named(prepared, "es", "model.init_folds=base", "train.langs=[es]", "train.training_only_rows=false")
+    for cfg in (base, spec):
+        train_folds(cfg, 0, 1)
+        predict.run(cfg)
+    blend.run(config_mod.with_overrides(prepared, ["blend.members=[base]", "blend.route=[es:es]", "blend.name=r"]))
+    student = named(prepared, "es2", "model.init_folds=base", "train.langs=[es]", "data.pseudo_from=r")
+    run = fold_run(student, StopAt(10**9), fold=1)
+    rows = run.table.iloc[run.train_idx]
+    pseudo = rows[rows["source"] == "pseudo"]
+    assert set(rows["lang"]) == {"es"} and set(pseudo["pseudo_for"]) == {1} and len(pseudo)
+    taught = pd.read_csv(layout.fold_dir(spec, 1) / layout.TEST_PREDS, dtype={"id": str}).set_index("id")
+    assert (pseudo.set_index("id")["toxic"].astype(float) - taught.loc[pseudo["id"], "toxic"]).abs().max() < 1e-6
+    capsys.readouterr()
