@@ -114,7 +114,8 @@ def spec(lora_cfg, encoder: torch.nn.Module, base: dict) -> dict:
             "quantize": lora_cfg.quantize, "modules": names, "base": base}  # fmt: skip
 
 
-BASES = {"tiny": "tiny model", "init_from": "stage-1 model", "init_folds": "earlier experiment's fold"}  # named so
+# each base (base_record's `from`) as a refusal names it
+BASES = {"tiny": "tiny model", "init_from": "stage-1 model", "init_folds": "earlier experiment's fold"}
 
 
 def check_quantize(quantize: str, base_from: str, device: torch.device) -> None:
