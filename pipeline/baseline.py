@@ -13,6 +13,10 @@ validation rows, so the two OOF AUCs compare directly. Printed side by side with
 when that exists. Its folders are laid out like a trained experiment's, so `make blend` can use it as a
 member. A fold complete with the same tables and settings (its done.json digest) is not fitted again. It holds
 the lock of experiment <name>-tfidf while it runs: a second `make baseline` of it stops at once, naming the first.
+
+With train.langs=[es] it is a specialist as `make train` makes one, written to models/<name>-tfidf-es/ on the
+same tables: each fold fit on the es rows of those it fits on otherwise, its OOF the es rows of its fold, its
+test.csv the es test rows, and no submission: a route (blend.route=[es:<name>-tfidf-es]) takes its rows.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import file_record, write_csv, write_json
 from pipeline.inputs import tables
-from pipeline.scoring import metrics, report
+from pipeline.scoring import metrics, report, routing
 from pipeline.scoring.publish import publish
 from pipeline.scoring.submission import align
 
@@ -50,12 +54,17 @@ def fit_predict(train_text, train_y, predict_texts, seed: int) -> list[np.ndarra
 
 
 def run_fold(table: pd.DataFrame, test: pd.DataFrame, fold: int, fold_dir: Path, digest: str, seed: int,
-             profile: dict) -> dict:  # fmt: skip
+             profile: dict, langs: tuple[str, ...] = ()) -> dict:  # fmt: skip
     """Fit on every row outside `fold`; write the fold's OOF and test predictions, then done.json (`profile`:
-    the test's, which the fold is scored by)."""
+    the test's, which the fold is scored by). With `langs` (train.langs) a specialist, as `make train` makes one:
+    those languages' rows alone, to fit, to score and to predict (`test` is cut to them by the caller)."""
     start = time.perf_counter()
-    train = table.iloc[tables.training_rows(table, fold)]  # the other folds, training-only and own pseudo rows
-    valid = table[table["fold"] == fold]
+    # the other folds, training-only and own pseudo rows: the rows `make train` picks, by the same function
+    train = table.iloc[tables.training_rows(table, fold, langs=langs)]
+    valid = table.iloc[tables.scored_rows(table, fold, langs)]
+    if train.empty or valid.empty:  # a language the table lacks: one line, before a fit on nothing
+        raise PipelineError(f"fold {fold}: train.langs={list(langs)}: no training or validation rows of them "
+                            "in the prepared tables")  # fmt: skip
     oof, on_test = fit_predict(train["text"], train["toxic"], [valid["text"], test["text"]], seed)
     write_csv(fold_dir / layout.OOF, valid[layout.OOF_COLUMNS].assign(pred=oof))
     write_csv(fold_dir / layout.TEST_PREDS, pd.DataFrame({"id": test["id"], "toxic": on_test}))
@@ -108,6 +117,8 @@ def fit_folds(cfg, base) -> dict:
     """Every fold of `cfg`'s tables fitted (or reused) into `base`'s folder, reported and submitted."""
     exp = layout.experiment_dir(base)
     table, test, meta = tables.load_table(cfg)
+    langs = cfg.train.langs
+    test = test[tables.of_langs(test, langs)].reset_index(drop=True)  # a specialist predicts its languages' rows
     k = cfg.data.folds
     folds = list(cfg.train.folds) or list(range(k))
     bad = [f for f in folds if not 0 <= f < k]
@@ -126,10 +137,13 @@ def fit_folds(cfg, base) -> dict:
             print(f"tfidf fold {fold}: complete with these settings ({metrics.judged_by(done)} {done['auc']:.4f}); "
                   "skipped")  # fmt: skip
             continue
-        result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed, profile)
+        result = run_fold(table, test, fold, fold_dir, digest, cfg.train.seed, profile, langs)
         print(f"tfidf fold {fold}: {metrics.judged_by(result)} {result['auc']:.4f} ({result['minutes']:.1f} min)")
     summary = report.cv_report(base, digest, prepared)
     print(report.fold_table(summary))
+    if langs:  # some test rows only: no submission, and no comparison with figures of every language
+        print(routing.specialist_line("baseline", langs, base.name, len(test)))
+        return summary
     path = write_submission(base, digest, test, Path(meta["raw"]), profile, prepared)
     print(f"wrote {exp}/cv.json, cv.png, oof.csv, fold<k>/test.csv and {path}")
     compare(cfg, summary)

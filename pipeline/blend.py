@@ -329,8 +329,7 @@ def against_best(members: list[Member], f: Fit, summary: dict, profile: dict, gr
 def run(cfg: Config) -> dict:
     start = time.perf_counter()
     names = member_names(cfg)
-    routed = list(routing.parse(cfg.blend.route).values())  # a route's folder is named by every experiment it reads
-    name = blend_name(cfg, list(dict.fromkeys([*names, *routed])))
+    name = blend_name(cfg, routing.read_by(names, cfg.blend.route))  # a route's: by every experiment it reads
     exp = layout.experiment_dir(cfg, name)
     experiments.preflight(cfg, "blend", name)
     if cfg.blend.route:
@@ -418,7 +417,7 @@ def run_route(cfg: Config, start: float, name: str) -> dict:
     member, fold by fold; probabilities, so that predict.calibration applies; scored on the routed OOF."""
     (fallback,) = member_names(cfg)
     route = routing.parse(cfg.blend.route)
-    names = list(dict.fromkeys([fallback, *route.values()]))
+    names = routing.read_by([fallback], cfg.blend.route)
     exp = layout.experiment_dir(cfg, name)
     check_replaceable(exp)
     members = {m.name: m for m in shared_folds([load_member(cfg, n) for n in names])}

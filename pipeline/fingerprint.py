@@ -158,9 +158,14 @@ TFIDF = {
 }  # fmt: skip
 
 
-def tfidf_fingerprint(table_digest: str, test_digest: str, seed: int) -> str:
-    """What a baseline fold's result depends on: the prepared tables, the model's settings and the seed."""
-    return json_digest({**TFIDF, "seed": seed, "table": table_digest, "test": test_digest})
+def tfidf_fingerprint(table_digest: str, test_digest: str, seed: int, langs: tuple[str, ...] = ()) -> str:
+    """What a baseline fold's result depends on: the prepared tables, the model's settings, the seed and the
+    languages it is fit on (train.langs; at its default, every language, the digest is what it always was)."""
+    return json_digest({**TFIDF, "seed": seed, "table": table_digest, "test": test_digest} | _langs(langs))
+
+
+def _langs(langs: tuple[str, ...]) -> dict:
+    return {"langs": list(langs)} if langs else {}  # absent at the default: earlier folds keep their digests
 
 
 def test_cache_key(weights_digest: str, test_digest: str, cfg: Config, precision: str) -> dict:

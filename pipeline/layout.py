@@ -275,8 +275,9 @@ def export_dir(cfg: Config, fold: int) -> Path:
 
 
 def baseline_name(cfg: Config) -> str:
-    """The experiment `make baseline` writes beside the config's own: <name>-tfidf."""
-    return f"{cfg.name}-tfidf"
+    """The experiment `make baseline` writes beside the config's own: <name>-tfidf, or <name>-tfidf-es for a
+    specialist of train.langs=[es] (on the same tables, so that it never replaces the baseline of every language)."""
+    return "-".join([f"{cfg.name}-tfidf", *cfg.train.langs])
 
 
 def blend_name(cfg: Config, members: list[str]) -> str:

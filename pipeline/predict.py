@@ -32,7 +32,7 @@ from pipeline.files import file_digest, file_record, read_json, write_csv, write
 from pipeline.inputs import tables, tokens
 from pipeline.inputs.tokenizer import load_tokenizer
 from pipeline.schema import Config
-from pipeline.scoring import metrics, summary
+from pipeline.scoring import metrics, routing, summary
 from pipeline.scoring.publish import publish, replaces_common
 from pipeline.scoring.submission import align
 
@@ -184,10 +184,7 @@ def write_submission(cfg: Config, dirs: list[Path], splits, test: pd.DataFrame, 
     (predict.calibration, fit on the folds' OOF), checked and written; the test AUC where known."""
     frames = [fold_test_preds(cfg, d, splits["test"], test, meta, device) for d in dirs]
     if cfg.train.langs:  # some test rows only: no submission of its own, a route's part (blend.route)
-        langs = ",".join(cfg.train.langs)
-        print(f"predict: train.langs=[{langs}]: {len(frames[0]):,} test rows of {langs} in each fold's "
-              f"{layout.TEST_PREDS}; no submission: route them (blend.route={cfg.train.langs[0]}:{cfg.name}, "
-              "recipes.md#per-language-specialists)")  # fmt: skip
+        print(routing.specialist_line("predict", cfg.train.langs, cfg.name, len(frames[0])))
         return None
     profile = metrics.read_profile(cfg)
     common = replaces_common(cfg, cfg.name, dirs)  # said before the files, so that a kept one is said once

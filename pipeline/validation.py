@@ -116,7 +116,8 @@ def check_values(cfg: Config) -> None:
 
 
 def check_init(cfg: Config) -> None:
-    """model.init_folds alone: one model a fold starts from, never an experiment's own folds, never under LoRA."""
+    """model.init_folds alone: one model a fold starts from, never an experiment's own folds; under LoRA, fold k's
+    adapters go over fold k of that experiment, merged (pipeline.core.modeling.lora_base)."""
     name = cfg.model.init_folds
     if not name:
         return
@@ -127,7 +128,5 @@ def check_init(cfg: Config) -> None:
         )
     if name == cfg.name:
         raise ConfigError(f"model.init_folds={name}: an experiment cannot start from itself; name it differently")
-    if cfg.model.lora.r > 0:  # a LoRA fold records one base (lora_base); a base per fold is not one of them
-        raise ConfigError(f"model.init_folds={name}: a LoRA fold goes over one base; set model.lora.r=0")
     if -1 in cfg.train.folds:  # pipeline.layout.STAGE1, the stage-1 model's fold number
         raise ConfigError(f"model.init_folds={name}: a stage-1 model (train.folds -1) has no fold to start from")

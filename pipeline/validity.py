@@ -114,9 +114,9 @@ def current_fingerprint(cfg: Config, meta: dict | None = None) -> str:
 
 def current_tfidf_fingerprint(cfg: Config, meta: dict | None = None) -> str:
     """The fingerprint a TF-IDF baseline's fold of this config must carry, for the prepared data `meta` describes
-    (by default current_meta's): its tables, its test and its seed."""
+    (by default current_meta's): its tables, its test, its seed and its languages (train.langs)."""
     meta = current_meta(cfg) if meta is None else meta
-    return fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed)
+    return fingerprint.tfidf_fingerprint(meta["table_digest"], meta["test_digest"], cfg.train.seed, cfg.train.langs)
 
 
 def current_made_from(cfg: Config, meta: dict | None = None) -> dict:

@@ -177,3 +177,34 @@ def test_a_calibrated_baselines_figures_weight_by_its_experiments_lengths(prepar
     monkeypatch.setattr(publish.report, "read_oof", reading)
     baseline.run(cfg)
     assert seen and seen[-1] == layout.prepared_dir(cfg)  # not prepared/<name>-tfidf, which does not exist
+
+
+def test_a_tfidf_specialist_of_one_language_is_routed_like_a_trained_one(prepared: Path, monkeypatch, capsys) -> None:
+    """train.langs=[es]: fit on the es rows `make train` would train on, scored on its fold's es rows, predicting the
+    es test rows, no submission, in its own folder beside the baseline of every language; a route takes its rows."""
+    from pipeline import layout
+
+    cfg = cfg_at(prepared, "train.langs=[es]")
+    table, test, _ = tables.load_table(cfg)
+    fit, sizes = baseline.fit_predict, []
+    monkeypatch.setattr(baseline, "fit_predict", lambda x, *a: sizes.append(len(x)) or fit(x, *a))
+    baseline.run(cfg)
+    assert capsys.readouterr().out.count("baseline: train.langs=[es]: ") == 1
+    exp = Path(cfg.models_dir) / "sample-tfidf-es"
+    for k in range(cfg.data.folds):
+        assert sizes[k] == len(tables.training_rows(table, k, langs=("es",))) < len(tables.training_rows(table, k))
+        oof = pd.read_csv(exp / f"fold{k}" / "oof.csv", dtype={"id": str}, keep_default_na=False)
+        assert set(oof["id"]) == set(table.loc[(table["fold"] == k) & (table["lang"] == "es"), "id"])
+        preds = pd.read_csv(exp / f"fold{k}" / "test.csv", dtype={"id": str}, keep_default_na=False)
+        assert sorted(preds["id"]) == sorted(test.loc[test["lang"] == "es", "id"])
+    assert not layout.submission_path(cfg, "sample-tfidf-es").exists()
+
+    every = cfg_at(prepared)
+    baseline.run(every)
+    routed = blend.run(cfg_at(prepared, "blend.members=[sample-tfidf]", "blend.route=[es:sample-tfidf-es]"))
+    oof = pd.read_csv(Path(cfg.models_dir) / "sample-tfidf+sample-tfidf-es" / "oof.csv", dtype={"id": str})
+    theirs = pd.concat(pd.read_csv(exp / f"fold{k}" / "oof.csv", dtype={"id": str}) for k in range(cfg.data.folds))
+    mine = oof.set_index("id").loc[theirs["id"], "pred"].to_numpy()
+    assert np.allclose(mine, theirs["pred"]) and routed["metrics"]["valid_auc"] > 0.5
+    with pytest.raises(PipelineError, match=r"train.langs=\['xx'\]: no training or validation rows"):
+        baseline.run(cfg_at(prepared, "train.langs=[xx]"))

@@ -301,3 +301,14 @@ def test_a_block_of_settings_that_differs_is_named_by_its_own_keys() -> None:
 
     ours, theirs = (fingerprint.settings(config.load("sample", [f"model.lora.r={r}"], device=False)) for r in (8, 4))
     assert fingerprint.differ(ours, theirs, "when trained") == "model.lora.r (8 here, 4 when trained)"
+
+
+def test_a_tfidf_specialists_languages_are_in_its_digest_and_the_default_as_it_was() -> None:
+    from pipeline.files import json_digest
+
+    before = json_digest({**fingerprint.TFIDF, "seed": 1, "table": "t", "test": "x"})  # the digest before train.langs
+    assert fingerprint.tfidf_fingerprint("t", "x", 1) == before  # every baseline fold made so far still counts
+    assert fingerprint.tfidf_fingerprint("t", "x", 1, ("es",)) not in (
+        before,
+        fingerprint.tfidf_fingerprint("t", "x", 1, ("it",)),
+    )

@@ -496,6 +496,89 @@ def test_a_blend_step_is_done_only_when_its_folds_are_of_the_steps_members_and_s
     assert chain_steps.blend_differs(exp, ("a", "b"), 0.1) == "blended with blend.step=0.05, not the step's 0.1"
 
 
+ROUTE = """
+config: sample
+steps:
+  - {id: d, stage: data}
+  - {id: every, stage: baseline, needs: [d]}
+  - {id: es, stage: baseline, needs: [d], args: ['train.langs=[es]']}
+  - {id: routed, stage: blend, members: [sample-tfidf], route: {es: sample-tfidf-es}, needs: [every, es]}
+"""
+
+
+def test_a_route_step_runs_the_routed_blend_of_its_fallback(tmp_path: Path) -> None:
+    """`route:` on a blend step: its one member the fallback, its languages' experiments made by steps above it;
+    run as `make blend BLEND=<fallback> ARGS=blend.route=[..]`, its folder named as the blend stage names it."""
+    *_, routed = chain_steps.read_recipe(write_recipe(tmp_path, ROUTE), tuple(overrides(tmp_path)))
+    cmd = recipe.command(routed)
+    assert cmd[2:4] == ["pipeline", "blend"] and cmd[cmd.index("--members") + 1] == "sample-tfidf"
+    assert "blend.route=[es:sample-tfidf-es]" in config.split_args(cmd[cmd.index("--args") + 1])
+    assert chain_steps.experiment_of(routed) == "sample-tfidf+sample-tfidf-es"
+    cfg = chain_steps.step_config(routed)
+    exp = tmp_path / "mix"
+    write_json(
+        exp / "fold0" / "done.json", {"digest": "x", "route": {"es": "sample-tfidf-es", "fallback": "sample-tfidf"}}
+    )
+    assert chain_steps.blend_differs(exp, routed.members, 0.05, chain_steps.route_of(cfg, routed)) == ""
+    assert chain_steps.blend_differs(exp, routed.members, 0.05, {"it": "x", "fallback": "sample-tfidf"}).startswith(
+        "routed {'es': 'sample-tfidf-es', 'fallback': 'sample-tfidf'}, not as the step routes {'it': 'x'"
+    )
+    assert chain_steps.blend_differs(exp, routed.members, 0.05).startswith("routed {'es'")  # a blend step's folder
+
+
+@pytest.mark.parametrize(
+    "route, says",
+    [
+        ("route: {es: sample-tfidf-xx}", "step routed routes es to sample-tfidf-xx, which no step above it makes"),
+        ("route: {es: sample-tfidf-es}, members: [a, b]", "step routed: a route step names one member, the fallback"),
+        ("route: 3", "step routed: route=3: languages to experiments"),
+        ("route: [es]", "blend.route: 'es' is not `lang:experiment`"),
+        ("args: ['blend.route=[es:sample-tfidf-es]']", "blend.route in its args: a route step names it with `route:"),
+    ],
+)
+def test_a_route_step_naming_what_no_step_makes_is_one_line(tmp_path: Path, route: str, says: str) -> None:
+    body = ROUTE.replace("members: [sample-tfidf], route: {es: sample-tfidf-es}", f"members: [sample-tfidf], {route}")
+    body = body.replace("members: [sample-tfidf], members:", "members:")
+    with pytest.raises(ConfigError, match=says):
+        chain_steps.read_recipe(write_recipe(tmp_path, body), tuple(overrides(tmp_path)))
+    with pytest.raises(ConfigError, match="step d: route is for a blend step"):
+        chain_steps.read_recipe(write_recipe(tmp_path, "steps:\n  - {id: d, stage: data, route: {es: a}}\n"))
+
+
+def test_a_specialists_predict_step_is_done_with_its_folds_test_predictions(tmp_path: Path, monkeypatch) -> None:
+    """train.langs: `make predict` writes each fold's test.csv of its languages and no submission, so the step is
+    done once every fold has them, where another predict step waits for its submission."""
+    body = "steps:\n  - {id: p, stage: predict, args: [%s]}\n"
+    spec, every = (
+        chain_steps.read_recipe(write_recipe(tmp_path, body % a), tuple(overrides(tmp_path)))[0]
+        for a in ("'train.langs=[es]'", "")
+    )
+    exp = layout.experiment_dir(chain_steps.step_config(spec))
+    monkeypatch.setattr(chain_steps.validity, "current_fingerprint", lambda cfg: "d")
+    monkeypatch.setattr(chain_steps.validity, "select_folds", lambda *a: ([exp / "fold0", exp / "fold1"], {}))
+    assert chain_steps.done_why(spec) == ""
+    assert chain_steps.done_why(every).endswith("not made from these folds yet")
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_recipe_routes_a_tfidf_specialist_and_is_done_when_run_again(tmp_path: Path) -> None:
+    """The chain to a route: the baseline of every language, its es specialist, the route of the two; run again,
+    nothing runs, since the route's own files say it is of the step's languages and fallback."""
+    path = write_recipe(tmp_path, ROUTE)
+    cmd = [*chain(tmp_path)]
+    cmd[cmd.index("sample")] = str(path)
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0 and sorted(finished(first.stdout)) == ["d", "es", "every", "routed"], (
+        first.stdout + first.stderr
+    )
+    cfg = config.load("sample", overrides(tmp_path), device=False)
+    exp = layout.experiment_dir(cfg, "sample-tfidf+sample-tfidf-es")
+    assert (exp / "fold0" / "done.json").is_file() and layout.submission_path(cfg, exp.name).is_file()
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and finished(again.stdout) == [], again.stdout + again.stderr
+
+
 @pytest.mark.parametrize(
     "steps, says",
     [

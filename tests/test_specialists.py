@@ -34,8 +34,10 @@ def train_folds(cfg, *folds: int) -> None:
 
 
 def test_folds_digest_leaves_pseudo_rows_out() -> None:
-    table = pd.DataFrame({c: ["x", "y"] for c in tables.TABLE_COLUMNS}).assign(fold=[0, 1], pseudo_for=[-1, -1])
-    with_pseudo = pd.concat([table, table.assign(fold=-1, pseudo_for=[0, 1], toxic="0.3")], ignore_index=True)
+    table = pd.DataFrame({c: ["x", "y"] for c in tables.TABLE_COLUMNS}).assign(toxic=[0, 1], fold=[0, 1], pseudo_for=-1)
+    # as `make data` makes them: 0/1 labels, which the pseudo rows' probabilities turn into a float column
+    with_pseudo = pd.concat([table, table.assign(fold=-1, pseudo_for=[0, 1], toxic=0.3)], ignore_index=True)
+    assert with_pseudo["toxic"].dtype == float
     assert tables.folds_digest(with_pseudo) == tables.folds_digest(table)  # a teacher's labels are not the folds
     assert tables.folds_digest(table.assign(fold=[1, 0])) != tables.folds_digest(table)
 
@@ -43,7 +45,6 @@ def test_folds_digest_leaves_pseudo_rows_out() -> None:
 def test_init_folds_settings_refused(prepared) -> None:
     for extra, match in (
         (["model.init_from=s1"], "a fold starts from one model"),
-        (["model.lora.r=4"], "a LoRA fold goes over one base"),
         (["train.folds=[-1]"], "a stage-1 model"),
         (["name=base"], "cannot start from itself"),
     ):
@@ -75,6 +76,37 @@ def test_each_fold_starts_from_the_same_fold(prepared) -> None:
     train_folds(base, 0, 1)
     assert validity.current_fingerprint(spec) != digest
     assert not validity.is_complete(layout.fold_dir(spec, 1), validity.current_fingerprint(spec))
+
+
+@pytest.mark.slow
+def test_lora_folds_go_over_the_same_fold_merged(prepared) -> None:
+    """LoRA with model.init_folds: fold k's adapters go over fold k of that experiment, its own adapters merged
+    into the frozen base and its head kept; the fold records that base, so predict builds it again."""
+    import copy
+
+    from pipeline.core import lora, modeling
+
+    on = ("model.lora.r=4", "model.lora.alpha=8")
+    base = named(prepared, "lbase", *on)
+    train_folds(base, 0, 1)
+    spec = named(prepared, "lspec", "model.init_folds=lbase", "train.training_only_rows=false", *on)
+    run = fold_run(spec, StopAt(10**9), fold=1)
+    assert run.model.lora["base"]["from"] == "init_folds" and run.model.lora["base"]["fold"] == 1
+
+    def merged(model) -> dict:
+        model = copy.deepcopy(model)
+        lora.merge(model)  # a new fold's adapters add nothing yet (lora_B starts at 0): the base and head alone
+        return {k: v.float() for k, v in model.state_dict().items()}
+
+    def fold_model(cfg, k: int):
+        return modeling.load_fold_model(layout.fold_dir(cfg, k), cfg=cfg, tokenizer=run.tokenizer)
+
+    state, own, other = merged(run.model), merged(fold_model(base, 1)), merged(fold_model(base, 0))
+    assert set(state) == set(own) and all(torch.allclose(state[k], v) for k, v in own.items())  # fold 1 from fold 1
+    assert not all(torch.allclose(state[k], v) for k, v in other.items())  # not from fold 0, which saw fold 1's rows
+    run.run()
+    again = fold_model(spec, 1)  # as predict reads it: over lbase's fold 1, whose digest head.json recorded
+    assert again.lora["base"]["fold"] == 1 and not torch.equal(merged(again)["head.weight"], own["head.weight"])
 
 
 @pytest.mark.slow
@@ -129,3 +161,26 @@ def test_one_language_experiment(prepared, capsys) -> None:
     assert "submission  none of its own: train.langs=[es] (route it: blend.route=es:es)" in out
     with pytest.raises(PipelineError, match=r"train.langs=\['xx'\]: no training or validation rows"):
         fold_run(config_mod.with_overrides(cfg, ["train.langs=[xx]"]), StopAt(10**9), fold=0)
+
+
+@pytest.mark.slow
+def test_the_pseudo_label_loop_teaches_a_specialist_from_a_route(prepared, capsys) -> None:
+    """The loop of docs/recipes.md: an es specialist from `base`, routed with it; the route's fold-k test
+    probabilities teach the next es specialist, which still starts from `base` (its tables hold the pseudo-labelled
+    rows, its folds are base's) and trains on the es test rows of its own fold's labels only."""
+    from pipeline import blend, predict
+
+    base = named(prepared, "base")
+    spec = named(prepared, "es", "model.init_folds=base", "train.langs=[es]", "train.training_only_rows=false")
+    for cfg in (base, spec):
+        train_folds(cfg, 0, 1)
+        predict.run(cfg)
+    blend.run(config_mod.with_overrides(prepared, ["blend.members=[base]", "blend.route=[es:es]", "blend.name=r"]))
+    student = named(prepared, "es2", "model.init_folds=base", "train.langs=[es]", "data.pseudo_from=r")
+    run = fold_run(student, StopAt(10**9), fold=1)
+    rows = run.table.iloc[run.train_idx]
+    pseudo = rows[rows["source"] == "pseudo"]
+    assert set(rows["lang"]) == {"es"} and set(pseudo["pseudo_for"]) == {1} and len(pseudo)
+    taught = pd.read_csv(layout.fold_dir(spec, 1) / layout.TEST_PREDS, dtype={"id": str}).set_index("id")
+    assert (pseudo.set_index("id")["toxic"].astype(float) - taught.loc[pseudo["id"], "toxic"]).abs().max() < 1e-6
+    capsys.readouterr()

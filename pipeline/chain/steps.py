@@ -13,9 +13,10 @@ from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.files import read_json
 from pipeline.schema import Config
+from pipeline.scoring import routing
 
 STEP_STAGES = ("data", "stage1", "train", "cv", "predict", "baseline", "blend")  # the stages a step may run
-STEP_KEYS = {"id", "stage", "config", "args", "needs", "members", "train", "folds", "minutes"}
+STEP_KEYS = {"id", "stage", "config", "args", "needs", "members", "route", "train", "folds", "minutes"}
 FOLD_STAGES = ("train", "cv", "predict")  # the stages a step's `folds:` may narrow
 # a step's id names its log file (input/recipes/<recipe>/<id>.log): a plain name, never a path
 RECIPE_SHAPE = "a recipe is a mapping of keys (config: ..., steps: [...])"
@@ -29,7 +30,8 @@ class Step:
     config: str  # a config name of pipeline/configs/ (the recipe's own by default)
     args: tuple[str, ...] = ()  # key=value overrides, as ARGS gives them
     needs: tuple[str, ...] = ()  # the ids of the steps that must be done first
-    members: tuple[str, ...] = ()  # a blend's members (BLEND)
+    members: tuple[str, ...] = ()  # a blend's members (BLEND); a route's one, its fallback
+    route: tuple[str, ...] = ()  # a route's `lang:experiment` entries (blend.route), from its `route:`
     train: bool = False  # stage1: train the stage-1 model (`make stage1`'s second command), else its data
     fold: int | None = None  # a train step's one fold (train.folds=[fold])
     folds: tuple[int, ...] = ()  # the folds a train, cv or predict step is of (`folds: [0]`); () every fold
@@ -40,7 +42,8 @@ class Step:
     @property
     def overrides(self) -> list[str]:
         fold = [f"train.folds=[{self.fold}]"] if self.fold is not None else []
-        return [*self.args, *fold, *self.extra]
+        route = [f"blend.route=[{','.join(self.route)}]"] if self.route else []
+        return [*self.args, *route, *fold, *self.extra]
 
 
 def _flat(items) -> list[str]:
@@ -65,7 +68,7 @@ def parse_step(raw: dict, default_config: str, extra: tuple[str, ...]) -> Step:
     step = Step(
         id=sid, stage=raw["stage"], config=str(raw.get("config", default_config)),
         args=tuple(_flat(raw.get("args", []))), needs=tuple(_flat(raw.get("needs", []))),
-        members=tuple(_flat(raw.get("members", []))), train=bool(raw.get("train", False)),
+        members=tuple(_flat(raw.get("members", []))), route=step_route(raw), train=bool(raw.get("train", False)),
         folds=step_folds(raw), minutes=step_minutes(raw), extra=extra,
     )  # fmt: skip
     check_step(step)
@@ -84,11 +87,31 @@ def step_minutes(raw: dict) -> float:
     return minutes
 
 
+def step_route(raw: dict) -> tuple[str, ...]:
+    """A blend step's `route:`, a mapping of languages to experiments (`{es: rs-es, it: rs-it}`) or blend.route's
+    own entries (`[es:rs-es]`), as those entries; the config's checks of blend.route apply to them."""
+    route = raw.get("route")
+    if route is None:
+        return ()
+    if raw["stage"] != "blend":
+        raise ConfigError(f"recipe step {raw['id']}: route is for a blend step (its one member, the fallback)")
+    entries = [f"{k}:{v}" for k, v in route.items()] if isinstance(route, dict) else route
+    if not entries or not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise ConfigError(f"recipe step {raw['id']}: route={route!r}: languages to experiments, e.g. {{es: rs-es}}")
+    return tuple(entries)
+
+
 def check_step(step: Step) -> None:
-    """What a step's stage needs of it: a blend its two or more members, a stage-1 model its stage; a step of folds
-    its folds from `folds:`, which a train.folds in its args would undo (every fold's process training one fold;
-    the run's ARGS are checked in read_recipe)."""
-    if step.stage == "blend" and (len(step.members) < 2 or len(set(step.members)) < len(step.members)):
+    """What a step's stage needs of it: a blend its two or more members (a route its one, the fallback), a stage-1
+    model its stage; a step of folds its folds from `folds:`, which a train.folds in its args would undo (every
+    fold's process training one fold; the run's ARGS are checked in read_recipe)."""
+    if any(str(a).split("=", 1)[0].strip() == "blend.route" for a in step.args):  # route: owns it, so done_why reads it
+        raise ConfigError(f"recipe step {step.id}: blend.route in its args: a route step names it with "
+                          "`route: {es: rs-es}` and its fallback under members:")  # fmt: skip
+    if step.route and len(step.members) != 1:
+        raise ConfigError(f"recipe step {step.id}: a route step names one member, the fallback of the languages it "
+                          f"does not route (it has {list(step.members)})")  # fmt: skip
+    if step.stage == "blend" and not step.route and len(set(step.members)) < max(len(step.members), 2):
         raise ConfigError(f"recipe step {step.id}: a blend step names two or more distinct experiments under "
                           f"members: (it has {list(step.members)})")  # fmt: skip
     if step.members and step.stage != "blend":
@@ -162,7 +185,21 @@ def read_recipe(path: Path, extra: tuple[str, ...] = ()) -> list[Step]:
         steps.extend(expand(step))
     check_writers(path, steps)
     check_readers(path, steps)
+    check_routes(path, steps)
     return steps
+
+
+def check_routes(path: Path, steps: list[Step]) -> None:
+    """A route step's experiments are made by steps above it: a name no step makes is a typo, or a specialist
+    the recipe forgot, found when the recipe is read rather than after hours of the steps before it."""
+    for i, step in enumerate(steps):
+        if not step.route:
+            continue
+        made = {key[0] for key in map(writes, steps[:i]) if key}
+        for lang, name in routing.parse(step_config(step).blend.route).items():
+            if name not in made:
+                raise ConfigError(f"{path}: step {step.id} routes {lang} to {name}, which no step above it makes "
+                                  f"(a train step with name={name}, or a baseline's)")  # fmt: skip
 
 
 def check_readers(path: Path, steps: list[Step]) -> None:
@@ -191,8 +228,9 @@ def writes(step: Step) -> tuple[str, str] | None:
     if step.stage == "baseline":
         return layout.baseline_name(step_config(step)), "*"
     if step.stage == "blend":
-        name = blend_name(step_config(step), step)
-        if name in step.members:  # the blend would replace its own member's folder
+        cfg = step_config(step)
+        name = blend_name(cfg, step)
+        if name in routing.read_by(step.members, cfg.blend.route):  # it would replace its own member's folder
             raise ConfigError(f"recipe step {step.id}: blend.name={name!r} is one of its members; choose another")
         return name, "*"
     return None
@@ -274,6 +312,8 @@ def report_why(step: Step, cfg: Config) -> str:
         left_out = {f: why for f, why in left_out.items() if f in names}
         if left_out:
             return validity.describe(left_out)
+        if step.stage == "predict" and cfg.train.langs:  # a specialist's: its folds' test.csv, no submission
+            return ""
         if step.stage == "predict":
             out, made = layout.submission_path(cfg), [d / layout.TEST_KEY for d in use]
         else:  # written after every fold and of every fold: a fold's train may report before another's ends
@@ -293,15 +333,26 @@ def report_why(step: Step, cfg: Config) -> str:
     else:
         why = folds_problem(cfg, name, (layout.OOF, layout.TEST_PREDS))
     if not why and step.stage == "blend":
-        why = blend_differs(layout.experiment_dir(cfg, name), step.members, cfg.blend.step)
-    return why or ("" if layout.submission_path(cfg, name).is_file() else "no submission")
+        why = blend_differs(layout.experiment_dir(cfg, name), step.members, cfg.blend.step, route_of(cfg, step))
+    if why or step.stage == "baseline" and cfg.train.langs:  # a specialist makes no submission of its own
+        return why
+    return "" if layout.submission_path(cfg, name).is_file() else "no submission"
 
 
-def blend_differs(exp: Path, members: tuple[str, ...], step: float) -> str:
+def route_of(cfg: Config, step: Step) -> dict | None:
+    """What a route step's folds record as their route ({lang: experiment, "fallback": member}); None for a blend."""
+    return {**routing.parse(cfg.blend.route), "fallback": step.members[0]} if step.route else None
+
+
+def blend_differs(exp: Path, members: tuple[str, ...], step: float, route: dict | None = None) -> str:
     """Why a blend's folds are not the step's ('' when every fold is): each fold records its members and the
-    weight search's grid step (blend.step)."""
+    weight search's grid step (blend.step); a route's, its route (`route`: route_of's)."""
     for folder in layout.done_dirs(exp).values():
         done = validity.read_done(folder) or {}
+        if route is not None or "route" in done:  # a route has no weights: its languages and fallback say it all
+            if done.get("route") != route:
+                return f"routed {done.get('route') or 'not at all'}, not as the step routes {route or 'nothing'}"
+            continue
         made = done.get("members") or []
         if sorted(made) != sorted(members):
             return f"blended from {' '.join(made) or 'no members'}, not the step's {' '.join(members)}"
@@ -319,7 +370,7 @@ def reported_folds(cv_json: Path) -> list[int]:
 
 
 def blend_name(cfg: Config, step: Step) -> str:
-    return layout.blend_name(cfg, list(step.members))
+    return layout.blend_name(cfg, routing.read_by(step.members, cfg.blend.route))  # as pipeline.blend names it
 
 
 def experiment_of(step: Step) -> str:

@@ -128,7 +128,7 @@ def build_fold_model(cfg: Config, tokenizer, keep: np.ndarray | None, d: distrib
     elif keep is not None:
         trim.trim_model(model, keep)
     if lora.on(cfg.model.lora):  # after trimming: the trimmed embedding is frozen with the rest of the base
-        block = lora.spec(cfg.model.lora, model.encoder, modeling.base_record(cfg, tokenizer))
+        block = lora.spec(cfg.model.lora, model.encoder, modeling.base_record(cfg, tokenizer, fold))
         lora.attach(model, block, lora.base_dtype(prec))
     # before any state is written: a resume state is ~16 bytes a trained parameter (fp32 weights + AdamW moments),
     # the weights 4 more (a LoRA fold's: its adapters and head); every rank checks, so all of them stop together

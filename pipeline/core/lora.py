@@ -114,6 +114,10 @@ def spec(lora_cfg, encoder: torch.nn.Module, base: dict) -> dict:
             "quantize": lora_cfg.quantize, "modules": names, "base": base}  # fmt: skip
 
 
+# each base (base_record's `from`) as a refusal names it
+BASES = {"tiny": "tiny model", "init_from": "stage-1 model", "init_folds": "earlier experiment's fold"}
+
+
 def check_quantize(quantize: str, base_from: str, device: torch.device) -> None:
     """Refuse, in one line, a model.lora.quantize this run cannot read its base with (`base_from`: base_record's
     `from`): called before any fold starts (pipeline.train) as well as where the base is read."""
@@ -122,7 +126,7 @@ def check_quantize(quantize: str, base_from: str, device: torch.device) -> None:
     if base_from != "model":
         raise LoraError(
             f"model.lora.quantize={quantize}: only a pretrained model.name is read quantized, not the "
-            f"{'tiny model' if base_from == 'tiny' else 'stage-1 model'}; use model.lora.quantize=none"
+            f"{BASES.get(base_from, base_from)}; use model.lora.quantize=none"
         )
     if device.type != "cuda":
         raise LoraError(f"model.lora.quantize={quantize} runs only on a CUDA GPU (bitsandbytes); use "

@@ -311,16 +311,26 @@ def load_lora_fold(folder: Path, head: dict, cfg: Config, tokenizer, precision: 
 
 
 def base_from(cfg: Config) -> str:
-    """Which base a LoRA fold of this config goes over: `init_from`, `tiny` or `model` (base_record's `from`)."""
+    """Which base a LoRA fold of this config goes over: `init_from`, `init_folds`, `tiny` or `model` (base_record's
+    `from`)."""
+    if cfg.model.init_folds:
+        return "init_folds"
     return "init_from" if cfg.model.init_from else "tiny" if cfg.model.name == "tiny" else "model"
 
 
-def base_record(cfg: Config, tokenizer) -> dict | None:
-    """Where a LoRA fold's base comes from, as head.json keeps it; None without LoRA (model.lora.r=0)."""
+def base_record(cfg: Config, tokenizer, fold: int = 0) -> dict | None:
+    """Where a LoRA fold's base comes from, as head.json keeps it; None without LoRA (model.lora.r=0). Fold `fold`
+    of model.init_folds' experiment is a base of its own: the fold and its digest are recorded."""
     if not lora.on(cfg.model.lora):
         return None
     if base_from(cfg) == "init_from":
         return {"from": "init_from", "digest": validity.init_digest(cfg)}
+    if base_from(cfg) == "init_folds":
+        return {
+            "from": "init_folds",
+            "fold": fold,
+            "digest": validity.read_done(validity.init_dir(cfg, fold))["digest"],
+        }
     if base_from(cfg) == "tiny":  # random weights: the seed and the config draw them again
         config = tiny_config(cfg, len(tokenizer), tokenizer.pad_token_id)
         return {"from": "tiny", "seed": cfg.train.seed, "config": config.to_dict()}
@@ -334,13 +344,13 @@ def lora_base(cfg: Config, tokenizer, base: dict, spec: HeadSpec, precision: str
     dropout = spec.dropout
     dtype = lora.base_dtype(precision)
     lora.check_quantize(quantize, base["from"], device or torch.device("cpu"))
-    if base["from"] == "init_from":
-        init = validity.init_dir(cfg)
+    if base["from"] in ("init_from", "init_folds"):  # a stage-1 model, or fold k of model.init_folds' experiment
+        init = validity.init_dir(cfg, base.get("fold", 0))
         if init is None or validity.read_done(init)["digest"] != base["digest"]:
-            raise ModelError(f"model.init_from={cfg.model.init_from or '(none)'}: not the stage-1 model the adapters "
+            raise ModelError(f"{validity.init_setting(cfg) or 'model.init_from=(none)'}: not the model the adapters "
                              f"were trained over; retrain the fold")  # fmt: skip
         model = load_fold_model(init, dropout, cfg, tokenizer, precision, device)
-        lora.merge(model)  # a LoRA stage-1 model: its adapters become part of the frozen base
+        lora.merge(model)  # a LoRA model started from: its adapters become part of the frozen base
         if spec.pooling != model.pooling:  # a fold's own pooling over its stage-1 base: a head of its width
             return Classifier(model.encoder, spec).to(model.head.weight.device)
         return model
@@ -373,7 +383,7 @@ def build_model(cfg: Config, tokenizer, source: str | Path | None = None, precis
 def _built(cfg: Config, tokenizer, source, precision: str, device, fold: int) -> Classifier:
     if source is not None:
         return load_fold_model(Path(source), cfg=cfg, tokenizer=tokenizer, precision=precision, device=device)
-    base = base_record(cfg, tokenizer)
+    base = base_record(cfg, tokenizer, fold)
     if base is not None:
         return lora_base(cfg, tokenizer, base, HeadSpec.of(cfg), precision, device, cfg.model.lora.quantize)
     init = validity.init_dir(cfg, fold)

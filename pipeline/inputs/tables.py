@@ -372,6 +372,9 @@ def folds_digest(table: pd.DataFrame) -> str:
     experiments must share for fold k to hold the same rows in both (model.init_folds), whatever teacher
     labels each one's test rows."""
     own = table[table["pseudo_for"] == -1] if "pseudo_for" in table else table
+    labels = own["toxic"].astype(np.float64)
+    if (labels % 1 == 0).all():  # the pseudo rows' probabilities made the column float: 0/1 as the rows alone hold them
+        own = own.assign(toxic=labels.astype(np.int64))
     hashed = pd.util.hash_pandas_object(own[TABLE_COLUMNS].astype(str), index=False).to_numpy()
     return hashlib.sha256(hashed.tobytes()).hexdigest()[:16]
 

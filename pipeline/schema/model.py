@@ -72,7 +72,8 @@ class ModelConfig:
     init_folds: str = setting("", "an earlier experiment of the same folds and prepared tables whose fold k each fold "
                               "k starts from (its weights and head): a per-language specialist on a stage-2 "
                               "experiment ([recipes.md](recipes.md#per-language-specialists)); not with "
-                              "`model.init_from` or LoRA", role=LATER)  # fmt: skip
+                              "`model.init_from`; under LoRA, fold k's adapters go over fold k merged",
+                              role=LATER)  # fmt: skip
     # reach the fold through the stage-1 model's own fingerprint
     init_args: tuple[str, ...] = setting((), "how that stage-1 model is trained where the run makes it (`make stage1`, "
                                          "the Kaggle notebook): overrides of this config, e.g. `[train.epochs=1, "

@@ -25,6 +25,22 @@ def parse(entries: tuple[str, ...] | list[str]) -> dict[str, str]:
     return dict(entry.split(":", 1) for entry in entries)
 
 
+def read_by(members: tuple[str, ...] | list[str], entries: tuple[str, ...] | list[str]) -> list[str]:
+    """Every experiment a blend or route reads, each once: its members (a route's one, the fallback), then the
+    experiments `blend.route`'s entries name. A route's folder is named by them all (layout.blend_name)."""
+    return list(dict.fromkeys([*members, *parse(entries).values()]))
+
+
+def specialist_line(stage: str, langs: tuple[str, ...], name: str, rows: int) -> str:
+    """What `make predict` and `make baseline` say of a specialist (train.langs): its languages' test rows in each
+    fold's test.csv and no submission of its own, and the route that makes it part of one."""
+    said = ",".join(langs)
+    return (
+        f"{stage}: train.langs=[{said}]: {rows:,} test rows of {said} in each fold's {layout.TEST_PREDS}; no "
+        f"submission: route them (blend.route={langs[0]}:{name}, recipes.md#per-language-specialists)"
+    )
+
+
 def routed_oof(base: pd.DataFrame, by_lang: dict[str, tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     """`base`'s OOF rows (id, lang, toxic, fold, pred) with each routed language's `pred` from its experiment's
     OOF ({lang: (name, oof)}); refused in one line where that experiment's rows of the language are not the
