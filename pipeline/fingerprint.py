@@ -166,3 +166,11 @@ def tfidf_fingerprint(table_digest: str, test_digest: str, seed: int) -> str:
 def test_cache_key(weights_digest: str, test_digest: str, cfg: Config, precision: str) -> dict:
     """What a fold's cached test predictions depend on."""
     return {"weights": weights_digest, "test": test_digest, "max_length": cfg.model.max_length, "precision": precision}
+
+
+def training_cache_key(weights_digest: str, table_digest: str, cfg: Config, precision: str) -> dict:
+    """What a fold's cached predictions of the training-only rows depend on: test_cache_key's, with the training
+    table in place of the test table."""
+    key = test_cache_key(weights_digest, table_digest, cfg, precision)
+    key["table"] = key.pop("test")
+    return key

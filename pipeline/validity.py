@@ -268,8 +268,8 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
         needs = tuple(n for n in needs if n != layout.TESTED and not (weightless and n == layout.WEIGHTS))
         needs = (layout.TEST_PREDS if weightless else layout.WEIGHTS, *needs)
     for name in needs:
-        if name == layout.TEST_PREDS and name not in recorded:  # a trained fold's test predictions: a cache of predict
-            why = test_preds_problem(folder, done)
+        if name in layout.CACHE_KEYS and name not in recorded:  # a trained fold's predictions: a cache of predict
+            why = test_preds_problem(folder, done, name=name)
         else:
             why = file_problem(folder, name, recorded.get(name), deep=name != layout.WEIGHTS)
         if why:
@@ -277,21 +277,25 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     return ""
 
 
-def test_preds_problem(folder: Path, done: dict, test_digest: str | None = None) -> str:
-    """Why a trained fold's cached test predictions cannot be used ('' when they can): test.json must record
-    them and the weights they were made with (and, given, the test table)."""
+def test_preds_problem(folder: Path, done: dict, test_digest: str | None = None, name: str = layout.TEST_PREDS) -> str:
+    """Why a trained fold's cached test predictions (or, `name`, its predictions of the training-only rows) cannot
+    be used ('' when they can): their stamp (test.json, training.json) must record them and the weights they were
+    made with (and, given, the test table)."""
+    what, make = {layout.TEST_PREDS: ("test", "`make predict`")}.get(
+        name, ("training-row", '`make predict ARGS="predict.training_rows=true"`')
+    )
     try:
-        stamp = read_json(folder / layout.TEST_KEY)
+        stamp = read_json(folder / layout.CACHE_KEYS[name])
     except (OSError, ValueError):
-        return "no test predictions (run `make predict`)"
+        return f"no {what} predictions (run {make})"
     if not isinstance(stamp, dict) or not isinstance(stamp.get("key"), dict):
-        return "no test predictions (run `make predict`)"
+        return f"no {what} predictions (run {make})"
     weights = (done.get("files") or {}).get(layout.WEIGHTS, {}).get("sha256")
     if weights is not None and stamp["key"].get("weights") != weights:
-        return "test predictions of other weights (run `make predict`)"
+        return f"{what} predictions of other weights (run {make})"
     if test_digest is not None and stamp["key"].get("test") != test_digest:
         return "test predictions of another test table (run `make predict`)"
-    return file_problem(folder, layout.TEST_PREDS, stamp.get("file"))
+    return file_problem(folder, name, stamp.get("file"))
 
 
 def is_complete(folder: Path, digest: str, needs: tuple[str, ...] = (layout.WEIGHTS,)) -> bool:

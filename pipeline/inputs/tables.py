@@ -434,6 +434,13 @@ def scored_rows(table: pd.DataFrame, fold: int, langs: tuple[str, ...] = ()) -> 
     return np.flatnonzero((table["fold"].to_numpy() == fold) & of_langs(table, langs))
 
 
+def training_only(table: pd.DataFrame) -> np.ndarray:
+    """Whether each row is a training-only row of the table's own (English, translated, bias: fold -1, never scored),
+    the pseudo-labelled test rows left out."""
+    plain = table["pseudo_for"].to_numpy() == -1 if "pseudo_for" in table else np.ones(len(table), dtype=bool)
+    return (table["fold"].to_numpy() == layout.STAGE1) & plain
+
+
 def training_rows(
     table: pd.DataFrame, fold: int, training_only_rows: bool = True, langs: tuple[str, ...] = ()
 ) -> np.ndarray:
@@ -445,13 +452,12 @@ def training_rows(
     """
     folds = table["fold"].to_numpy()
     pseudo_for = table["pseudo_for"].to_numpy() if "pseudo_for" in table else np.full(len(table), -1)
-    plain = pseudo_for == -1
     ours = of_langs(table, langs)
     if fold == layout.STAGE1:
-        return np.flatnonzero((folds == layout.STAGE1) & plain & ours)
+        return np.flatnonzero(training_only(table) & ours)
     chosen = (folds >= 0) & (folds != fold)  # the other folds' validation rows (held-out stand-ins among them)
     if training_only_rows:
-        chosen |= (folds == layout.STAGE1) & plain
+        chosen |= training_only(table)
     if (pseudo_for >= 0).any() and not (pseudo_for == fold).any():
         # a teacher of some folds: this fold would train without the pseudo-labels the experiment is named for
         raise DataError(
