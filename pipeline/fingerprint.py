@@ -106,9 +106,14 @@ def leaves(key: str, ours, theirs) -> list[tuple[str, object, object]]:
     return [] if ours == theirs else [(key, ours, theirs)]
 
 
-def made_from(cfg: Config, table_digest: str, model: dict) -> dict:
-    """What a fold's weights are made from: the training table, the model it starts from and the settings."""
-    return {"table": table_digest, "model": model, "settings": settings(cfg)}
+def made_from(cfg: Config, table_digest: str, model: dict, relabel: dict | None = None) -> dict:
+    """What a fold's weights are made from: the training table, the model it starts from and the settings; with
+    data.relabel_from, the teacher's training-row predictions (`relabel`: fold -> sha256) and data.relabel_weight,
+    which change the targets and not the table (without it, nothing: a fold trained before it keeps its digest)."""
+    made = {"table": table_digest, "model": model, "settings": settings(cfg)}
+    if relabel is not None:
+        made["relabel"] = {"weight": cfg.data.relabel_weight, "teacher": relabel}
+    return made
 
 
 def fold_fingerprint(made: dict) -> str:

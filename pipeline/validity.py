@@ -40,12 +40,15 @@ def input_signature(cfg: Config, raw: Path | None = None) -> dict:
         needs = ", ".join(layout.needed_files(cfg))
         raise DataError(f"{missing[0]}: {files.not_a_file(missing[0])} (the folder needs {needs})")
     teacher = layout.teacher_files(cfg) if cfg.data.pseudo_from else {}
+    relabel = layout.relabel_files(cfg) if cfg.data.relabel_from else {}
     signature = {
         "data": data_settings(cfg),
         "files": [[p.name, file_digest(p)] for p in read],
         # a retrained teacher relabels the test rows
         "pseudo": {str(k): file_digest(p) for k, p in teacher.items() if p.is_file()},
     }
+    if relabel:  # a teacher that predicts its training-only rows again changes this experiment's targets
+        signature["relabel"] = {str(k): file_digest(p) for k, p in relabel.items() if p.is_file()}
     if cfg.data.held_out > 0:  # tables held out by an earlier way of grouping are built again
         signature["grouping"] = layout.HELD_OUT_GROUPING
     if cfg.data.held_out > 0 and cfg.data.hold_out_long and cfg.model.name != "tiny":
@@ -84,6 +87,8 @@ def changed_inputs(recorded: dict, now: dict) -> str:
         return "an earlier version grouped the rows into folds otherwise"
     if recorded.get("length_tokenizer") != now.get("length_tokenizer"):
         return "the model's tokenizer, which counts the long comments held out (data.hold_out_long), changed"
+    if recorded.get("relabel") != now.get("relabel"):
+        return "the teacher's training-row predictions (data.relabel_from) changed"
     return "the teacher's test predictions (data.pseudo_from) changed"
 
 
@@ -124,7 +129,8 @@ def current_made_from(cfg: Config, meta: dict | None = None) -> dict:
     meta = current_meta(cfg) if meta is None else meta
     tokenizer = layout.prepared_dir(cfg) / layout.TOKENIZER
     model = fingerprint.model_identity(cfg, tokenizer, init_digest(cfg))
-    return fingerprint.made_from(cfg, meta["table_digest"], model)
+    relabel = meta["signature"].get("relabel") if cfg.data.relabel_from else None
+    return fingerprint.made_from(cfg, meta["table_digest"], model, relabel)
 
 
 def init_setting(cfg: Config) -> str:

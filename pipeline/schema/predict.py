@@ -21,7 +21,8 @@ class PredictConfig:
     training_rows: bool = setting(
         False,
         "`true`: each fold also predicts the training-only rows into `fold<k>/training.csv` (id, source, prob), "
-        "batched by length like the test rows and cached likewise (`training.json`)",
+        "batched by length like the test rows and cached likewise (`training.json`): what a student's "
+        "`data.relabel_from` mixes into their targets ([recipes.md](recipes.md#relabelled-training-rows))",
     )
     allow_fewer_folds: bool = setting(
         False,
