@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from pipeline import data, fingerprint, layout, validity
+from pipeline.core import distributed
+from pipeline.core.fold import FoldInputs, FoldRun
 from pipeline.errors import ConfigError, DataError
 from pipeline.files import file_record, write_csv, write_json
 from pipeline.inputs import relabel, tables
 from tests.helpers.experiments import Competition
+from tests.helpers.folds import StopAt
 
 WEIGHT = 0.3
 STUDENT = ("name=s", "data.relabel_from=t", "data.soft_labels=true", f"data.relabel_weight={WEIGHT}")
@@ -109,3 +113,16 @@ def test_relabelling_is_in_the_fold_fingerprint_and_the_default_changes_none(tmp
         validity.current_meta(student)
     data.prepare(student, log=lambda *_: None)
     assert validity.current_fingerprint(student) != digest
+
+
+def test_a_fold_trains_on_its_mixed_targets(tmp_path, monkeypatch) -> None:
+    """What FoldRun trains towards is fold_targets' (the rows and targets chosen, the model never built)."""
+    comp, _ = taught(tmp_path)
+    student = comp.config(*STUDENT)
+    data.prepare(student, log=lambda *_: None)
+    table = tables.load_table(student)[0]
+    monkeypatch.setattr(FoldRun, "build", lambda self, state: setattr(self, "fresh", True))
+    inputs = FoldInputs(student, 2, table, None, SimpleNamespace(pad_token_id=1), "x")
+    run = FoldRun(inputs, distributed.Dist(), StopAt(1))
+    np.testing.assert_array_equal(run.labels, tables.fold_targets(student, table, 2))
+    assert not np.array_equal(run.labels, table["toxic"].to_numpy(np.float32))
