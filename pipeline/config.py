@@ -314,11 +314,19 @@ def with_overrides(cfg: Config, overrides: list[str] | tuple[str, ...], device: 
 
 def stage1_config(cfg: Config, device: bool = True) -> Config | None:
     """The stage-1 experiment `model.init_from` names, as this config trains it: `model.init_args` applied, then
-    its name, fold -1, no init of its own and no pseudo-labels (test rows are never a stage-1 row anyway)."""
+    its name, fold -1, no init of its own, no pseudo-labels (test rows are never a stage-1 row anyway) and no
+    relabelled rows (every teacher fold saw validation rows)."""
     name = cfg.model.init_from
     if not name:
         return None
-    fixed = [f"name={name}", "train.folds=[-1]", "model.init_from=", "model.init_args=[]", "data.pseudo_from="]
+    fixed = [
+        f"name={name}",
+        "train.folds=[-1]",
+        "model.init_from=",
+        "model.init_args=[]",
+        "data.pseudo_from=",
+        "data.relabel_from=",
+    ]
     fixed.append("train.training_only_rows=true")  # the default, though fold -1 reads only those rows anyway
     s1 = with_overrides(cfg, [*cfg.model.init_args, *fixed], device=device)
     if s1.model.pooling != cfg.model.pooling:  # stage 2 pools as its stage-1 model does (foldmodel.check_settings)

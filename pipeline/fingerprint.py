@@ -106,9 +106,14 @@ def leaves(key: str, ours, theirs) -> list[tuple[str, object, object]]:
     return [] if ours == theirs else [(key, ours, theirs)]
 
 
-def made_from(cfg: Config, table_digest: str, model: dict) -> dict:
-    """What a fold's weights are made from: the training table, the model it starts from and the settings."""
-    return {"table": table_digest, "model": model, "settings": settings(cfg)}
+def made_from(cfg: Config, table_digest: str, model: dict, relabel: dict | None = None) -> dict:
+    """What a fold's weights are made from: the training table, the model it starts from and the settings; with
+    data.relabel_from, the teacher's training-row predictions (`relabel`: fold -> sha256) and data.relabel_weight,
+    which change the targets and not the table (without it, nothing: a fold trained before it keeps its digest)."""
+    made = {"table": table_digest, "model": model, "settings": settings(cfg)}
+    if relabel is not None:
+        made["relabel"] = {"weight": cfg.data.relabel_weight, "teacher": relabel}
+    return made
 
 
 def fold_fingerprint(made: dict) -> str:
@@ -171,3 +176,11 @@ def _langs(langs: tuple[str, ...]) -> dict:
 def test_cache_key(weights_digest: str, test_digest: str, cfg: Config, precision: str) -> dict:
     """What a fold's cached test predictions depend on."""
     return {"weights": weights_digest, "test": test_digest, "max_length": cfg.model.max_length, "precision": precision}
+
+
+def training_cache_key(weights_digest: str, table_digest: str, cfg: Config, precision: str) -> dict:
+    """What a fold's cached predictions of the training-only rows depend on: test_cache_key's, with the training
+    table in place of the test table."""
+    key = test_cache_key(weights_digest, table_digest, cfg, precision)
+    key["table"] = key.pop("test")
+    return key

@@ -73,13 +73,17 @@ WEIGHTS = "model.safetensors"
 OOF = "oof.csv"  # the fold's validation rows with their predictions
 TEST_PREDS = "test.csv"  # the fold's test predictions (id, toxic)
 TEST_KEY = "test.json"  # what the cached test predictions were made from
+# with predict.training_rows: the fold's predictions of the training-only rows (id, source, prob), a teacher's for
+# data.relabel_from, and what they were made from
+TRAINING_PREDS, TRAINING_KEY = "training.csv", "training.json"
+CACHE_KEYS = {TEST_PREDS: TEST_KEY, TRAINING_PREDS: TRAINING_KEY}  # a fold's cached predictions -> their stamp
 METRICS = "metrics.jsonl"  # one line an evaluation
 STEPS = "steps.jsonl"  # one line every train.log_every_steps optimizer steps
 RESUME = "resume.pt"
 PRECISION_CHOICE = "precision.json"  # train.precision=auto's rates on a CPU, measured once for the experiment
 RUN_CONFIG = "pipeline.yaml"  # the resolved config, beside the weights and in the experiment's folder
 # what a trained fold's done.json does not vouch for: the logs, and what is remade or replaced later
-NOT_RECORDED = {DONE, RESUME, TEST_PREDS, TEST_KEY, METRICS, STEPS}
+NOT_RECORDED = {DONE, RESUME, TEST_PREDS, TEST_KEY, TRAINING_PREDS, TRAINING_KEY, METRICS, STEPS}
 ALL = "*"  # in `needs`: every file done.json records
 # in `needs`: the weights, or, for a fold kept without them (kaggle.keep_weights=false), test predictions made with
 # the weights done.json records (a fold that predicted before its weights were left behind)
@@ -181,6 +185,12 @@ def extra_files(cfg: Config, raw: Path) -> list[tuple[Path, str]]:
 def teacher_files(cfg: Config) -> dict[int, Path]:
     """fold -> the fold-k test predictions of the teacher data.pseudo_from names (they may not exist yet)."""
     return {k: fold_dir(cfg, k, cfg.data.pseudo_from) / TEST_PREDS for k in range(cfg.data.folds)}
+
+
+def relabel_files(cfg: Config) -> dict[int, Path]:
+    """fold -> the fold-k predictions of the training-only rows of the teacher data.relabel_from names (they may
+    not exist yet)."""
+    return {k: fold_dir(cfg, k, cfg.data.relabel_from) / TRAINING_PREDS for k in range(cfg.data.folds)}
 
 
 def prepared_root(cfg: Config) -> Path:

@@ -3,6 +3,8 @@
 Reads   models/<name>/fold<k>/ (weights, done.json), the prepared test table and token cache,
         and the competition's sample_submission.csv for the ids and their order (test_labels.csv, where present)
 Writes  models/<name>/fold<k>/test.csv     that fold's test predictions (id, toxic)
+        models/<name>/fold<k>/training.csv with predict.training_rows: that fold's predictions of the training-only
+                                           rows (id, source, prob), a teacher's for data.relabel_from
         submissions/<name>.csv             the ensemble, in sample_submission.csv's id order
         submissions/submission.csv         the same file, under the name Kaggle notebooks expect
         models/<name>/cv.json              key test_auc, where the competition's test_labels.csv is present
@@ -21,6 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -49,13 +52,8 @@ def fold_test_preds(
     stored = ensembled(fold_dir, meta)
     if stored is not None:
         return stored
-    out, stamp = fold_dir / layout.TEST_PREDS, fold_dir / layout.TEST_KEY
-    prec = precision.resolve_precision(cfg.train.precision, device)
-    done = validity.read_done(fold_dir) or {}
-    if precision.measured_on(cfg.train.precision, device) and done.get("precision_rates"):
-        prec = done["precision"]  # what the fold's start measured faster: its OOF was predicted in it too
-    weights = checked_weights(fold_dir)
-    key = fingerprint.test_cache_key(weights, meta["test_digest"], cfg, prec)
+    prec = fold_precision(cfg, fold_dir, device)
+    key = fingerprint.test_cache_key(checked_weights(fold_dir), meta["test_digest"], cfg, prec)
     found = cached(fold_dir, key)
     if found is not None:
         return found
@@ -64,29 +62,64 @@ def fold_test_preds(
             f"{fold_dir}: kept without its weights (kaggle.keep_weights=false), and its test predictions were made "
             f"from another test table or at another precision than {prec}: retrain the fold to predict this test set"
         )
+    rows = tables.test_rows(test, cfg.train.langs)  # a specialist: its languages' rows only
+    p = predict_rows(cfg, fold_dir, test_data, rows, prec, device, f"test {fold_dir.name}")
+    frame = pd.DataFrame({"id": test["id"].iloc[rows].to_numpy(), "toxic": p})
+    write_cached(fold_dir, frame, key)
+    return frame
+
+
+def fold_training_preds(
+    cfg: Config, fold_dir: Path, train_data: tokens.Ragged, table: pd.DataFrame, meta: dict, device: torch.device
+) -> pd.DataFrame:
+    """A fold's predictions of the training-only rows (predict.training_rows: a teacher's for data.relabel_from),
+    cached in fold<k>/training.csv (id, source, prob), keyed on what they depend on (training.json)."""
+    prec = fold_precision(cfg, fold_dir, device)
+    key = fingerprint.training_cache_key(checked_weights(fold_dir), meta["table_digest"], cfg, prec)
+    found = cached(fold_dir, key, layout.TRAINING_PREDS)
+    if found is not None:
+        return found
+    if not (fold_dir / layout.WEIGHTS).is_file():
+        raise PredictError(f"{fold_dir}: kept without its weights (kaggle.keep_weights=false): it cannot predict the "
+                           "training-only rows (predict.training_rows); retrain the fold")  # fmt: skip
+    rows = np.flatnonzero(tables.training_only(table))
+    p = predict_rows(cfg, fold_dir, train_data, rows, prec, device, f"training rows {fold_dir.name}")
+    kept = table.iloc[rows]
+    frame = pd.DataFrame({"id": kept["id"].to_numpy(), "source": kept["source"].to_numpy(), "prob": p})
+    write_cached(fold_dir, frame, key, layout.TRAINING_PREDS)
+    return frame
+
+
+def fold_precision(cfg: Config, fold_dir: Path, device: torch.device) -> str:
+    """The precision a fold predicts in: train.precision's, or what the fold's start measured faster (its OOF was
+    predicted in it too)."""
+    prec = precision.resolve_precision(cfg.train.precision, device)
+    done = validity.read_done(fold_dir) or {}
+    if precision.measured_on(cfg.train.precision, device) and done.get("precision_rates"):
+        prec = done["precision"]
+    return prec
+
+
+def predict_rows(cfg: Config, fold_dir: Path, data: tokens.Ragged, rows: np.ndarray, prec: str, device: torch.device,
+                 desc: str) -> np.ndarray:  # fmt: skip
+    """The fold's model's probabilities for `rows` of `data`, batched by length, with a progress bar."""
     tokenizer = load_tokenizer(fold_dir)
     # a LoRA fold's base is built again in this precision's dtype, read from model.path wherever predict runs
     model = modeling.build_model(cfg, tokenizer, source=fold_dir, precision=prec, device=device).to(device)
     vmap = trim.load_map(fold_dir, model)
     if vmap is not None:  # a trimmed model reads the cached ids through the map it was trained with
-        test_data = trim.remap(test_data, vmap)
-    rows = tables.test_rows(test, cfg.train.langs)  # a specialist: its languages' rows only
-    p = loop.predict(
-        model,
-        test_data,
-        rows,
-        cfg.train.eval_batch,
-        prec,
-        device,
-        tokenizer.pad_token_id,
-        progress=True,
-        desc=f"test {fold_dir.name}",
+        data = trim.remap(data, vmap)
+    return loop.predict(
+        model, data, rows, cfg.train.eval_batch, prec, device, tokenizer.pad_token_id, progress=True, desc=desc
     )
-    frame = pd.DataFrame({"id": test["id"].iloc[rows].to_numpy(), "toxic": p})
+
+
+def write_cached(fold_dir: Path, frame: pd.DataFrame, key: dict, name: str = layout.TEST_PREDS) -> None:
+    """A fold's predictions and, after them, the stamp (CACHE_KEYS) that records their key and file."""
+    out, stamp = fold_dir / name, fold_dir / layout.CACHE_KEYS[name]
     stamp.unlink(missing_ok=True)  # the key is written after the predictions it describes
     write_csv(out, frame)
     write_json(stamp, {"key": key, "file": file_record(out)})
-    return frame
 
 
 def ensembled(fold_dir: Path, meta: dict) -> pd.DataFrame | None:
@@ -119,17 +152,18 @@ def ensembled_line(fold_dir: Path) -> str:
     )
 
 
-def cached(fold_dir: Path, key: dict) -> pd.DataFrame | None:
-    """The fold's cached test predictions, where test.json records them for this key and they are intact."""
+def cached(fold_dir: Path, key: dict, name: str = layout.TEST_PREDS) -> pd.DataFrame | None:
+    """The fold's cached predictions `name`, where their stamp (CACHE_KEYS) records them for this key and they are
+    intact."""
     try:
-        stamp = read_json(fold_dir / layout.TEST_KEY)
+        stamp = read_json(fold_dir / layout.CACHE_KEYS[name])
     except (OSError, ValueError):
         return None
     if not isinstance(stamp, dict) or stamp.get("key") != key:
         return None
-    if validity.file_problem(fold_dir, layout.TEST_PREDS, stamp.get("file") or {}):  # {}: no record, no trust
+    if validity.file_problem(fold_dir, name, stamp.get("file") or {}):  # {}: no record, no trust
         return None
-    return pd.read_csv(fold_dir / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    return pd.read_csv(fold_dir / name, dtype={"id": str, "source": str}, keep_default_na=False)
 
 
 def checked_weights(fold_dir: Path) -> str:
@@ -152,7 +186,7 @@ def run(cfg: Config) -> Path | None:
     start = time.perf_counter()
     experiments.preflight(cfg, "predict")  # paths and permissions, before any fold runs
     experiments.hold_experiment_lock(cfg, "predict")  # a second run on this experiment stops at once
-    _, test, meta = tables.load_table(cfg)
+    table, test, meta = tables.load_table(cfg)
     digest = validity.current_fingerprint(cfg, meta)
     d = distributed.setup(cfg.train.device)
     try:
@@ -166,6 +200,8 @@ def run(cfg: Config) -> Path | None:
             if ensembled_line(fold_dir):
                 print(ensembled_line(fold_dir))
             fold_test_preds(cfg, fold_dir, splits["test"], test, meta, d.device)
+            if cfg.predict.training_rows:  # a teacher's, for a student's data.relabel_from
+                fold_training_preds(cfg, fold_dir, splits["train"], table, meta, d.device)
         distributed.barrier(d)
         path = write_submission(cfg, dirs, splits, test, meta, d.device) if d.is_main else None
     except BaseException:

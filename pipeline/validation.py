@@ -35,7 +35,7 @@ def check_names(cfg: Config) -> None:
     """Every setting that names a folder under models/ or input/prepared/, each checked as check_name says."""
     check_name(cfg.name)
     named = [("model.init_from", cfg.model.init_from), ("model.init_folds", cfg.model.init_folds)]
-    named += [("data.pseudo_from", cfg.data.pseudo_from)]
+    named += [("data.pseudo_from", cfg.data.pseudo_from), ("data.relabel_from", cfg.data.relabel_from)]
     named += [("blend.name", cfg.blend.name)] + [("blend.members", m) for m in cfg.blend.members]
     for entry in cfg.blend.route:  # lang:experiment
         lang, _, name = entry.partition(":")
@@ -52,6 +52,11 @@ def check_names(cfg: Config) -> None:
         raise ConfigError(
             f"data.pseudo_from={cfg.name}: an experiment cannot label its own training rows; "
             "name another experiment or blend as the teacher"
+        )
+    if cfg.data.relabel_from == cfg.name:
+        raise ConfigError(
+            f"data.relabel_from={cfg.name}: an experiment cannot relabel its own training rows; name another as the "
+            "teacher"
         )
 
 
@@ -81,6 +86,11 @@ def check_values(cfg: Config) -> None:
         raise ConfigError(
             f"data.pseudo_low={cfg.data.pseudo_low}, data.pseudo_high={cfg.data.pseudo_high}: "
             f"need 0 <= pseudo_low < pseudo_high <= 1"
+        )
+    if cfg.data.relabel_from and not cfg.data.soft_labels:  # (1 - w) * label + w * p is fractional
+        raise ConfigError(
+            f"data.relabel_from={cfg.data.relabel_from}: a relabelled target is fractional, a soft target; set "
+            "data.soft_labels=true as well"
         )
     for key, ok, allowed in RANGES:
         value = value_of(cfg, key)

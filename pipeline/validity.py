@@ -40,12 +40,15 @@ def input_signature(cfg: Config, raw: Path | None = None) -> dict:
         needs = ", ".join(layout.needed_files(cfg))
         raise DataError(f"{missing[0]}: {files.not_a_file(missing[0])} (the folder needs {needs})")
     teacher = layout.teacher_files(cfg) if cfg.data.pseudo_from else {}
+    relabel = layout.relabel_files(cfg) if cfg.data.relabel_from else {}
     signature = {
         "data": data_settings(cfg),
         "files": [[p.name, file_digest(p)] for p in read],
         # a retrained teacher relabels the test rows
         "pseudo": {str(k): file_digest(p) for k, p in teacher.items() if p.is_file()},
     }
+    if relabel:  # a teacher that predicts its training-only rows again changes this experiment's targets
+        signature["relabel"] = {str(k): file_digest(p) for k, p in relabel.items() if p.is_file()}
     if cfg.data.held_out > 0:  # tables held out by an earlier way of grouping are built again
         signature["grouping"] = layout.HELD_OUT_GROUPING
     if cfg.data.held_out > 0 and cfg.data.hold_out_long and cfg.model.name != "tiny":
@@ -84,6 +87,8 @@ def changed_inputs(recorded: dict, now: dict) -> str:
         return "an earlier version grouped the rows into folds otherwise"
     if recorded.get("length_tokenizer") != now.get("length_tokenizer"):
         return "the model's tokenizer, which counts the long comments held out (data.hold_out_long), changed"
+    if recorded.get("relabel") != now.get("relabel"):
+        return "the teacher's training-row predictions (data.relabel_from) changed"
     return "the teacher's test predictions (data.pseudo_from) changed"
 
 
@@ -124,7 +129,8 @@ def current_made_from(cfg: Config, meta: dict | None = None) -> dict:
     meta = current_meta(cfg) if meta is None else meta
     tokenizer = layout.prepared_dir(cfg) / layout.TOKENIZER
     model = fingerprint.model_identity(cfg, tokenizer, init_digest(cfg))
-    return fingerprint.made_from(cfg, meta["table_digest"], model)
+    relabel = meta["signature"].get("relabel") if cfg.data.relabel_from else None
+    return fingerprint.made_from(cfg, meta["table_digest"], model, relabel)
 
 
 def init_setting(cfg: Config) -> str:
@@ -268,8 +274,8 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
         needs = tuple(n for n in needs if n != layout.TESTED and not (weightless and n == layout.WEIGHTS))
         needs = (layout.TEST_PREDS if weightless else layout.WEIGHTS, *needs)
     for name in needs:
-        if name == layout.TEST_PREDS and name not in recorded:  # a trained fold's test predictions: a cache of predict
-            why = test_preds_problem(folder, done)
+        if name in layout.CACHE_KEYS and name not in recorded:  # a trained fold's predictions: a cache of predict
+            why = test_preds_problem(folder, done, name=name)
         else:
             why = file_problem(folder, name, recorded.get(name), deep=name != layout.WEIGHTS)
         if why:
@@ -277,21 +283,25 @@ def fold_status(folder: Path, digest: str | None = None, needs: tuple[str, ...] 
     return ""
 
 
-def test_preds_problem(folder: Path, done: dict, test_digest: str | None = None) -> str:
-    """Why a trained fold's cached test predictions cannot be used ('' when they can): test.json must record
-    them and the weights they were made with (and, given, the test table)."""
+def test_preds_problem(folder: Path, done: dict, test_digest: str | None = None, name: str = layout.TEST_PREDS) -> str:
+    """Why a trained fold's cached test predictions (or, `name`, its predictions of the training-only rows) cannot
+    be used ('' when they can): their stamp (test.json, training.json) must record them and the weights they were
+    made with (and, given, the test table)."""
+    what, make = {layout.TEST_PREDS: ("test", "`make predict`")}.get(
+        name, ("training-row", '`make predict ARGS="predict.training_rows=true"`')
+    )
     try:
-        stamp = read_json(folder / layout.TEST_KEY)
+        stamp = read_json(folder / layout.CACHE_KEYS[name])
     except (OSError, ValueError):
-        return "no test predictions (run `make predict`)"
+        return f"no {what} predictions (run {make})"
     if not isinstance(stamp, dict) or not isinstance(stamp.get("key"), dict):
-        return "no test predictions (run `make predict`)"
+        return f"no {what} predictions (run {make})"
     weights = (done.get("files") or {}).get(layout.WEIGHTS, {}).get("sha256")
     if weights is not None and stamp["key"].get("weights") != weights:
-        return "test predictions of other weights (run `make predict`)"
+        return f"{what} predictions of other weights (run {make})"
     if test_digest is not None and stamp["key"].get("test") != test_digest:
         return "test predictions of another test table (run `make predict`)"
-    return file_problem(folder, layout.TEST_PREDS, stamp.get("file"))
+    return file_problem(folder, name, stamp.get("file"))
 
 
 def is_complete(folder: Path, digest: str, needs: tuple[str, ...] = (layout.WEIGHTS,)) -> bool:

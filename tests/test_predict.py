@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline import config, export, files, predict, train
+from pipeline import config, export, files, layout, predict, train, validity
 from pipeline.errors import PipelineError
+from pipeline.inputs import tables
 from pipeline.scoring import publish
 from pipeline.scoring.submission import SubmissionError
 from tests.helpers import one_line_error, prepare_tiny, stage_args, tiny_cfg
@@ -222,3 +223,31 @@ def test_train_folds_given_to_predict_and_export_is_said_not_to_narrow_them(tmp_
         assert err.count(line) == 1, err
     predict.run(tiny_cfg(tmp_path, "train.device=cpu", "train.max_steps=2"))  # train.folds empty: nothing said
     assert "train.folds" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- predict.training_rows: a relabelling teacher's
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_one_thread")
+def test_predict_writes_each_folds_training_row_predictions_once(tmp_path) -> None:
+    more = ("train.device=cpu", "train.max_steps=2")
+    train.run(prepare_tiny(tmp_path, *more))
+    predict.run(tiny_cfg(tmp_path, *more))
+    folders = [layout.fold_dir(tiny_cfg(tmp_path, *more), k) for k in (0, 1)]
+    assert not any((f / layout.TRAINING_PREDS).exists() for f in folders)  # only when asked for
+    cfg = tiny_cfg(tmp_path, *more, "predict.training_rows=true")
+    predict.run(cfg)
+    table = tables.load_table(cfg)[0]
+    rows = table[tables.training_only(table)]
+    made = []
+    for folder in folders:
+        preds = pd.read_csv(folder / layout.TRAINING_PREDS, dtype={"id": str}, keep_default_na=False)
+        assert preds[["id", "source"]].values.tolist() == rows[["id", "source"]].values.tolist()
+        assert preds["prob"].between(0, 1).all() and preds["prob"].nunique() > 1
+        assert validity.fold_status(folder, needs=(layout.TRAINING_PREDS,)) == ""
+        made.append((folder / layout.TRAINING_PREDS).stat().st_mtime_ns)
+    assert not np.allclose(*(pd.read_csv(f / layout.TRAINING_PREDS)["prob"] for f in folders))  # each fold's own
+    predict.run(cfg)  # cached: not predicted again
+    assert [(f / layout.TRAINING_PREDS).stat().st_mtime_ns for f in folders] == made
+    assert config.load("sample", []).predict.training_rows is False

@@ -51,7 +51,7 @@ from pipeline.core.foldmodel import (
 from pipeline.core.resume import FoldState, Interrupted, StopFlag
 from pipeline.errors import PipelineError
 from pipeline.files import write_json
-from pipeline.inputs.tables import scored_rows, training_rows
+from pipeline.inputs.tables import fold_targets, scored_rows, training_rows
 from pipeline.inputs.tokens import Ragged
 from pipeline.schema import Config
 from pipeline.scoring import metrics
@@ -121,7 +121,7 @@ class FoldRun(FoldEvaluations):
         self.profile = None if stage1 else metrics.read_profile(cfg)
         self.first_half = evaluation.fold_halves(table.iloc[self.valid_idx], cfg.train.seed + fold)
         self.chosen: list[int] | None = None  # the steps of the held-out choice, once an evaluation made it
-        self.labels = table["toxic"].to_numpy(np.float32)
+        self.labels = fold_targets(cfg, table, fold)  # data.relabel_from: the teacher's fold-k predictions mixed in
         self.pad_id = self.tokenizer.pad_token_id
 
     def build(self, state: dict | None) -> None:

@@ -72,11 +72,12 @@ def restore(state: dict, optimizer, scheduler, scaler, d: distributed.Dist, fold
 
 def drop_old(fold_dir: Path, fresh: bool, cfg: Config, keep, tokenizer) -> None:
     """What an earlier run left in the fold's folder, dropped once this run has begun (never before, so that a run
-    refused or stopped before it leaves the folder as it was). A complete fold's done.json and test predictions go
-    (new weights never sit behind an old done.json, nor old test predictions beside new weights); a `fresh` fold's
-    resume state it could not continue (`make train` said it would be dropped); then the vocabulary map (of the
-    ids `keep`s) and the experiment's pipeline.yaml are this run's."""
-    for name in (layout.DONE, layout.TEST_PREDS, layout.TEST_KEY) + ((layout.RESUME,) if fresh else ()):
+    refused or stopped before it leaves the folder as it was). A complete fold's done.json and test and training-row
+    predictions go (new weights never sit behind an old done.json, nor old predictions beside new weights); a
+    `fresh` fold's resume state it could not continue (`make train` said it would be dropped); then the vocabulary
+    map (of the ids `keep`s) and the experiment's pipeline.yaml are this run's."""
+    cached = (*layout.CACHE_KEYS, *layout.CACHE_KEYS.values())  # test and training-row predictions, their stamps
+    for name in (layout.DONE, *cached) + ((layout.RESUME,) if fresh else ()):
         (fold_dir / name).unlink(missing_ok=True)
     vmap = None if keep is None else trim.vocab_map(keep, len(tokenizer), tokenizer.unk_token_id)
     trim.save_map(fold_dir, vmap)  # beside the weights: predict remaps test ids; untrimmed, a stale one goes

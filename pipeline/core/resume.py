@@ -202,6 +202,8 @@ def what_changed(saved: dict | None, made: dict | None, when: str = "saved") -> 
         return f"the training table changed since it was {when} (`make data` rebuilt it)"
     if saved.get("model") != made["model"]:
         return f"the model the fold starts from changed since it was {when}"
+    if saved.get("relabel") != made.get("relabel"):
+        return f"the relabelled targets (data.relabel_from, data.relabel_weight) changed since it was {when}"
     return fingerprint.differ(made["settings"], saved.get("settings") or {}, f"when {when}") or "other settings"
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 
 from pipeline import experiments, layout, validity
 from pipeline.errors import DataError, PipelineError
-from pipeline.schema import Config
+from pipeline.schema import Config, value_of
 
 SOURCE = "pseudo"
 
@@ -37,12 +37,15 @@ def teacher_folds(cfg: Config) -> dict[int, Path]:
         raise DataError(f"data.pseudo_from={teacher}: {e}") from None
 
 
-def check_same_folds(cfg: Config, table: pd.DataFrame, folds: dict[int, Path]) -> None:
+def check_same_folds(
+    cfg: Config, table: pd.DataFrame, folds: dict[int, Path], setting: str = "data.pseudo_from"
+) -> None:
     """The teacher's fold k scored exactly the student's fold-k validation rows: its fold-k model never saw
-    them, so its test predictions carry none of their labels. With other folds (data.seed, data.folds), a
-    teacher's fold-k predictions would come from a model trained on some of the student's fold-k rows. A teacher
-    of some folds (two of five) teaches those folds; every fold the student trains (train.folds) needs one."""
-    teacher = cfg.data.pseudo_from
+    them, so its predictions (of the test rows; of the training-only rows for data.relabel_from) carry none of
+    their labels. With other folds (data.seed, data.folds), a teacher's fold-k predictions would come from a model
+    trained on some of the student's fold-k rows. A teacher of some folds (two of five) teaches those folds; every
+    fold the student trains (train.folds) needs one. `setting`: the key that names the teacher."""
+    teacher = value_of(cfg, setting)
     valid = table[table["fold"] >= 0]
     ours = dict(zip(valid["id"], valid["fold"]))
     theirs = {}
@@ -51,13 +54,13 @@ def check_same_folds(cfg: Config, table: pd.DataFrame, folds: dict[int, Path]) -
         theirs.update(dict.fromkeys(oof["id"], k))
     if not set(theirs) <= set(ours):
         raise DataError(
-            f"data.pseudo_from={teacher}: its validation rows are not this experiment's "
+            f"{setting}={teacher}: its validation rows are not this experiment's "
             f"({len(theirs)} against {len(ours)}); the teacher needs the same data"
         )
     same = sum(ours[i] == k for i, k in theirs.items())
     if same != len(theirs):
         raise DataError(
-            f"data.pseudo_from={teacher}: only {same / max(len(theirs), 1):.0%} of the validation rows are in the same "
+            f"{setting}={teacher}: only {same / max(len(theirs), 1):.0%} of the validation rows are in the same "
             "fold as in the teacher, whose fold-k predictions would then carry labels of this experiment's fold k; "
             "make the teacher with the same data.folds and data.seed"
         )
@@ -65,14 +68,14 @@ def check_same_folds(cfg: Config, table: pd.DataFrame, folds: dict[int, Path]) -
     for k in folds:
         if held[k] != scored[k]:
             raise DataError(
-                f"data.pseudo_from={teacher}: its fold {k} scored {scored[k]} rows where this experiment's fold {k} "
+                f"{setting}={teacher}: its fold {k} scored {scored[k]} rows where this experiment's fold {k} "
                 f"holds {held[k]}; the teacher needs the same data"
             )
     wanted = cfg.train.folds or tuple(range(cfg.data.folds))
     missing = [k for k in wanted if k >= 0 and k not in folds]
     if missing:
         raise DataError(
-            f"data.pseudo_from={teacher}: the teacher has no fold {', '.join(map(str, missing))}, which this "
+            f"{setting}={teacher}: the teacher has no fold {', '.join(map(str, missing))}, which this "
             f"experiment trains; train those folds of {teacher}, or set train.folds={sorted(folds)}"
         )
 

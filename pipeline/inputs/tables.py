@@ -9,7 +9,8 @@ data.normalise_text every source's texts are made alike first (pipeline.inputs.t
 test table is id, text, lang. The same config and files give the same tables, byte for byte.
 
 `training_rows` decides which rows a fold trains on, in one place, so that the leak tests check what
-training uses: a stage-1 model never sees a validation row, and fold k never its own.
+training uses: a stage-1 model never sees a validation row, and fold k never its own; `fold_targets` what it
+trains them towards (data.relabel_from mixes a teacher's fold-k predictions into the training-only rows').
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from pipeline import layout, validity
 from pipeline.errors import DataError
-from pipeline.inputs import encoder, groups, lengths, pseudo, texts
+from pipeline.inputs import encoder, groups, lengths, pseudo, relabel, texts
 from pipeline.inputs.csvfile import check_lang, check_unique, read_csv
 from pipeline.schema import Config
 
@@ -273,6 +274,7 @@ def build_tables(cfg: Config, raw, count=None) -> tuple[pd.DataFrame, pd.DataFra
         notes.append(nothing_held_out(cfg, table, test))
     table = pseudo.add(cfg, table[TABLE_COLUMNS], test)
     notes += [table.attrs["pseudo"]] if table.attrs.get("pseudo") else []
+    notes += relabel.check(cfg, table, np.flatnonzero(training_only(table)))
     table.attrs["notes"] = notes  # said by `make data`
     return table, test
 
@@ -442,6 +444,20 @@ def scored_rows(table: pd.DataFrame, fold: int, langs: tuple[str, ...] = ()) -> 
     return np.flatnonzero((table["fold"].to_numpy() == fold) & of_langs(table, langs))
 
 
+def training_only(table: pd.DataFrame) -> np.ndarray:
+    """Whether each row is a training-only row of the table's own (English, translated, bias: fold -1, never scored),
+    the pseudo-labelled test rows left out."""
+    plain = table["pseudo_for"].to_numpy() == -1 if "pseudo_for" in table else np.ones(len(table), dtype=bool)
+    return (table["fold"].to_numpy() == layout.STAGE1) & plain
+
+
+def fold_targets(cfg: Config, table: pd.DataFrame, fold: int) -> np.ndarray:
+    """Each row's target as fold `fold` trains on it (float32): its `toxic`, the training-only rows' mixed with
+    the teacher's fold-`fold` predictions under data.relabel_from (pipeline.inputs.relabel); a scored row's never
+    changes."""
+    return relabel.fold_targets(cfg, table, fold, np.flatnonzero(training_only(table)))
+
+
 def training_rows(
     table: pd.DataFrame, fold: int, training_only_rows: bool = True, langs: tuple[str, ...] = ()
 ) -> np.ndarray:
@@ -453,13 +469,12 @@ def training_rows(
     """
     folds = table["fold"].to_numpy()
     pseudo_for = table["pseudo_for"].to_numpy() if "pseudo_for" in table else np.full(len(table), -1)
-    plain = pseudo_for == -1
     ours = of_langs(table, langs)
     if fold == layout.STAGE1:
-        return np.flatnonzero((folds == layout.STAGE1) & plain & ours)
+        return np.flatnonzero(training_only(table) & ours)
     chosen = (folds >= 0) & (folds != fold)  # the other folds' validation rows (held-out stand-ins among them)
     if training_only_rows:
-        chosen |= (folds == layout.STAGE1) & plain
+        chosen |= training_only(table)
     if (pseudo_for >= 0).any() and not (pseudo_for == fold).any():
         # a teacher of some folds: this fold would train without the pseudo-labels the experiment is named for
         raise DataError(

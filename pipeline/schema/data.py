@@ -75,6 +75,19 @@ class DataConfig:
         "`make data` says how many soft rows each source gave",
         role=LATER,
     )
+    relabel_from: str = setting(
+        "",
+        "an experiment whose fold-k predictions of the training-only rows (`predict.training_rows=true`) are mixed "
+        "into those rows' targets for this experiment's fold k; needs `data.soft_labels=true`, scored rows never "
+        "change ([recipes.md](recipes.md#relabelled-training-rows))",
+        role=LATER,
+    )
+    relabel_weight: float = setting(
+        0.5,
+        "with `data.relabel_from`: a training-only row's target is `(1 - w) * label + w * teacher's probability`",
+        within=((lambda v: 0 < v <= 1), "a number in (0, 1]"),
+        role=LATER,
+    )
     group_encoder: str = setting(
         "",
         "a sentence encoder folder (Hugging Face) that finds the translations of one "

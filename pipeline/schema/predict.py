@@ -18,6 +18,12 @@ class PredictConfig:
                                "OOF; `lang+prior` and each language moved to its toxic rate in the test, estimated "
                                "from the unlabelled predictions ([recipes.md](recipes.md#six-languages-a-validation-"
                                "that-looks-like-the-test))", choices=("none", "lang", "lang+prior"))  # fmt: skip
+    training_rows: bool = setting(
+        False,
+        "`true`: each fold also predicts the training-only rows into `fold<k>/training.csv` (id, source, prob), "
+        "batched by length like the test rows and cached likewise (`training.json`): what a student's "
+        "`data.relabel_from` mixes into their targets ([recipes.md](recipes.md#relabelled-training-rows))",
+    )
     allow_fewer_folds: bool = setting(
         False,
         "`true`: `submissions/submission.csv` is replaced even by an ensemble of fewer folds of the same experiment "
