@@ -21,7 +21,7 @@ class Setting:
     check: Callable[[typing.Any], bool] | None = None
     allowed: str = ""  # the range as the error states it
     role: str = WEIGHTS
-    # (dotted key, value): counts only while that key has that value (or, an Above, is above it)
+    # (dotted key, value): counts only while that key has that value (or, an Above or a Given, holds for it)
     when: tuple[str, typing.Any] | None = None
     resumable: bool = False  # decides only when a fold is evaluated and stops: a resume state continues under another
 
@@ -50,6 +50,18 @@ class Above:
 
     def __str__(self) -> str:
         return f"> {self.bound:g}"
+
+
+@dataclass(frozen=True)
+class Given:
+    """A `when` value: the setting counts while the other one is set, not empty (a teacher's weight while there is
+    a teacher)."""
+
+    def holds(self, value) -> bool:
+        return bool(value)
+
+    def __str__(self) -> str:
+        return "is set"
 
 
 def _finite(x: float) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.schema.base import FRACTION, LATER, NEVER, POSITIVE, SEED, Above, at_least, setting
+from pipeline.schema.base import FRACTION, LATER, NEVER, POSITIVE, SEED, Above, Given, at_least, setting
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ class DataConfig:
         "with `data.relabel_from`: a training-only row's target is `(1 - w) * label + w * teacher's probability`",
         within=((lambda v: 0 < v <= 1), "a number in (0, 1]"),
         role=LATER,
+        when=("data.relabel_from", Given()),
     )
     group_encoder: str = setting(
         "",

@@ -99,6 +99,8 @@ def test_relabelling_is_in_the_fold_fingerprint_and_the_default_changes_none(tmp
     comp, probs = taught(tmp_path)
     assert set(validity.current_made_from(comp.cfg)) == {"table", "model", "settings"}  # as before relabelling
     assert not {"relabel_from", "relabel_weight"} & set(validity.data_settings(comp.cfg))
+    alone = comp.config("data.relabel_weight=0.3")  # a weight without a teacher mixes nothing
+    assert validity.data_settings(alone) == validity.data_settings(comp.cfg)
     student = comp.config(*STUDENT)
     data.prepare(student, log=lambda *_: None)
     made = validity.current_made_from(student)
