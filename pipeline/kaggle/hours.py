@@ -74,6 +74,7 @@ class TimePlan:
     uncounted: tuple[str, ...] = ()  # extra files whose rows are not known here (not in the counts)
     load_bytes: float = 0.0  # a LoRA fold's frozen base, read from the model input when it trains and predicts
     load_source: str = ""  # where load_bytes comes from, in words (disk.source_bytes)
+    eval_test: bool = False  # train.eval_ensemble: each evaluation predicts the test too, predict reads what it kept
 
     @property
     def epoch_seconds(self) -> float:
@@ -81,8 +82,9 @@ class TimePlan:
 
     @property
     def eval_seconds(self) -> float:
-        """One evaluation of a fold's validation rows."""
-        return self.eval_tokens / (self.tokens_per_second * EVAL_SPEEDUP)
+        """One evaluation of a fold's validation rows (and its test rows under train.eval_ensemble)."""
+        tokens = self.eval_tokens + (self.test_tokens if self.eval_test else 0.0)
+        return tokens / (self.tokens_per_second * EVAL_SPEEDUP)
 
     @property
     def save_seconds(self) -> float:
@@ -95,7 +97,9 @@ class TimePlan:
 
     @property
     def predict_seconds(self) -> float:
-        """One fold's test predictions, its weights loaded."""
+        """One fold's test predictions, its weights loaded; none under train.eval_ensemble (its training made them)."""
+        if self.eval_test:
+            return 0.0
         load = LOAD_SECONDS + self.load_bytes / WRITE_BYTES_PER_SECOND  # the read rate assumed as the write one
         return self.test_tokens / (self.tokens_per_second * EVAL_SPEEDUP) + load
 
@@ -253,7 +257,7 @@ def plan_time(cfg: Config, folds: int) -> TimePlan:
     read, read_source = disk.source_bytes(cfg, arch) if arch else (0.0, "")  # as the source stores it, not the GPU
     return TimePlan(
         rate, source, rows["train"] * per_row * PADDING, rows["valid"] * per_row, rows["test"] * per_row, folds,
-        cfg.train.epochs, evals, writes, stage1, missing, read, read_source,
+        cfg.train.epochs, evals, writes, stage1, missing, read, read_source, cfg.train.eval_ensemble > 0,
     )  # fmt: skip
 
 

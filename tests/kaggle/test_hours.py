@@ -115,3 +115,14 @@ def test_a_token_budget_counts_the_optimizer_steps_its_micro_batches_make(tmp_pa
     every = ["train.eval_every_steps=200"]
     often = hours.plan_time(cfg_for(tmp_path, *LARGE, *every, "train.token_budget=512"), 5)
     assert often.evals_per_epoch > hours.plan_time(cfg_for(tmp_path, *LARGE, *every), 5).evals_per_epoch
+
+
+def test_checkpoint_ensembling_predicts_the_test_at_each_evaluation_and_not_again(tmp_path: Path) -> None:
+    base = hours.plan_time(cfg_for(tmp_path, *LARGE), 5)
+    ens = hours.plan_time(cfg_for(tmp_path, *LARGE, "train.eval_ensemble=3"), 5)
+    assert ens.eval_seconds == pytest.approx(
+        base.eval_seconds * (base.eval_tokens + base.test_tokens) / base.eval_tokens
+    )
+    assert ens.predict_seconds == 0 < base.predict_seconds  # predict reads what training stored
+    extra = ens.epochs * ens.evals_per_epoch * (ens.eval_seconds - base.eval_seconds)
+    assert ens.fold_seconds == pytest.approx(base.fold_seconds + extra)
