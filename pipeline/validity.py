@@ -145,7 +145,10 @@ def init_dir(cfg: Config, fold: int = 0) -> Path | None:
     (every fold's), or fold `fold` of the experiment `model.init_folds` names (init_folds_dirs); None without
     either. Where only the architecture matters (pooling, tokenizer, size) fold 0 stands for every fold."""
     if cfg.model.init_folds:
-        return init_folds_dirs(cfg)[fold]
+        dirs = init_folds_dirs(cfg)
+        if fold not in dirs:
+            raise PipelineError(f"model.init_folds={cfg.model.init_folds}: {layout.fold_name(fold)} not trained")
+        return dirs[fold]
     name = cfg.model.init_from
     if not name:
         return None
@@ -176,10 +179,11 @@ def same_folds(ours: dict, theirs: dict) -> bool:
 
 
 def init_folds_dirs(cfg: Config) -> dict[int, Path]:
-    """Every fold of the experiment `model.init_folds` names, by fold number, each complete and current for its
-    own config and prepared data; refused in one line where it has other folds than this experiment (data.folds
-    or the rows in them) or lacks one: fold k of this experiment starts from fold k of that one, which never saw
-    fold k's rows, only while both folds k are the same rows."""
+    """The complete folds of the experiment `model.init_folds` names, by fold number, each current for its own
+    config and prepared data; refused in one line where it has other folds than this experiment (data.folds or the
+    rows in them) or lacks one this experiment trains (train.folds; every fold by default): fold k of this
+    experiment starts from fold k of that one, which never saw fold k's rows, only while both folds k are the same
+    rows."""
     name, key = cfg.model.init_folds, init_setting(cfg)
     try:
         digest, k = experiment_digest(cfg, name, "model")
@@ -195,8 +199,11 @@ def init_folds_dirs(cfg: Config) -> dict[int, Path]:
             "start from a model that saw fold k's rows: give both the same data"
         )
     use, left_out = select_folds(layout.experiment_dir(cfg, name), digest, k, needs=(layout.WEIGHTS,))
+    # a fold this experiment trains (train.folds: all by default) needs its own; one it never trains need not exist
+    wanted = {layout.fold_name(f) for f in (cfg.train.folds or range(k))}
+    left_out = {f: why for f, why in left_out.items() if f in wanted}
     if left_out:
-        raise PipelineError(f"{key}: {describe(left_out)}; train every fold of {name} first (its CONFIG and ARGS)")
+        raise PipelineError(f"{key}: {describe(left_out)}; train those folds of {name} first (its CONFIG and ARGS)")
     return {layout.fold_index(d): d for d in use}
 
 

@@ -57,8 +57,12 @@ def test_each_fold_starts_from_the_same_fold(prepared) -> None:
     base = named(prepared, "base")
     spec = named(prepared, "spec", "model.init_folds=base", "train.training_only_rows=false")
     train_folds(base, 0)
-    with pytest.raises(PipelineError, match=r"model.init_folds=base: fold1: not trained; train every fold of base"):
+    with pytest.raises(PipelineError, match=r"model.init_folds=base: fold1: not trained; train those folds of base"):
         validity.current_fingerprint(spec)
+    first = config_mod.with_overrides(spec, ["train.folds=[0]"])  # a specialist of fold 0 needs fold 0 alone
+    assert validity.init_dir(first, 0) == layout.fold_dir(base, 0)
+    with pytest.raises(PipelineError, match=r"model.init_folds=base: fold1 not trained"):
+        validity.init_dir(first, 1)
     train_folds(base, 1)
 
     run = fold_run(spec, StopAt(10**9), fold=1)
