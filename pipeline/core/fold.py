@@ -387,6 +387,11 @@ class FoldRun(FoldEvaluations):
 
     def finish(self, seconds: float) -> dict:
         p, t = self.progress, self.cfg.train
+        if not self.stage1 and p.best["epoch"] < 0:  # NaN at every evaluation: no weights and no OOF were kept
+            raise PipelineError(
+                f"fold {self.fold}: no evaluation scored a number ({len(p.history)} evaluations, AUC nan), so none "
+                "was kept: its scored rows need both classes"
+            )
         self.log.close()
         result = {
             "fold": self.fold,

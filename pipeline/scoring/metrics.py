@@ -444,13 +444,17 @@ def valid_counts(folder: Path, lengths: pd.DataFrame) -> dict | None:
 def fold_score(rows: pd.DataFrame, preds, profile: dict | None) -> tuple[str, float, dict[str, float]]:
     """What a fold's evaluation is judged by, its value and its AUC per language: the six-language AUC where
     the fold's rows stand for every test language (the best step is chosen by what the board ranks by);
-    else (no held-out translated rows, or a stage without prepared test rows) the validation AUC."""
+    else (no held-out translated rows, or a stage without prepared test rows) the validation AUC; a fold without
+    validation.csv rows (a specialist of fr, pt or ru: its held-out translations) the AUC of its rows ("AUC")."""
     rows = rows.assign(pred=np.asarray(preds))
     six = six_language(rows, profile) if profile else None  # once: it is every evaluation's work
     # the labels of a fold's rows never change: every evaluation of a fold is judged by one metric
     if six and not six["missing"]:
         return SIX.key, six["auc"], six["per_lang"]
-    return "valid_auc", valid_auc(rows), six["per_lang"] if six else per_language(rows, None)
+    per_lang = six["per_lang"] if six else per_language(rows, None)
+    if not on_validation(rows).any():  # held-out translations alone (a fr, pt or ru specialist): their own AUC
+        return "auc", auc(rows["toxic"], rows["pred"]), per_lang
+    return "valid_auc", valid_auc(rows), per_lang
 
 
 def test_score(raw: Path, test: pd.DataFrame, preds: pd.DataFrame) -> dict | None:

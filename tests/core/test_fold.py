@@ -77,6 +77,17 @@ def test_a_fold_with_one_class_is_refused(prepared) -> None:
         FoldRun(FoldInputs(prepared, 1, table, None, None, "x"), distributed.Dist(), StopAt(1))
 
 
+def test_a_fold_whose_every_evaluation_is_nan_writes_no_done_json(prepared, monkeypatch) -> None:
+    """A metric that cannot be taken of a fold's rows keeps no weights and no OOF: the fold fails, never complete."""
+    from pipeline.core import foldeval
+
+    monkeypatch.setattr(foldeval.metrics, "fold_score", lambda rows, preds, profile: ("valid_auc", float("nan"), {}))
+    cfg = config.with_overrides(prepared, ["train.max_steps=2"])
+    with pytest.raises(PipelineError, match="fold 0: no evaluation scored a number .1 evaluations, AUC nan."):
+        fold_run(cfg, StopAt(10**9), fold=0).run()
+    assert not (layout.fold_dir(cfg, 0) / layout.DONE).exists()
+
+
 def test_a_resumed_fold_keeps_the_micro_batch_auto_fit_chose(prepared, monkeypatch) -> None:
     """The saved steps count windows of the fitted plan: a resume must not fit again (memory may differ now)."""
     from pipeline.core import memory

@@ -583,6 +583,10 @@ def test_a_fold_is_judged_by_the_six_language_auc_where_its_rows_stand_for_every
         metrics.valid_auc(oof),
         metrics.per_language(oof, None),
     )
+    # a fr specialist's fold: held-out translations alone, no validation.csv row to take a valid AUC of
+    fr = pd.DataFrame({"lang": "fr", "toxic": [0, 1, 0, 1], "source": "translated-train", "pred": [0.1, 0.7, 0.3, 0.2]})
+    key, value, _ = metrics.fold_score(fr.drop(columns="pred"), fr["pred"].to_numpy(), wider)
+    assert (key, value) == ("auc", 0.75)
 
 
 def test_a_prepared_folders_validation_counts_are_of_its_validation_rows_by_their_ids(tmp_path: Path) -> None:
