@@ -101,3 +101,14 @@ def test_curves_png_gives_loss_and_auc_an_axis_each_under_the_experiments_name(t
     assert not any(overlaps(legend, ax) for ax in fig.axes)
     assert all(box.y1 < ax.get_window_extent().y0 for ax in fig.axes)
     assert not any(ax.get_legend() for ax in fig.axes)
+
+
+def test_a_specialist_without_validation_rows_draws_its_held_out_curve_alone() -> None:
+    """A fr specialist's OOF: held-out translations only, no validation.csv row to draw a curve of."""
+    oof = oof_rows().assign(lang="fr", source="translated-train")
+    summary = summary_of([0.8, 0.81, 0.79], six=0.8, missing=())
+    summary["metrics"]["valid_auc"] = math.nan
+    left = plots.cv_figure(oof, summary, "rs-fr").axes[0]
+    labels = [line.get_label() for line in left.get_lines()]
+    assert any(label.startswith("fr held-out translated") for label in labels)
+    assert not any(label.startswith("validation.csv") for label in labels)
