@@ -89,12 +89,19 @@ def experiment_check(
 
 
 def experiment_folds(
-    cfg: Config, name: str, needs: tuple[str, ...] = (layout.OOF,), chain: tuple[str, ...] = ()
+    cfg: Config,
+    name: str,
+    needs: tuple[str, ...] = (layout.OOF,),
+    chain: tuple[str, ...] = (),
+    folds: tuple[int, ...] = (),
 ) -> dict[int, Path]:
     """Every fold of models/<name>/ (a trained experiment, a TF-IDF baseline or a blend), each complete,
     intact and current (experiment_check), by fold number; else one line naming the experiment, the folds
-    and why, and the command that makes them."""
+    and why, and the command that makes them. With `folds` (a teacher of a student that trains those alone,
+    train.folds) only those must count; the others that do are returned too."""
     use, left_out = experiment_check(cfg, name, needs, chain)
+    if folds:
+        left_out = {f: why for f, why in left_out.items() if f in {layout.fold_name(k) for k in folds}}
     if left_out:
         raise refusal(cfg, name, left_out)
     return {layout.fold_index(d): d for d in use}

@@ -32,7 +32,9 @@ def teacher_folds(cfg: Config) -> dict[int, Path]:
     the training-only rows; else one line naming what is wrong and the command that makes it."""
     teacher = cfg.data.relabel_from
     try:
-        return experiments.experiment_folds(cfg, teacher, needs=(layout.OOF, layout.TRAINING_PREDS))
+        # a student of some folds (train.folds) is taught by those folds of its teacher alone
+        needs = (layout.OOF, layout.TRAINING_PREDS)
+        return experiments.experiment_folds(cfg, teacher, needs=needs, folds=tuple(cfg.train.folds))
     except PipelineError as e:
         raise DataError(f"{SETTING}={teacher}: {e}") from None
 

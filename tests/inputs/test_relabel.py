@@ -128,3 +128,20 @@ def test_a_fold_trains_on_its_mixed_targets(tmp_path, monkeypatch) -> None:
     run = FoldRun(inputs, distributed.Dist(), StopAt(1))
     np.testing.assert_array_equal(run.labels, tables.fold_targets(student, table, 2))
     assert not np.array_equal(run.labels, table["toxic"].to_numpy(np.float32))
+
+
+def test_a_student_of_some_folds_needs_those_folds_of_its_teacher_alone(tmp_path) -> None:
+    import shutil
+
+    comp, probs = taught(tmp_path)
+    for k in range(1, comp.cfg.data.folds):
+        shutil.rmtree(comp.models / "t" / f"fold{k}")  # a teacher of fold 0 alone
+    with pytest.raises(DataError, match="data.relabel_from=t: t: fold1, fold2, fold3, fold4: not trained"):
+        data.prepare(comp.config(*STUDENT), log=lambda *_: None)
+    student = comp.config(*STUDENT, "train.folds=[0]")
+    data.prepare(student, log=lambda *_: None)
+    table = tables.load_table(student)[0]
+    only = tables.training_only(table)
+    labels = table["toxic"].to_numpy(np.float64)
+    got = tables.fold_targets(student, table, 0)
+    np.testing.assert_allclose(got[only], (1 - WEIGHT) * labels[only] + WEIGHT * probs[0], rtol=1e-6)
