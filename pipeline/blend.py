@@ -137,11 +137,12 @@ def member_prepared(cfg: Config, name: str) -> Path | None:
         return None
 
 
-def shared_folds(members: list[Member]) -> list[Member]:
+def shared_folds(members: list[Member], at_least: int = 2) -> list[Member]:
     """The members cut to the folds every one of them has: a blend of some folds, as predict ensembles the
-    folds there are. Two at least: fold k's weights are fit on the other folds' rows."""
+    folds there are. Two at least for a blend: fold k's weights are fit on the other folds' rows (a route fits
+    none: one is enough)."""
     shared = sorted(set.intersection(*(set(m.done) for m in members)))
-    if len(shared) < 2:
+    if len(shared) < at_least:
         have = ", ".join(f"{m.name} {sorted(m.done)}" for m in members)
         raise BlendError(
             f"the members share {len(shared)} usable fold(s) ({have}); a blend needs two, since each fold's "
@@ -420,7 +421,7 @@ def run_route(cfg: Config, start: float, name: str) -> dict:
     names = routing.read_by([fallback], cfg.blend.route)
     exp = layout.experiment_dir(cfg, name)
     check_replaceable(exp)
-    members = {m.name: m for m in shared_folds([load_member(cfg, n) for n in names])}
+    members = {m.name: m for m in shared_folds([load_member(cfg, n) for n in names], at_least=1)}
     ranks = [
         n for n, m in members.items() if any(experiments.pred_scale(d) != layout.PROBABILITY for d in m.done.values())
     ]

@@ -115,3 +115,22 @@ def test_a_specialist_alone_is_no_teacher(tmp_path: Path) -> None:
         DataError, match=r"30 of the test's 90 rows \(a specialist's, train.langs\); teach from a route"
     ):
         data.prepare(comp.config("name=student", "data.pseudo_from=part"), log=lambda *_: None)
+
+
+def test_a_route_of_one_fold_runs_where_a_blend_needs_two(tmp_path: Path) -> None:
+    """A route fits no weights: specialists of fold 0 over their base's fold 0 are routed; a blend is refused."""
+    import shutil
+
+    comp, made = fallback_and_specialist(tmp_path)
+    for name in ("base", "es"):
+        for k in range(1, 5):
+            shutil.rmtree(comp.models / name / f"fold{k}")
+    with pytest.raises(BlendError, match="share 1 usable fold.*a blend needs two"):
+        blend.run(comp.config("blend.members=[base,es]"))
+    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]"))
+    exp = comp.models / "base+es"
+    assert sorted(p.name for p in exp.glob("fold*")) == ["fold0"]
+    oof = pd.read_csv(exp / layout.OOF, dtype={"id": str}).set_index("id")
+    rows = comp.rows.set_index("id").loc[oof.index]
+    es = (rows["lang"] == "es").to_numpy()
+    assert np.allclose(oof["pred"].to_numpy()[es], pd.Series(made["pred"]["es"], comp.rows["id"]).loc[oof.index][es])
