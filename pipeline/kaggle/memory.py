@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline import config as config_mod
-from pipeline.core import batching, headroom
+from pipeline.core import headroom
 from pipeline.kaggle import disk
 from pipeline.optimizers import OPTIMIZERS
 from pipeline.schema import Config
@@ -81,6 +81,8 @@ def layer_activations(arch: dict, tokens: int, seq: int, lora) -> float:
 def batch_shape(cfg: Config) -> tuple[int, int, str]:
     """(width, tokens, in words) of the micro-batch the plan prices: the largest the settings cut
     (batching.worst_batch, its widths rounded as collate rounds them)."""
+    from pipeline.core import batching  # imports torch: `make kernel` starts without it
+
     t, length = cfg.train, cfg.model.max_length
     width, tokens = batching.worst_batch(t.micro_batch, t.token_budget, length, batching.pad_multiple(t.precision))
     if t.token_budget > 0:
