@@ -49,6 +49,11 @@ def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs:
     oof = report.read_oof(dirs, prepared or layout.prepared_dir(cfg)) if how != "none" and dirs else None
     if oof is None or oof.empty:
         return combine(cfg, preds), None, {}
+    if oof["fold"].nunique() < 2:  # the calibrated estimate scales each fold by the fit on the other folds
+        raise PublishError(
+            f"predict.calibration={how}: its estimate fits each fold's scaling on the other folds' rows, and these "
+            "predictions are of one fold: train another, or use predict.calibration=none"
+        )
     c, tried = calibration.choose_c(oof, profile)  # the submission's C, chosen on every OOF row
     fitted, langs = calibration.fit(oof, profile, c), test["lang"].to_numpy()
     each, rates = {}, {}

@@ -238,6 +238,18 @@ def test_the_calibrated_estimate_is_of_rows_that_chose_neither_the_fit_nor_its_c
     )
 
 
+def test_a_calibration_of_one_folds_predictions_is_one_line(monkeypatch) -> None:
+    """One fold (a specialist route of fold 0): no other fold to fit the nested scaling on, said before any NaN."""
+    from pipeline import config
+
+    oof = oof_rows(3, n=100)
+    one = oof[oof["fold"] == 0]
+    monkeypatch.setattr(publish.report, "read_oof", lambda dirs, prepared=None: one)
+    cfg = config.load("sample", ["predict.calibration=lang"])
+    with pytest.raises(PipelineError, match="predictions are of one fold: train another, or use predict.calibration"):
+        publish.on_one_scale(cfg, [one["pred"].to_numpy()], one, ["fold0"], PROFILE, layout.PROBABILITY)
+
+
 def test_calibration_is_applied_to_each_folds_probabilities_before_a_rank_ensemble(monkeypatch) -> None:
     """predict.ensemble=rank with a calibration: each fold's probabilities are calibrated, then ranked; a
     calibration fit on probabilities and applied to ranks would give another submission."""
