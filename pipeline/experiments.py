@@ -101,7 +101,7 @@ def experiment_folds(
     train.folds) only those must count; the others that do are returned too."""
     use, left_out = experiment_check(cfg, name, needs, chain)
     if folds:
-        left_out = {f: why for f, why in left_out.items() if f in {layout.fold_name(k) for k in folds}}
+        left_out = validity.of_folds(left_out, folds)
     if left_out:
         raise refusal(cfg, name, left_out)
     return {layout.fold_index(d): d for d in use}

@@ -200,8 +200,7 @@ def init_folds_dirs(cfg: Config) -> dict[int, Path]:
         )
     use, left_out = select_folds(layout.experiment_dir(cfg, name), digest, k, needs=(layout.WEIGHTS,))
     # a fold this experiment trains (train.folds: all by default) needs its own; one it never trains need not exist
-    wanted = {layout.fold_name(f) for f in (cfg.train.folds or range(k))}
-    left_out = {f: why for f, why in left_out.items() if f in wanted}
+    left_out = of_folds(left_out, cfg.train.folds or range(k))
     if left_out:
         raise PipelineError(f"{key}: {describe(left_out)}; train those folds of {name} first (its CONFIG and ARGS)")
     return {layout.fold_index(d): d for d in use}
@@ -332,6 +331,12 @@ def select_folds(exp: Path, digest: str, k: int, needs: tuple[str, ...] = ()) ->
         else:
             use.append(found[fold])
     return use, left_out
+
+
+def of_folds(left_out: dict[str, str], folds) -> dict[str, str]:
+    """select_folds' {fold: why not} kept to `folds` (numbers): what a run of those folds alone needs."""
+    wanted = {layout.fold_name(f) for f in folds}
+    return {f: why for f, why in left_out.items() if f in wanted}
 
 
 def describe(left_out: dict[str, str]) -> str:
