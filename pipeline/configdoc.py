@@ -11,7 +11,7 @@ import json
 import re
 
 from pipeline.docpage import between, rewrite
-from pipeline.schema import CHOICES, LATER, NEVER, Above, Config, Given, is_section, roles, walk
+from pipeline.schema import CHOICES, CONDITIONS, LATER, NEVER, Config, is_section, roles, walk
 
 BEGIN, END = "<!-- keys: from pipeline/schema.py -->", "<!-- /keys -->"
 FIXED_BEGIN, FIXED_END = "<!-- fixed: from pipeline/schema.py -->", "<!-- /fixed -->"  # inside a sentence
@@ -63,9 +63,9 @@ def class_doc(cls) -> str:
 
 
 def while_(when: tuple) -> str:
-    """A `when` as the docs say it: `key=value`, or `key > bound` / `key is set` (a schema.Above, Given)."""
+    """A `when` as the docs say it: `key=value`, or `key > bound` / `key is set` (schema.CONDITIONS)."""
     key, wanted = when
-    return f"{key} {wanted}" if isinstance(wanted, Above | Given) else f"{key}={wanted}"
+    return f"{key} {wanted}" if isinstance(wanted, CONDITIONS) else f"{key}={wanted}"
 
 
 def fingerprint_note(name: str) -> str:

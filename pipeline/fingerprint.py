@@ -78,12 +78,12 @@ def later_left_out(section: str, values: dict, skip: set | tuple = (), cfg: Conf
 
 def applies(cfg: Config, meta: schema.Setting) -> bool:
     """Whether a setting means anything in `cfg`: always, or while the setting its `when` names has that value (or,
-    a schema.Above or Given, holds for it)."""
+    where it is one of schema.CONDITIONS, satisfies it)."""
     if meta.when is None:
         return True
     key, wanted = meta.when
     value = schema.value_of(cfg, key)
-    return wanted.holds(value) if isinstance(wanted, schema.Above | schema.Given) else value == wanted
+    return wanted.holds(value) if isinstance(wanted, schema.CONDITIONS) else value == wanted
 
 
 def settings_differ(cfg: Config, saved: Config) -> str:

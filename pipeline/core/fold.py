@@ -163,7 +163,9 @@ class FoldRun(FoldEvaluations):
         self.precision_why = precision.choice_note(self.precision_rates, t.micro_batch, cfg.model.max_length, reused)
 
     def build_plan(self, state: dict | None) -> None:
-        """The batch plan: a resume state's (its saved steps count in it), else auto-fit's, else the config's."""
+        """The batch plan: a resume state's (its saved steps count in it), else auto-fit's, else the config's. The
+        weight average (train.average) is made first: beside the weights it is memory the probes must hold."""
+        self.average = average.make(self.model, self.inputs.cfg.train)
         cfg, self.checkpointing_why = checkpointing(self.inputs.cfg, self.model, self.net, self.precision, self.d)
         self.cfg = cfg
         if state is not None and "plan" in state:  # the batch plan the saved steps count in, not a new fit
@@ -179,7 +181,6 @@ class FoldRun(FoldEvaluations):
         self.optimizer, self.scheduler = optim.make_training(self.model, t, d.device, t.epochs * self.windows)
         self.scaler = precision.make_scaler(self.precision, d.device)
         self.progress = FoldState()
-        self.average = average.make(self.model, t.average, t.average_decay)
         if state is not None:
             self.progress = foldstate.restore(state, self.optimizer, self.scheduler, self.scaler, d, self.fold,
                                               self.windows, self.average)  # fmt: skip
@@ -265,7 +266,7 @@ class FoldRun(FoldEvaluations):
             the stop is asked before anything is written, so that a stop there writes nothing (unsaved_stop)."""
             p.step = state
             if self.average is not None and window.stepped:  # before any evaluation of this step
-                self.average.update()
+                self.average.update(self.step_count(), self.cfg.train.epochs * self.windows)
             self.time_window()
             opening = self.fresh and self.step_count() == 1
             if opening:

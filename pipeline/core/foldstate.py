@@ -60,7 +60,10 @@ def restore(state: dict, optimizer, scheduler, scaler, d: distributed.Dist, fold
             raise PipelineError(
                 f"fold {fold}: its resume state holds no weight average (saved under train.average=none)"
             )
-        average.load(state["average"])
+        try:
+            average.load(state["average"])
+        except ValueError as e:  # saved under another train.average
+            raise PipelineError(f"fold {fold}: {e}") from e
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     scaler.load_state_dict(state["scaler"])

@@ -137,7 +137,7 @@ def plan_memory(cfg: Config, usable: float = T4_USABLE) -> MemoryPlan | None:
             float(optimizer.state_bytes) * trained,
         ),
     ]
-    if cfg.train.average != "none":  # pipeline.core.average: one fp32 copy of what trains, beside it
+    if cfg.train.average != "none" and cfg.train.average_device == "weights":  # core.average: an fp32 copy, beside
         plan.items.append((f"the weight average (train.average={cfg.train.average}, fp32)", 4.0 * trained))
     if not lora and cfg.train.precision != "fp32":
         plan.items.append(("autocast's half-precision copies of the layers' matrices", 2.0 * disk.layer_matrices(arch)))

@@ -17,6 +17,7 @@ root (the Config that holds them, in the order docs/configs.md lists them, and w
 """
 
 from pipeline.schema.base import (
+    CONDITIONS,
     FRACTION,
     LATER,
     NEVER,
@@ -26,6 +27,7 @@ from pipeline.schema.base import (
     WEIGHTS,
     Above,
     Given,
+    OneOf,
     Setting,
     at_least,
     is_section,
@@ -57,7 +59,9 @@ __all__ = [
     "SEED",
     "WEIGHTS",
     "Above",
+    "CONDITIONS",
     "Given",
+    "OneOf",
     "BenchConfig",
     "BlendConfig",
     "Config",

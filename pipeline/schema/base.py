@@ -64,6 +64,23 @@ class Given:
         return "is set"
 
 
+@dataclass(frozen=True)
+class OneOf:
+    """A `when` value: the setting counts while the other one is any of these (where an average lives while
+    there is one)."""
+
+    values: tuple
+
+    def holds(self, value) -> bool:
+        return value in self.values
+
+    def __str__(self) -> str:
+        return "in " + ", ".join(map(str, self.values))
+
+
+CONDITIONS = (Above, Given, OneOf)  # the `when` values that hold or not, beside a plain value that must be equal
+
+
 def _finite(x: float) -> bool:
     return math.isfinite(x)
 

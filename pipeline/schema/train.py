@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline import losses, optimizers
-from pipeline.schema.base import FRACTION, LATER, NEVER, NON_NEGATIVE, POSITIVE, SEED, at_least, setting
+from pipeline.schema.base import FRACTION, LATER, NEVER, NON_NEGATIVE, POSITIVE, SEED, OneOf, at_least, setting
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,24 @@ class TrainConfig:
     loss: str = setting("bce", losses.setting_doc(), choices=tuple(losses.LOSSES), role=LATER)
     average: str = setting(
         "none",
-        "weight averaging in a fold: `none`, or `ema` (an exponential moving average of the trained weights, in fp32, "
-        "updated each optimizer step: what evaluation scores and the best evaluation keeps)",
-        choices=("none", "ema"),
+        "weight averaging in a fold, in fp32, updated each optimizer step: `none`, `ema` (an exponential moving "
+        "average of the trained weights) or `swa` (their equal average over the steps after `train.average_start`); "
+        "what evaluation scores and the best evaluation keeps ([training.md](training.md#weight-averaging))",
+        choices=("none", "ema", "swa"),
         role=LATER,
     )
     average_decay: float = setting(
         0.999, "`ema`'s decay a step: the average's memory is about 1 / (1 - decay) steps", role=LATER,
         within=((lambda v: 0 < v < 1), "a number in (0, 1)"), when=("train.average", "ema"),
+    )  # fmt: skip
+    average_start: float = setting(
+        0.5, "`swa` averages the steps after this fraction of the fold's optimizer steps; before, evaluations score "
+        "the weights as they are", role=LATER, within=FRACTION, when=("train.average", "swa"),
+    )  # fmt: skip
+    average_device: str = setting(
+        "weights", "where the average lives: `weights` (beside them: one fp32 copy of what trains on the GPU) or "
+        "`cpu` (host memory: a copy of the weights to the host each step instead)", choices=("weights", "cpu"),
+        role=NEVER, when=("train.average", OneOf(("ema", "swa"))),
     )  # fmt: skip
     device: str = setting(
         "auto",
