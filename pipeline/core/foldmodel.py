@@ -12,7 +12,7 @@ import numpy as np
 
 from pipeline import config as config_mod
 from pipeline import files, layout, validity
-from pipeline.core import attention, batching, cpusize, distributed, lora, memory, modeling, optim, trim
+from pipeline.core import attention, cpusize, distributed, lora, memory, modeling, optim, trim
 from pipeline.errors import PipelineError
 from pipeline.files import check_free_space
 from pipeline.inputs.tokens import Ragged
@@ -58,13 +58,8 @@ def batch_plan(t, world: int) -> str:
 
 
 def probe_rows(cfg: Config, prec: str) -> int:
-    """Rows of the micro-batch a fold's memory checks step at model.max_length: micro_batch, or under a token
-    budget as many of the longest rows as it holds (their attention is the largest a batch of the budget needs)."""
-    t = cfg.train
-    if t.token_budget <= 0:
-        return t.micro_batch
-    width = batching.padded_width(cfg.model.max_length, batching.pad_multiple(prec))
-    return batching.budget_rows(width, t.micro_batch, t.token_budget)
+    """Rows of the micro-batch a fold's memory checks step at model.max_length (memory.probed_rows)."""
+    return memory.probed_rows(cfg.train.micro_batch, cfg.model.max_length, prec, cfg.train)
 
 
 def check_settings(cfg: Config, device) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.core import headroom, optim
+from pipeline.core import batching, headroom, optim
 from pipeline.core import precision as precision_mod
 from pipeline.losses import LOSSES
 from pipeline.schema import TrainConfig
@@ -140,6 +140,15 @@ def step_rates(net, model, micro: int, seq_len: int, precisions: tuple[str, ...]
     return rates
 
 
+def probed_rows(micro: int, seq_len: int, precision: str, train: TrainConfig) -> int:
+    """Rows of the step that prices a micro-batch of `micro` at `seq_len` tokens: `micro`, or under a token budget
+    as many of the longest rows as the budget holds (their attention is the largest a batch of it needs)."""
+    if train.token_budget <= 0:
+        return micro
+    width = batching.padded_width(seq_len, batching.pad_multiple(precision))
+    return batching.budget_rows(width, micro, train.token_budget)
+
+
 def fit_micro_batch(
     model,
     per_device_batch: int,
@@ -206,8 +215,8 @@ def _fit_cuda(net, model, batch, seq_len, cap, precision, device, train) -> tupl
     cap = min(cap, cuda_cap(0, device))  # the card's margin holds under any max_memory_gb
     # the cap becomes the allocator's limit: a probe that would pass it fails fast, as on a smaller card
     torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
-    for micro in divisors_down(batch):
-        peak = cuda_peak(net, model, micro, seq_len, precision, device, train)
+    for micro in divisors_down(batch):  # under a token budget a micro-batch's worst step holds fewer rows
+        peak = cuda_peak(net, model, probed_rows(micro, seq_len, precision, train), seq_len, precision, device, train)
         if peak is not None and peak <= cap:
             return micro, f"measured on {device}: whole-step peak {peak / GB:.1f} GB, cap {cap / GB:.1f} GB"
     return 1, f"nothing fits under {cap / GB:.1f} GB on {device}; micro-batch 1 (expect out-of-memory retries)"
@@ -236,7 +245,7 @@ def _fit_cpu(net, model, batch, seq_len, cap, precision, device, train) -> tuple
         return 1, "cpu: the peak resident memory cannot be reset here, so nothing can be measured; micro-batch 1"
     base, peak1, peak2 = cpu_probe_peaks(net, model, seq_len, precision, device, train)
     for micro in divisors_down(batch):
-        estimate = cpu_estimate(base, peak1, peak2, micro)
+        estimate = cpu_estimate(base, peak1, peak2, probed_rows(micro, seq_len, precision, train))
         if estimate <= cap:
             return micro, (
                 f"cpu estimate (no allocator cap on CPU): {estimate / GB:.2f} GB of {cap / GB:.2f} GB "

@@ -144,6 +144,16 @@ def test_fit_picks_the_largest_micro_batch_under_the_cap(monkeypatch) -> None:
     assert "estimate" in note and memory.divisors_down(12) == [12, 6, 4, 3, 2, 1]
 
 
+def test_fit_under_a_token_budget_prices_the_rows_the_budget_holds(monkeypatch) -> None:
+    """train.token_budget=32 at 16 tokens holds 2 rows whatever the micro-batch: 8 fits where 2 rows do."""
+    monkeypatch.setattr(memory, "cpu_probe_peaks", lambda *a: (100 * MB, 30 * MB, 40 * MB))
+    model, cpu = tiny_model(), torch.device("cpu")
+    budget = TrainConfig(token_budget=32)
+    assert [memory.probed_rows(m, 16, "fp32", budget) for m in (8, 2, 1)] == [2, 2, 1]
+    assert memory.fit_micro_batch(model, 8, 16, 159 * MB / memory.GB, "fp32", cpu, budget)[0] == 8
+    assert memory.fit_micro_batch(model, 8, 16, 159 * MB / memory.GB, "fp32", cpu)[0] == 2  # without: 2 rows of 16
+
+
 # ---------------------------------------------------------------- auto-fit probes the whole step
 
 
