@@ -147,3 +147,28 @@ def test_the_average_is_on_the_device_before_the_memory_probes(prepared, monkeyp
     monkeypatch.setattr(fold_mod, "auto_fit", lambda cfg, *a: events.append("auto-fit") or cfg)
     fold_run(with_average(prepared, max_memory_gb=4.0), StopAt(2))
     assert events == ["average", "auto-fit"]
+
+
+def test_under_lora_only_the_adapters_and_the_head_are_averaged() -> None:
+    from tests.core.test_distributed import lora_model
+
+    model = lora_model()
+    avg = average.WeightAverage(model, decay=0.5)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert len(avg.average) == len(trained) and any("lora_B" in n for n in trained) and "head.weight" in trained
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(1.0)
+    avg.update(1, 10)
+    with avg.applied():
+        assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+
+
+def test_a_mixed_precision_fold_averages_in_fp32(prepared) -> None:
+    cfg = with_average(prepared, "swa", precision="bf16")
+    run = fold_run(cfg, StopAt(10**9))
+    run.run()
+    assert run.precision == "bf16" and run.average.updates > 0
+    assert all(a.dtype == torch.float32 for a in run.average.average)

@@ -1,4 +1,5 @@
-"""A DDP run (2 gloo processes) stopped mid-epoch and resumed ends exactly where an uninterrupted one does.
+"""A DDP run (2 gloo processes) stopped mid-epoch and resumed ends exactly where an uninterrupted one does, its
+weight average (train.average, scored by each rank on its share of the rows) included.
 
 Rank 1 writes to a models folder of its own, as a rank on another node without a shared folder would:
 it never sees rank 0's resume.pt or done.json, so it must get the decisions and the state from rank 0.
@@ -110,12 +111,15 @@ def prepare(tmp_path: Path) -> Path:
     return inputs
 
 
+AVERAGE = ("train.average=swa", "train.average_start=0.25")  # scored at every evaluation, kept in the resume state
+
+
 def test_resumed_ddp_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
     inputs = prepare(tmp_path)
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    finish(launch(reference, inputs))
+    finish(launch(reference, inputs, AVERAGE))
 
-    procs = launch(resumed, inputs)
+    procs = launch(resumed, inputs, AVERAGE)
     state = resumed / "models" / "sample" / "fold0" / "resume.pt"
     end = time.time() + 240
     while not state.exists() and time.time() < end and procs[0].poll() is None:
@@ -126,7 +130,7 @@ def test_resumed_ddp_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
     out = finish(procs, ok=False)
     assert "resumes from there" in out
 
-    out = finish(launch(resumed, inputs))
+    out = finish(launch(resumed, inputs, AVERAGE))
     assert "fold 0: resuming at epoch" in out
     assert not (resumed / "models-rank1" / "sample" / "fold0" / "resume.pt").exists()  # rank 1 never saw one
     history, full = (metrics_lines(b) for b in (resumed, reference))
@@ -143,7 +147,7 @@ def test_resumed_ddp_run_equals_an_uninterrupted_one(tmp_path: Path) -> None:
     assert [r["step"] for r in steps[0]] == [r["step"] for r in steps[1]]  # every record once, none missing
     assert max(abs(a["loss"] - b["loss"]) for a, b in zip(*steps)) < 1e-6  # the loss of both ranks' rows
 
-    out = finish(launch(resumed, inputs))  # rank 1 has no done.json: rank 0's decides
+    out = finish(launch(resumed, inputs, AVERAGE))  # rank 1 has no done.json: rank 0's decides
     assert "fold 0: complete with these settings" in out
 
 
