@@ -28,11 +28,14 @@ SOURCE = "pseudo"
 
 
 def teacher_folds(cfg: Config) -> dict[int, Path]:
-    """The teacher's folds, each complete, intact and current for the teacher's own inputs and settings,
-    with test predictions; else one line naming what is wrong and the command that makes it."""
+    """The teacher's folds (those the student trains at least), each complete, intact and current for the
+    teacher's own inputs and settings, with test predictions; else one line naming what is wrong and the command
+    that makes it."""
     teacher = cfg.data.pseudo_from
     try:
-        return experiments.experiment_folds(cfg, teacher, needs=(layout.OOF, layout.TEST_PREDS))
+        # a student of some folds (train.folds) is taught by those folds of its teacher alone, as relabelling is
+        needs = (layout.OOF, layout.TEST_PREDS)
+        return experiments.experiment_folds(cfg, teacher, needs=needs, folds=tuple(cfg.train.folds))
     except PipelineError as e:
         raise DataError(f"data.pseudo_from={teacher}: {e}") from None
 

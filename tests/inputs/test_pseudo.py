@@ -88,11 +88,12 @@ def test_hard_labels_that_keep_nothing_say_so(tmp_path) -> None:
         pseudo.pseudo_rows(cfg_for(tmp_path, "data.pseudo_labels=hard"), TEST, folds)
 
 
-def test_a_missing_teacher_fold_names_the_command(tmp_path) -> None:
+def test_a_missing_teacher_fold_names_the_command_unless_no_fold_needs_it(tmp_path) -> None:
     comp = Competition(tmp_path, 200)
     comp.experiment("t", np.full(len(comp.rows), 0.5), {0: np.full(90, 0.5)}, folds=(0,))
     with pytest.raises(PipelineError, match=r"data.pseudo_from=t: t: fold1, .*: not trained; make it again with"):
         pseudo.teacher_folds(comp.config("data.pseudo_from=t"))
+    assert list(pseudo.teacher_folds(comp.config("data.pseudo_from=t", "train.folds=[0]"))) == [0]  # fold 0 alone
     with pytest.raises(ConfigError, match="pseudo_low"):
         cfg_for(tmp_path, "data.pseudo_low=0.95")
 
