@@ -431,15 +431,17 @@ def run_route(cfg: Config, start: float, name: str) -> dict:
     raw = layout.raw_dir(cfg)
     test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
     base = members[fallback]
-    oof = routing.routed_oof(base.oof, {lang: (n, members[n].oof) for lang, n in route.items()})
-    tests = {k: routing.routed_test(t, test, {lang: (n, members[n].tests[k]) for lang, n in route.items()})
+    own = cfg.blend.route_scale == "own"  # else each routed language on the fallback's scale (routing.on_scale_of)
+    oof = routing.routed_oof(base.oof, {lang: (n, members[n].oof) for lang, n in route.items()}, own)
+    tests = {k: routing.routed_test(t, test, {lang: (n, members[n].tests[k]) for lang, n in route.items()}, own)
              for k, t in base.tests.items()}  # fmt: skip
     profile = blend_profile([base], test, member_prepared(cfg, fallback))
     with atomic_dir(exp) as tmp:
         made = {n: (m.done, m.made) for n, m in members.items()}  # what each fold is routed from
-        done = routing.write_folds(tmp, {**route, "fallback": fallback}, oof, tests, profile, made)
+        routed = routing.record(route, fallback, cfg.blend.route_scale)
+        done = routing.write_folds(tmp, routed, oof, tests, profile, made)
         summary = report.cv_summary(oof, done, profile)
-        summary["route"] = {**route, "fallback": fallback}
+        summary["route"] = routed
         write_csv(tmp / layout.OOF, oof.drop(columns="tokens", errors="ignore"))
         write_json(tmp / layout.CV_JSON, summary)
         report.plot_cv(oof, summary, tmp / layout.CV_PNG, name)

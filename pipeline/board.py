@@ -38,7 +38,7 @@ from pipeline import experiments, fingerprint, layout, validity
 from pipeline.errors import PipelineError, run_stage
 from pipeline.files import atomic_write_text
 from pipeline.schema import Config
-from pipeline.scoring import calibration, metrics, paired, ranking, report
+from pipeline.scoring import calibration, metrics, paired, ranking, report, routing
 from pipeline.scoring.metrics import shown as cell
 
 # the column of each row's 6-lang AUC less the next comparable row's, with its paired interval (paired.interval)
@@ -176,8 +176,9 @@ def display_settings(exp: Path, summary: dict) -> dict:
         total = max([len(layout.done_dirs(exp)), *(member_folds(exp.parent / str(n)) for n in names)])
         route = summary.get("route") or (dones[0].get("route") if dones else None)
         if route:  # a route (blend.route): which experiment each language's rows come from
-            said = ", ".join(f"{lang} {n}" for lang, n in route.items() if lang != "fallback")
-            return {"model": f"route: {said}; else {route.get('fallback', '?')}", "folds_total": total}
+            said = ", ".join(f"{lang} {n}" for lang, n in routing.languages(route).items())
+            scale = "" if route.get("scale", "own") == "own" else ", on its scale"  # routes made before `scale`: own
+            return {"model": f"route: {said}; else {route.get('fallback', '?')}{scale}", "folds_total": total}
         return {"model": f"blend: {members or '?'}", "folds_total": total}
     if (exp / layout.RUN_CONFIG).exists() and kind != fingerprint.TFIDF["model"]:
         # read as plain YAML, not as a Config: an experiment from an older version still gets its row

@@ -340,8 +340,10 @@ def report_why(step: Step, cfg: Config) -> str:
 
 
 def route_of(cfg: Config, step: Step) -> dict | None:
-    """What a route step's folds record as their route ({lang: experiment, "fallback": member}); None for a blend."""
-    return {**routing.parse(cfg.blend.route), "fallback": step.members[0]} if step.route else None
+    """What a route step's folds record as their route (routing.record); None for a blend."""
+    if not step.route:
+        return None
+    return routing.record(routing.parse(cfg.blend.route), step.members[0], cfg.blend.route_scale)
 
 
 def blend_differs(exp: Path, members: tuple[str, ...], step: float, route: dict | None = None) -> str:

@@ -41,6 +41,12 @@ class BlendConfig:
                                      "blend: each language's OOF and test rows from the experiment named for it, the "
                                      "rest from the one member (the fallback), all probabilities, scored on the "
                                      "routed OOF ([recipes.md](recipes.md#per-language-specialists))")  # fmt: skip
+    route_scale: str = setting(
+        "fallback", "a route's routed rows on the fallback's scale: `fallback` (each routed language's rows keep the "
+        "specialist's order on the fallback's values of those very rows, fold by fold: the pooled AUC compares "
+        "languages as the fallback did) or `own` (the specialist's probabilities as they are)",
+        choices=("fallback", "own"),
+    )  # fmt: skip
     name: str = setting("", "the blend's folder and submission name; empty means the members joined by `+`")
     step: float = setting(
         0.05,

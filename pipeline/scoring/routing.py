@@ -31,6 +31,16 @@ def read_by(members: tuple[str, ...] | list[str], entries: tuple[str, ...] | lis
     return list(dict.fromkeys([*members, *parse(entries).values()]))
 
 
+def record(route: dict[str, str], fallback: str, scale: str) -> dict[str, str]:
+    """What a route's folds and cv.json record: {lang: experiment, "fallback": ..., "scale": blend.route_scale}."""
+    return {**route, "fallback": fallback, "scale": scale}
+
+
+def languages(recorded: dict[str, str]) -> dict[str, str]:
+    """A recorded route's {lang: experiment} (record's other keys left out)."""
+    return {k: v for k, v in recorded.items() if k not in ("fallback", "scale")}
+
+
 def specialist_line(stage: str, langs: tuple[str, ...], name: str, rows: int) -> str:
     """What `make predict` and `make baseline` say of a specialist (train.langs): its languages' test rows in each
     fold's test.csv and no submission of its own, and the route that makes it part of one."""
@@ -41,10 +51,23 @@ def specialist_line(stage: str, langs: tuple[str, ...], name: str, rows: int) ->
     )
 
 
-def routed_oof(base: pd.DataFrame, by_lang: dict[str, tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+def on_scale_of(order_by: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`values` (the fallback's predictions of some rows) given out in the order of `order_by` (a specialist's of
+    the same rows): the row the specialist ranks r-th gets the r-th smallest value, rows it ties share their values'
+    mean. The rows' order is the specialist's, the distribution the fallback's: no label is read."""
+    order_by, values = np.asarray(order_by, np.float64), np.sort(np.asarray(values, np.float64))
+    order = np.argsort(order_by, kind="stable")
+    block = np.r_[0, np.cumsum(np.diff(order_by[order]) != 0)]  # tied specialist values: one block
+    means = np.bincount(block, weights=values) / np.bincount(block)
+    out = np.empty_like(values)
+    out[order] = means[block]
+    return out
+
+
+def routed_oof(base: pd.DataFrame, by_lang: dict[str, tuple[str, pd.DataFrame]], own: bool = False) -> pd.DataFrame:
     """`base`'s OOF rows (id, lang, toxic, fold, pred) with each routed language's `pred` from its experiment's
-    OOF ({lang: (name, oof)}); refused in one line where that experiment's rows of the language are not the
-    base's."""
+    OOF ({lang: (name, oof)}), put on the fallback's values of those rows fold by fold (on_scale_of) unless `own`;
+    refused in one line where that experiment's rows of the language are not the base's."""
     out = base.drop(columns=["best"], errors="ignore").copy()  # `best`: one model's kept weights, not the route's
     for lang, (name, theirs) in by_lang.items():
         mine = (out["lang"] == lang).to_numpy()
@@ -58,13 +81,21 @@ def routed_oof(base: pd.DataFrame, by_lang: dict[str, tuple[str, pd.DataFrame]])
                 "in the same folds with the same labels; make it on the fallback's data (train.langs, "
                 "model.init_folds)"
             )
-        out.loc[mine, "pred"] = rows.loc[ours["id"], "pred"].to_numpy()
+        theirs_pred = rows.loc[ours["id"], "pred"].to_numpy(np.float64)
+        if not own:  # each fold's rows apart: a fold's predictions are one model's
+            folds = ours["fold"].to_numpy()
+            for k in np.unique(folds):
+                at = folds == k
+                theirs_pred[at] = on_scale_of(theirs_pred[at], ours["pred"].to_numpy(np.float64)[at])
+        out.loc[mine, "pred"] = theirs_pred
     return out
 
 
-def routed_test(base: pd.DataFrame, test: pd.DataFrame, by_lang: dict[str, tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+def routed_test(base: pd.DataFrame, test: pd.DataFrame, by_lang: dict[str, tuple[str, pd.DataFrame]],
+                own: bool = False) -> pd.DataFrame:  # fmt: skip
     """One fold's test predictions (id, toxic) of `base`, each routed language's rows (by `test`'s id, lang)
-    from its experiment's predictions of the same fold ({lang: (name, predictions)})."""
+    from its experiment's predictions of the same fold ({lang: (name, predictions)}), on the fallback's values of
+    those rows (on_scale_of) unless `own`."""
     out = base[["id", "toxic"]].copy()
     langs = out["id"].map(test.set_index("id")["lang"]).to_numpy()
     for lang, (name, theirs) in by_lang.items():
@@ -75,7 +106,7 @@ def routed_test(base: pd.DataFrame, test: pd.DataFrame, by_lang: dict[str, tuple
                 f"blend.route={lang}:{name}: its test predictions lack {int(np.isnan(got).sum())} of the "
                 f"{int(mine.sum())} {lang} test rows (run `make predict` for it)"
             )
-        out.loc[mine, "toxic"] = got
+        out.loc[mine, "toxic"] = got if own else on_scale_of(got, out.loc[mine, "toxic"].to_numpy(np.float64))
     return out
 
 

@@ -13,7 +13,7 @@ from pipeline import blend, board, layout
 from pipeline.blend import BlendError
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.files import read_json
-from pipeline.scoring import metrics
+from pipeline.scoring import metrics, routing
 from tests.helpers import board_rows
 from tests.helpers.experiments import Competition
 
@@ -33,7 +33,7 @@ def fallback_and_specialist(tmp_path: Path) -> tuple[Competition, dict]:
 
 def test_route_takes_each_language_from_its_experiment(tmp_path: Path, capsys) -> None:
     comp, made = fallback_and_specialist(tmp_path)
-    summary = blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]"))
+    summary = blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]", "blend.route_scale=own"))
     exp = comp.models / "base+es"
     es = (comp.rows["lang"] == "es").to_numpy()
 
@@ -50,10 +50,42 @@ def test_route_takes_each_language_from_its_experiment(tmp_path: Path, capsys) -
     assert on_es.any() and np.allclose(fold0["toxic"][on_es], made["test"]["es"][0][on_es])
     assert np.allclose(fold0["toxic"][~on_es], made["test"]["base"][0][~on_es])
     assert layout.submission_path(comp.cfg, "base+es").exists()
-    assert read_json(exp / "fold0" / layout.DONE)["route"] == {"es": "es", "fallback": "base"}
+    assert read_json(exp / "fold0" / layout.DONE)["route"] == {"es": "es", "fallback": "base", "scale": "own"}
 
     rows = {r["experiment"]: r for r in board_rows(board.run(comp.config()))}
     assert set(rows) >= {"base", "es", "base+es"} and rows["base+es"]["model"].startswith("route: es es; else base")
+    capsys.readouterr()
+
+
+def test_on_scale_of_keeps_the_order_and_gives_out_the_values() -> None:
+    got = routing.on_scale_of([0.9, 0.1, 0.5, 0.1], [0.2, 0.4, 0.6, 0.8])
+    np.testing.assert_allclose(got, [0.8, 0.3, 0.6, 0.3])  # the tied lowest two share 0.2 and 0.4
+
+
+def test_a_route_on_the_fallbacks_scale_keeps_the_specialists_order_per_fold(tmp_path: Path, capsys) -> None:
+    """The default: each fold's es rows take the fallback's values of those rows in the specialist's order, so
+    the es AUC is the specialist's and the languages meet on the pooled AUC as the fallback had them."""
+    comp, made = fallback_and_specialist(tmp_path)
+    summary = blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]"))
+    exp = comp.models / "base+es"
+    oof = pd.read_csv(exp / layout.OOF, dtype={"id": str}).set_index("id").loc[comp.rows["id"]]
+    rows = comp.rows.assign(routed=oof["pred"].to_numpy(), base=made["pred"]["base"], es_pred=made["pred"]["es"])
+    for _, fold in rows[rows["lang"] == "es"].groupby("fold"):
+        assert fold["routed"].sum() == pytest.approx(fold["base"].sum())  # the fallback's values, given out again
+        assert metrics.auc(fold["toxic"], fold["routed"]) == pytest.approx(1.0)  # in the specialist's order
+        assert fold["routed"].rank().corr(fold["es_pred"].rank()) == pytest.approx(1.0)
+    others = rows[rows["lang"] != "es"]
+    np.testing.assert_allclose(others["routed"], others["base"])
+    assert summary["per_lang"]["es"] == pytest.approx(1.0)
+    assert summary["metrics"]["valid_auc"] == pytest.approx(metrics.auc(rows["toxic"], rows["routed"]))
+
+    test = pd.read_csv(tmp_path / "raw" / layout.TEST, dtype=str, keep_default_na=False)
+    fold0 = pd.read_csv(exp / "fold0" / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False)
+    on_es = fold0["id"].map(test.set_index("id")["lang"]).eq("es").to_numpy()
+    np.testing.assert_allclose(np.sort(fold0["toxic"][on_es]), np.sort(made["test"]["base"][0][on_es]))
+    ranks = [pd.Series(v).rank().to_numpy() for v in (fold0["toxic"][on_es].to_numpy(), made["test"]["es"][0][on_es])]
+    np.testing.assert_array_equal(*ranks)  # in the specialist's order
+    assert read_json(exp / "fold0" / layout.DONE)["route"]["scale"] == "fallback"
     capsys.readouterr()
 
 
@@ -92,7 +124,7 @@ def test_a_route_teaches_pseudo_labels_fold_by_fold(tmp_path: Path, capsys) -> N
     from pipeline.inputs import tables
 
     comp, made = fallback_and_specialist(tmp_path)
-    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]"))
+    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]", "blend.route_scale=own"))
     student = comp.config("name=student", "data.pseudo_from=base+es")
     data.prepare(student, log=lambda *_: None)
     table = tables.load_table(student)[0]
@@ -127,7 +159,7 @@ def test_a_route_of_one_fold_runs_where_a_blend_needs_two(tmp_path: Path) -> Non
             shutil.rmtree(comp.models / name / f"fold{k}")
     with pytest.raises(BlendError, match="share 1 usable fold.*a blend needs two"):
         blend.run(comp.config("blend.members=[base,es]"))
-    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]"))
+    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]", "blend.route_scale=own"))
     exp = comp.models / "base+es"
     assert sorted(p.name for p in exp.glob("fold*")) == ["fold0"]
     oof = pd.read_csv(exp / layout.OOF, dtype={"id": str}).set_index("id")
