@@ -140,12 +140,14 @@ def init_setting(cfg: Config) -> str:
     return f"model.init_from={cfg.model.init_from}" if cfg.model.init_from else ""
 
 
-def init_dir(cfg: Config, fold: int = 0) -> Path | None:
+def init_dir(cfg: Config, fold: int | None = None) -> Path | None:
     """The model fold `fold` starts from, checked complete and intact: the stage-1 fold `model.init_from` names
     (every fold's), or fold `fold` of the experiment `model.init_folds` names (init_folds_dirs); None without
-    either. Where only the architecture matters (pooling, tokenizer, size) fold 0 stands for every fold."""
+    either. Where only the architecture matters (pooling, tokenizer, size: `fold` None) its first fold stands for
+    every fold: one of some folds may lack fold 0."""
     if cfg.model.init_folds:
         dirs = init_folds_dirs(cfg)
+        fold = min(dirs, default=0) if fold is None else fold
         if fold not in dirs:
             raise PipelineError(f"model.init_folds={cfg.model.init_folds}: {layout.fold_name(fold)} not trained")
         return dirs[fold]

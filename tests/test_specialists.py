@@ -52,6 +52,15 @@ def test_init_folds_settings_refused(prepared) -> None:
             config_mod.with_overrides(prepared, ["model.init_folds=base", *extra])
 
 
+def test_a_specialist_of_a_later_fold_needs_no_fold_0(prepared) -> None:
+    """Where only the architecture is read (pooling, size), the base's first trained fold stands for every fold."""
+    base = named(prepared, "base")
+    train_folds(base, 1)
+    spec = named(prepared, "spec", "model.init_folds=base", "train.training_only_rows=false", "train.folds=[1]")
+    assert validity.init_dir(spec) == validity.init_dir(spec, 1) == layout.fold_dir(base, 1)
+    validity.current_fingerprint(spec)  # the specialist's fold 1 has a fingerprint: no fold 0 asked for
+
+
 @pytest.mark.slow
 def test_each_fold_starts_from_the_same_fold(prepared) -> None:
     base = named(prepared, "base")
