@@ -106,14 +106,16 @@ def publish(
     is written. The test score where labels are present is kept in models/<name>/cv.json with `dirs`, the
     folds used (whose OOF rows fit the calibration; `prepared`: the folder of their tables, for the rows' token
     counts the nested figure weights by, default cfg's)."""
+    order = test.set_index("id").loc[ids].reset_index()  # test rows in the order of the predictions
+    arrays = [np.asarray(p, dtype=np.float64) for p in preds]
+    final, how, each = on_one_scale(cfg, arrays, order, dirs, profile, scale, prepared)
+    sample = pd.read_csv(raw / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
+    sub = check_submission(pd.DataFrame({"id": ids.to_numpy(), "toxic": final}), sample)
+    score = metrics.test_score(raw, test, sub)
+    if score is not None and how is not None:  # reported beside each other, never chosen by
+        how["test_auc"] = {v: metrics.test_score(raw, test, sub.assign(toxic=aligned(sub, ids, p)))["auc"]
+                           for v, p in each.items()}  # fmt: skip
     path = layout.submission_path(cfg, name)
-    try:
-        sub, score, how = checked(cfg, raw, ids, preds, test, dirs, profile, scale, prepared)
-    except PipelineError as e:  # the predictions behind an earlier <name>.csv are replaced already: it is stale
-        if not path.exists():
-            raise
-        path.unlink()
-        raise PublishError(f"{e}\n({path}, written before these predictions, removed: it is not of them)") from e
     write_csv(path, sub)
     if common:
         was = common_holds(cfg)  # read before it is replaced: the line below names what the file held
@@ -127,22 +129,6 @@ def publish(
         print(f"{layout.submission_csv(cfg)} now holds {holding(held)} (was {holding(was)})")
     record(cfg, name, dirs, score, how)
     return path, score
-
-
-def checked(cfg: Config, raw: Path, ids: pd.Series, preds: list[np.ndarray], test: pd.DataFrame, dirs: list[Path],
-            profile: dict, scale: str, prepared: Path | None) -> tuple:  # fmt: skip
-    """(the submission, checked against the sample; its test score or None; what calibration did or None):
-    publish's every check and figure, before anything is written."""
-    order = test.set_index("id").loc[ids].reset_index()  # test rows in the order of the predictions
-    arrays = [np.asarray(p, dtype=np.float64) for p in preds]
-    final, how, each = on_one_scale(cfg, arrays, order, dirs, profile, scale, prepared)
-    sample = pd.read_csv(raw / layout.SAMPLE_SUBMISSION, dtype={"id": str}, keep_default_na=False)
-    sub = check_submission(pd.DataFrame({"id": ids.to_numpy(), "toxic": final}), sample)
-    score = metrics.test_score(raw, test, sub)
-    if score is not None and how is not None:  # reported beside each other, never chosen by
-        how["test_auc"] = {v: metrics.test_score(raw, test, sub.assign(toxic=aligned(sub, ids, p)))["auc"]
-                           for v, p in each.items()}  # fmt: skip
-    return sub, score, how
 
 
 def common_holds(cfg: Config) -> dict | None:

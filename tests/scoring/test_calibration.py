@@ -322,20 +322,3 @@ def test_experiments_scored_on_other_tests_are_not_compared() -> None:
     assert [r["below"] for r in ranking.mark_disagreements(sorted(rows, key=ranking.rank))] == ["", ""]
     same = [{**r, "test_of": "real"} for r in rows]
     assert [r["below"] for r in ranking.mark_disagreements(sorted(same, key=ranking.rank))] == ["sample", ""]
-
-
-def test_a_refused_publish_removes_the_submission_it_would_have_replaced(monkeypatch, tmp_path) -> None:
-    """The folds are written before publish checks their calibration: an earlier <name>.csv left beside them would
-    read as theirs (the board, `make submit`)."""
-    from pipeline import config
-
-    oof = oof_rows(3, n=100)
-    one = oof[oof["fold"] == 0]
-    monkeypatch.setattr(publish.report, "read_oof", lambda dirs, prepared=None: one)
-    cfg = config.load("sample", ["predict.calibration=lang", f"submissions_dir={tmp_path}"])
-    stale = layout.submission_path(cfg, "routed")
-    stale.write_text("id,toxic\n0,0.5\n")
-    ids = one["id"].astype(str).reset_index(drop=True)
-    with pytest.raises(PipelineError, match=r"(?s)of one fold.*routed.csv, written before these predictions, removed"):
-        publish.publish(cfg, tmp_path, "routed", ids, [one["pred"].to_numpy()], one, [tmp_path / "fold0"], PROFILE)
-    assert not stale.exists()
