@@ -422,6 +422,11 @@ def run_route(cfg: Config, start: float, name: str) -> dict:
     exp = layout.experiment_dir(cfg, name)
     check_replaceable(exp)
     members = {m.name: m for m in shared_folds([load_member(cfg, n) for n in names], at_least=1)}
+    if cfg.predict.calibration != "none" and len(members[fallback].tests) < 2:  # before anything is written
+        raise BlendError(
+            f"predict.calibration={cfg.predict.calibration}: a route of one fold: its estimate fits each fold's "
+            "scaling on the other folds; route two folds or more, or use predict.calibration=none"
+        )
     ranks = [
         n for n, m in members.items() if any(experiments.pred_scale(d) != layout.PROBABILITY for d in m.done.values())
     ]

@@ -201,7 +201,8 @@ def test_a_tfidf_specialist_of_one_language_is_routed_like_a_trained_one(prepare
 
     every = cfg_at(prepared)
     baseline.run(every)
-    routed = blend.run(cfg_at(prepared, "blend.members=[sample-tfidf]", "blend.route=[es:sample-tfidf-es]"))
+    route = ("blend.members=[sample-tfidf]", "blend.route=[es:sample-tfidf-es]", "blend.route_scale=own")
+    routed = blend.run(cfg_at(prepared, *route))
     oof = pd.read_csv(Path(cfg.models_dir) / "sample-tfidf+sample-tfidf-es" / "oof.csv", dtype={"id": str})
     theirs = pd.concat(pd.read_csv(exp / f"fold{k}" / "oof.csv", dtype={"id": str}) for k in range(cfg.data.folds))
     mine = oof.set_index("id").loc[theirs["id"], "pred"].to_numpy()

@@ -517,11 +517,13 @@ def test_a_route_step_runs_the_routed_blend_of_its_fallback(tmp_path: Path) -> N
     cfg = chain_steps.step_config(routed)
     exp = tmp_path / "mix"
     write_json(
-        exp / "fold0" / "done.json", {"digest": "x", "route": {"es": "sample-tfidf-es", "fallback": "sample-tfidf"}}
+        exp / "fold0" / "done.json",
+        {"digest": "x", "route": {"es": "sample-tfidf-es", "fallback": "sample-tfidf", "scale": "fallback"}},
     )
     assert chain_steps.blend_differs(exp, routed.members, 0.05, chain_steps.route_of(cfg, routed)) == ""
     assert chain_steps.blend_differs(exp, routed.members, 0.05, {"it": "x", "fallback": "sample-tfidf"}).startswith(
-        "routed {'es': 'sample-tfidf-es', 'fallback': 'sample-tfidf'}, not as the step routes {'it': 'x'"
+        "routed {'es': 'sample-tfidf-es', 'fallback': 'sample-tfidf', 'scale': 'fallback'}, not as the step routes "
+        "{'it': 'x'"
     )
     assert chain_steps.blend_differs(exp, routed.members, 0.05).startswith("routed {'es'")  # a blend step's folder
 

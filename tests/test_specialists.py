@@ -188,7 +188,8 @@ def test_the_pseudo_label_loop_teaches_a_specialist_from_a_route(prepared, capsy
     for cfg in (base, spec):
         train_folds(cfg, 0, 1)
         predict.run(cfg)
-    blend.run(config_mod.with_overrides(prepared, ["blend.members=[base]", "blend.route=[es:es]", "blend.name=r"]))
+    route = ["blend.members=[base]", "blend.route=[es:es]", "blend.name=r", "blend.route_scale=own"]
+    blend.run(config_mod.with_overrides(prepared, route))
     student = named(prepared, "es2", "model.init_folds=base", "train.langs=[es]", "data.pseudo_from=r")
     run = fold_run(student, StopAt(10**9), fold=1)
     rows = run.table.iloc[run.train_idx]

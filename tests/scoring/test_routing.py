@@ -159,8 +159,11 @@ def test_a_route_of_one_fold_runs_where_a_blend_needs_two(tmp_path: Path) -> Non
             shutil.rmtree(comp.models / name / f"fold{k}")
     with pytest.raises(BlendError, match="share 1 usable fold.*a blend needs two"):
         blend.run(comp.config("blend.members=[base,es]"))
-    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]", "blend.route_scale=own"))
     exp = comp.models / "base+es"
+    with pytest.raises(BlendError, match="of one fold: its estimate fits each fold's scaling on the other folds"):
+        blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]", "predict.calibration=lang"))
+    assert not exp.exists()  # refused before anything is written
+    blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]", "blend.route_scale=own"))
     assert sorted(p.name for p in exp.glob("fold*")) == ["fold0"]
     oof = pd.read_csv(exp / layout.OOF, dtype={"id": str}).set_index("id")
     rows = comp.rows.set_index("id").loc[oof.index]
