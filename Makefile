@@ -87,11 +87,11 @@ submissions: $(STAMP) ## every recorded submission beside its experiment's OOF A
 
 # one torch thread a worker: workers that each start a thread a core wait on each other at every op
 test: $(STAMP) ## run the test suite (no network), one worker a core
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist worksteal
 
 # the tests that start no process (pytest -m e2e) and are not end-to-end runs (slow); see docs/testing.md
 unit: $(STAMP) ## the unit layer alone: no subprocesses, no end-to-end runs (docs/testing.md)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile -m "not slow and not e2e"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist worksteal -m "not slow and not e2e"
 
 # minutes, so in neither `make test` nor CI: a habit before trusting a change to how results are made; one module:
 # .venv/bin/python scripts/mutate.py pipeline/scoring/blending.py (docs/testing.md, "Mutation testing")
