@@ -55,7 +55,7 @@ from pipeline.schema import Config
 from pipeline.scoring import metrics, paired, report, routing
 from pipeline.scoring import summary as run_summary
 from pipeline.scoring.blending import apply_weights, fit_weights, mix, nested_weights, rank01
-from pipeline.scoring.publish import publish
+from pipeline.scoring.publish import publish, refuse_one_fold
 from pipeline.scoring.submission import check_submission, ensemble
 from pipeline.validation import check_name
 
@@ -422,11 +422,7 @@ def run_route(cfg: Config, start: float, name: str) -> dict:
     exp = layout.experiment_dir(cfg, name)
     check_replaceable(exp)
     members = {m.name: m for m in shared_folds([load_member(cfg, n) for n in names], at_least=1)}
-    if cfg.predict.calibration != "none" and len(members[fallback].tests) < 2:  # before anything is written
-        raise BlendError(
-            f"predict.calibration={cfg.predict.calibration}: a route of one fold: its estimate fits each fold's "
-            "scaling on the other folds; route two folds or more, or use predict.calibration=none"
-        )
+    refuse_one_fold(cfg.predict.calibration, len(members[fallback].tests))  # before anything is written
     ranks = [
         n for n, m in members.items() if any(experiments.pred_scale(d) != layout.PROBABILITY for d in m.done.values())
     ]

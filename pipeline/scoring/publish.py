@@ -32,6 +32,16 @@ def combine(cfg: Config, preds: list[np.ndarray]) -> np.ndarray:
     return preds[0] if len(preds) == 1 else ensemble(preds, cfg.predict.ensemble)
 
 
+def refuse_one_fold(how: str, folds: int) -> None:
+    """predict.calibration's estimate scales each fold by the fit on the other folds: predictions of one fold
+    (`folds`) have none, refused in one line (a route checks it before it writes anything)."""
+    if how != "none" and folds < 2:
+        raise PublishError(
+            f"predict.calibration={how}: its estimate fits each fold's scaling on the other folds' rows, and these "
+            "predictions are of one fold: train another, or use predict.calibration=none"
+        )
+
+
 def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs: list[Path], profile: dict,
                  scale: str, prepared: Path | None = None) -> tuple:  # fmt: skip
     """(the submission's predictions: each fold's test probabilities calibrated by predict.calibration, fit on
@@ -49,11 +59,7 @@ def on_one_scale(cfg: Config, preds: list[np.ndarray], test: pd.DataFrame, dirs:
     oof = report.read_oof(dirs, prepared or layout.prepared_dir(cfg)) if how != "none" and dirs else None
     if oof is None or oof.empty:
         return combine(cfg, preds), None, {}
-    if oof["fold"].nunique() < 2:  # the calibrated estimate scales each fold by the fit on the other folds
-        raise PublishError(
-            f"predict.calibration={how}: its estimate fits each fold's scaling on the other folds' rows, and these "
-            "predictions are of one fold: train another, or use predict.calibration=none"
-        )
+    refuse_one_fold(how, oof["fold"].nunique())
     c, tried = calibration.choose_c(oof, profile)  # the submission's C, chosen on every OOF row
     fitted, langs = calibration.fit(oof, profile, c), test["lang"].to_numpy()
     each, rates = {}, {}

@@ -160,7 +160,7 @@ def test_a_route_of_one_fold_runs_where_a_blend_needs_two(tmp_path: Path) -> Non
     with pytest.raises(BlendError, match="share 1 usable fold.*a blend needs two"):
         blend.run(comp.config("blend.members=[base,es]"))
     exp = comp.models / "base+es"
-    with pytest.raises(BlendError, match="of one fold: its estimate fits each fold's scaling on the other folds"):
+    with pytest.raises(PipelineError, match="predictions are of one fold: train another, or use predict.calibration"):
         blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]", "predict.calibration=lang"))
     assert not exp.exists()  # refused before anything is written
     blend.run(comp.config("blend.members=[base]", "blend.route=[es:es]", "blend.route_scale=own"))
