@@ -178,13 +178,13 @@ class FoldRun(FoldEvaluations):
     def build_training(self, state: dict | None) -> None:
         """Optimizer, schedule and scaler, a resume state's progress restored into them, and the step log."""
         t, d = self.cfg.train, self.d
-        self.optimizer, self.scheduler = optim.make_training(self.model, t, d.device, t.epochs * self.windows)
+        self.optimizer, self.scheduler = optim.make_training(self.model, t, d.device, self.total_steps)
         self.scaler = precision.make_scaler(self.precision, d.device)
         self.progress = FoldState()
         if state is not None:
             self.progress = foldstate.restore(state, self.optimizer, self.scheduler, self.scaler, d, self.fold,
                                               self.windows, self.average)  # fmt: skip
-        smoke = bool(smoke_steps(self.inputs.cfg, t.epochs * self.windows))
+        smoke = bool(smoke_steps(self.inputs.cfg, self.total_steps))
         self.log = steplog.StepLog(self.inputs.cfg, self.fold, d, self.step_count(), self.progress.steplog, smoke)
         self.fresh = state is None  # a fold started from its first step (see unsaved_stop)
 
@@ -208,6 +208,11 @@ class FoldRun(FoldEvaluations):
     def rate(self) -> eta.Rate:
         """The rate every estimate uses: this run's own once it has measured, else an earlier run's."""
         return self.measured.over(self.earlier)
+
+    @property
+    def total_steps(self) -> int:
+        """The fold's optimizer steps over every epoch: what the schedule, the average and the banner count."""
+        return self.cfg.train.epochs * self.windows
 
     def step_count(self) -> int:
         """Optimizer steps done in this fold, over every epoch: the x axis of its records."""
@@ -266,7 +271,7 @@ class FoldRun(FoldEvaluations):
             the stop is asked before anything is written, so that a stop there writes nothing (unsaved_stop)."""
             p.step = state
             if self.average is not None and window.stepped:  # before any evaluation of this step
-                self.average.update(self.step_count(), self.cfg.train.epochs * self.windows)
+                self.average.update(self.step_count(), self.total_steps)
             self.time_window()
             opening = self.fresh and self.step_count() == 1
             if opening:
@@ -358,7 +363,7 @@ class FoldRun(FoldEvaluations):
             print(f"\n=== fold {self.fold} ===")
             prec = f"{self.precision} ({self.precision_why})" if self.precision_why else self.precision
             print(banner(self.cfg, d, prec, len(self.train_idx), len(self.valid_idx),
-                         t.epochs * self.windows, self.model, self.checkpointing_why))  # fmt: skip
+                         self.total_steps, self.model, self.checkpointing_why))  # fmt: skip
             seconds = self.plan(p.epoch, p.step.window).seconds(self.rate)  # from earlier folds, once measured
             if seconds is not None:
                 print(f"ETA {eta.hours(seconds)} for the run ({self.inputs.folds_after} more folds after this one)")

@@ -104,7 +104,7 @@ class FoldEvaluations:
             self.evaluate(epoch, steps_run)
         if self.d.is_main:
             print(f"fold {self.fold}: train.max_steps={self.cfg.train.max_steps}: a smoke run, stopped at step "
-                  f"{self.step_count()} of {self.cfg.train.epochs * self.windows}, evaluated and saved")  # fmt: skip
+                  f"{self.step_count()} of {self.total_steps}, evaluated and saved")  # fmt: skip
         return True
 
     @property
