@@ -129,12 +129,9 @@ def load_member(cfg: Config, name: str) -> Member:
 
 
 def member_prepared(cfg: Config, name: str) -> Path | None:
-    """The prepared folder of a member's tables, whose lengths.csv the estimate weights by length with; None
-    where its config cannot be read (the estimate then without length)."""
-    try:
-        return layout.prepared_dir(validity.experiment_as_prepared(cfg, name))
-    except (PipelineError, OSError, ValueError, KeyError, TypeError):
-        return None
+    """The prepared folder of a member's tables (a blend's or a route's: its first member's), whose lengths.csv
+    the estimate weights by; None where it cannot be read (the estimate then without length)."""
+    return experiments.prepared_folder(cfg, layout.experiment_dir(cfg, name))
 
 
 def shared_folds(members: list[Member], at_least: int = 2) -> list[Member]:

@@ -67,26 +67,10 @@ def counted_folds(cfg: Config, exp: Path) -> tuple[set[int], str, str, str]:
     return counted, stale, incomplete, ""
 
 
-def experiment_prepared(cfg: Config, exp: Path, depth: int = 0) -> Path | None:
-    """The prepared folder of the tables an experiment was made from (a blend's: its first member's); None
-    where it cannot be read."""
-    try:
-        if experiments.experiment_kind(exp) != "blend":
-            return layout.prepared_dir(validity.experiment_as_prepared(cfg, exp.name))
-        members = next((d.get("members") for d in map(validity.read_done, layout.done_dirs(exp).values()) if d), None)
-        return (
-            experiment_prepared(cfg, layout.experiment_dir(cfg, members[0]), depth + 1)
-            if members and depth < 8
-            else None
-        )
-    except (PipelineError, OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def experiment_profile(cfg: Config, exp: Path) -> dict | None:
     """The test profile of an experiment whose folds do not record one (made by an older version): its own
     prepared tables', a blend's first member's; None where they cannot be read."""
-    prepared = experiment_prepared(cfg, exp)
+    prepared = experiments.prepared_folder(cfg, exp)
     return metrics.folder_profile(prepared) if prepared is not None else None
 
 
@@ -214,7 +198,7 @@ def row(cfg: Config, exp: Path) -> dict | None:
     if not layout.done_dirs(exp):
         return None
     counted, stale, incomplete, newer = counted_folds(cfg, exp)
-    prepared = experiment_prepared(cfg, exp)
+    prepared = experiments.prepared_folder(cfg, exp)
     summary = summary_of(exp, counted, lambda: experiment_profile(cfg, exp), prepared)
     s = display_settings(exp, summary)
     six = summary.get("six") or {}

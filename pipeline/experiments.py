@@ -28,6 +28,21 @@ def experiment_kind(exp: Path) -> str:
     return "model"
 
 
+def prepared_folder(cfg: Config, exp: Path, depth: int = 0) -> Path | None:
+    """The prepared folder of the tables an experiment was made from, whose lengths.csv the six-language estimate
+    weights by; a blend's or a route's: its first member's (a route's first is its fallback), followed through
+    blends of blends. None where it cannot be read (the estimate is then made without length)."""
+    try:
+        if experiment_kind(exp) != "blend":
+            return layout.prepared_dir(validity.experiment_as_prepared(cfg, exp.name))
+        members = next((d.get("members") for d in map(validity.read_done, layout.done_dirs(exp).values()) if d), None)
+        if not members or depth >= 8:  # 8: a damaged done.json naming its own blend is not followed forever
+            return None
+        return prepared_folder(cfg, layout.experiment_dir(cfg, members[0]), depth + 1)
+    except (PipelineError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def blend_fold_problem(cfg: Config, folder: Path, needs: tuple[str, ...], chain: tuple[str, ...] = ()) -> str:
     """Why a blend's fold does not count ('' when it does): its own files, then each member's fold as
     current as when the blend was made (the digests its done.json records). `chain`: the blends that led

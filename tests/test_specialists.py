@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from pipeline import config as config_mod
 from pipeline import data as data_mod
-from pipeline import layout, validity
+from pipeline import experiments, layout, validity
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.inputs import tables
 from tests.helpers import prepare_tokens
@@ -190,6 +190,9 @@ def test_the_pseudo_label_loop_teaches_a_specialist_from_a_route(prepared, capsy
         predict.run(cfg)
     route = ["blend.members=[base]", "blend.route=[es:es]", "blend.name=r", "blend.route_scale=own"]
     blend.run(config_mod.with_overrides(prepared, route))
+    # a blend of the route weights its rows by length as it does base's: the route's tables are its fallback's
+    assert experiments.prepared_folder(prepared, layout.experiment_dir(prepared, "r")) == layout.prepared_dir(base)
+    assert "tokens" in blend.load_member(prepared, "r").oof and "tokens" in blend.load_member(prepared, "base").oof
     student = named(prepared, "es2", "model.init_folds=base", "train.langs=[es]", "data.pseudo_from=r")
     run = fold_run(student, StopAt(10**9), fold=1)
     rows = run.table.iloc[run.train_idx]
