@@ -72,6 +72,7 @@ class Member:
     done: dict[int, dict]  # fold -> done.json
     left_out: dict[str, str] = field(default_factory=dict)  # fold name -> why: the folds not made yet
     made: dict[int, dict] = field(default_factory=dict)  # fold -> its predictions' sha256 (prediction_record)
+    prepared: Path | None = None  # its tables' folder (a blend's or route's: its first member's); None: unread
 
 
 # ---------------------------------------------------------------- members
@@ -121,17 +122,13 @@ def load_member(cfg: Config, name: str) -> Member:
     dirs = {layout.fold_index(d): d for d in use}
     done = {k: validity.read_done(d) for k, d in dirs.items()}
     tests = {k: pd.read_csv(d / layout.TEST_PREDS, dtype={"id": str}, keep_default_na=False) for k, d in dirs.items()}
-    oof = report.read_oof(list(dirs.values()), member_prepared(cfg, name))
+    prepared = experiments.prepared_folder(cfg, exp)  # its lengths.csv: the OOF rows' tokens the estimate weighs
+    oof = report.read_oof(list(dirs.values()), prepared)
     if oof["id"].duplicated().any() or oof["pred"].isna().any():
         raise BlendError(f"blend member {name!r}: its OOF rows in {exp}/fold*/oof.csv repeat an id or hold NaN")
     made = {k: experiments.prediction_record(d) for k, d in dirs.items()}
-    return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done, left_out, made)
-
-
-def member_prepared(cfg: Config, name: str) -> Path | None:
-    """The prepared folder of a member's tables (a blend's or a route's: its first member's), whose lengths.csv
-    the estimate weights by; None where it cannot be read (the estimate then without length)."""
-    return experiments.prepared_folder(cfg, layout.experiment_dir(cfg, name))
+    return Member(name, oof.sort_values("id", kind="stable").reset_index(drop=True), tests, done, left_out, made,
+                  prepared)  # fmt: skip
 
 
 def shared_folds(members: list[Member], at_least: int = 2) -> list[Member]:
@@ -152,8 +149,8 @@ def shared_folds(members: list[Member], at_least: int = 2) -> list[Member]:
         if len(shared) < len(m.done):
             print(f"blend: {m.name} blended on folds {shared} only, the folds every member has", file=sys.stderr)
         oof = m.oof[m.oof["fold"].isin(shared)].reset_index(drop=True)
-        cut.append(Member(m.name, oof, {k: m.tests[k] for k in shared}, {k: m.done[k] for k in shared}, m.left_out,
-                          {k: m.made[k] for k in shared if k in m.made}))  # fmt: skip
+        cut.append(replace(m, oof=oof, tests={k: m.tests[k] for k in shared}, done={k: m.done[k] for k in shared},
+                           made={k: m.made[k] for k in shared if k in m.made}))  # fmt: skip
     return cut
 
 
@@ -246,14 +243,14 @@ def fit(members: list[Member], step: float, profile: dict) -> Fit:
     return Fit(oof, ranks, fit_weights(ranks, y, step, metrics.row_weights(oof, profile)), fold_weights)
 
 
-def blend_profile(members: list[Member], test: pd.DataFrame, prepared: Path | None = None) -> dict:
+def blend_profile(members: list[Member], test: pd.DataFrame) -> dict:
     """The test profile the members' folds were scored by (their done.json), else the one of their OOF's
     validation rows and the test's languages (every fold is there: every validation row); with the test's
-    length mix of `prepared` (the first member's tables) where it has none."""
-    recorded = report.profile_of(members[0].done)
-    oof = members[0].oof
-    profile = recorded or metrics.test_profile(oof[metrics.on_validation(oof)], test["lang"])
-    return metrics.with_test_lengths(profile, prepared) if prepared is not None else profile
+    length mix of the first member's tables where it has none."""
+    first = members[0]
+    profile = report.profile_of(first.done) or metrics.test_profile(first.oof[metrics.on_validation(first.oof)],
+                                                                    test["lang"])  # fmt: skip
+    return metrics.with_test_lengths(profile, first.prepared) if first.prepared is not None else profile
 
 
 def read_sample_submission(cfg: Config) -> pd.DataFrame:
@@ -343,8 +340,7 @@ def run(cfg: Config) -> dict:
     sample = read_sample_submission(cfg)
     raw = layout.raw_dir(cfg)
     test = pd.read_csv(raw / layout.TEST, usecols=["id", "lang"], dtype=str, keep_default_na=False)
-    prepared = member_prepared(cfg, members[0].name)
-    profile = blend_profile(members, test, prepared)
+    profile = blend_profile(members, test)
     f = fit(members, cfg.blend.step, profile)
     on_test = np.column_stack([rank01(member_test(m, ids, cfg.predict.ensemble)) for m in members])
     preds = mix(on_test, f.weights)
@@ -360,7 +356,8 @@ def run(cfg: Config) -> dict:
     if score is not None:
         summary["test_auc"] = score
     paths = f"{exp}/cv.json, cv.png, {path}"
-    print_report(name, members, f, summary, time.perf_counter() - start, paths, profile, paired.read_groups(prepared))
+    groups = paired.read_groups(members[0].prepared)
+    print_report(name, members, f, summary, time.perf_counter() - start, paths, profile, groups)
     print()
     print(run_summary.block(cfg, "blend", time.perf_counter() - start, name=name))
     return summary
@@ -433,7 +430,7 @@ def run_route(cfg: Config, start: float, name: str) -> dict:
     oof = routing.routed_oof(base.oof, {lang: (n, members[n].oof) for lang, n in route.items()}, own)
     tests = {k: routing.routed_test(t, test, {lang: (n, members[n].tests[k]) for lang, n in route.items()}, own)
              for k, t in base.tests.items()}  # fmt: skip
-    profile = blend_profile([base], test, member_prepared(cfg, fallback))
+    profile = blend_profile([base], test)
     with atomic_dir(exp) as tmp:
         made = {n: (m.done, m.made) for n, m in members.items()}  # what each fold is routed from
         routed = routing.record(route, fallback, cfg.blend.route_scale)
